@@ -1,0 +1,104 @@
+"""MLPerf logging: the one wrapper over ``mlperf_logging.mllog`` that the whole suite uses.
+
+One log per instance: rank 0 of the instance writes ``result_<instance>.txt``; other ranks get a
+logger whose calls do nothing, so call sites need no rank checks. Each :class:`MLPerfLogger` owns
+its own ``logging.Logger`` (no global state), so several can coexist in one process (tests).
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from mlperf_logging import mllog
+from mlperf_logging.mllog import constants
+
+from .system import SystemDescription
+
+_ids = itertools.count()
+
+#: the ruleset the logs are written for
+RULESET = "3.0.0"
+USAGE = "hpc"
+
+
+def result_filename(instance: int) -> str:
+    return f"result_{instance}.txt"
+
+
+class MLPerfLogger:
+    """Writes ``:::MLLOG`` lines for one instance. Disabled loggers accept calls and write nothing."""
+
+    def __init__(self, path: Path | None, echo: bool = False, root_dir: str | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        self.enabled = path is not None
+        self._handlers: list[logging.Handler] = []
+        self._logger: mllog.MLLogger | None = None
+        if not self.enabled:
+            return
+        assert self.path is not None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        logger = logging.getLogger(f"hpcbench.mllog.{next(_ids)}")
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
+        fh = logging.FileHandler(self.path, mode="a")
+        fh.setLevel(logging.INFO)
+        logger.addHandler(fh)
+        self._handlers.append(fh)
+        if echo:
+            sh = logging.StreamHandler(sys.stdout)
+            logger.addHandler(sh)
+            self._handlers.append(sh)
+        self._logger = mllog.MLLogger(logger=logger, default_stack_offset=2, root_dir=root_dir)
+        self._ml_logger = logger
+
+    # raw events ---------------------------------------------------------------------------
+    def event(self, key: str, value: Any = None, metadata: dict[str, Any] | None = None, time_ms: float | None = None) -> None:
+        if self._logger is not None:
+            self._logger.event(key=key, value=value, metadata=metadata, time_ms=time_ms)
+
+    def start(self, key: str, value: Any = None, metadata: dict[str, Any] | None = None, time_ms: float | None = None) -> None:
+        if self._logger is not None:
+            self._logger.start(key=key, value=value, metadata=metadata, time_ms=time_ms)
+
+    def end(self, key: str, value: Any = None, metadata: dict[str, Any] | None = None, time_ms: float | None = None) -> None:
+        if self._logger is not None:
+            self._logger.end(key=key, value=value, metadata=metadata, time_ms=time_ms)
+
+    # groups of required keys --------------------------------------------------------------
+    def submission(self, system: SystemDescription, benchmark: str, division: str) -> None:
+        """The submission_* keys plus number_of_nodes and accelerators_per_node."""
+        self.event(constants.SUBMISSION_ORG, system.submitter)
+        self.event(constants.SUBMISSION_PLATFORM, system.system_name)
+        self.event(constants.SUBMISSION_DIVISION, division)
+        self.event(constants.SUBMISSION_STATUS, system.status)
+        self.event(constants.SUBMISSION_BENCHMARK, benchmark)
+        self.event("number_of_nodes", system.number_of_nodes)
+        self.event("accelerators_per_node", system.accelerators_per_node)
+
+    def hyperparameters(self, params: dict[str, Any]) -> None:
+        for key, value in params.items():
+            self.event(key, value)
+
+    def close(self) -> None:
+        for handler in self._handlers:
+            handler.flush()
+            handler.close()
+            self._ml_logger.removeHandler(handler)
+        self._handlers.clear()
+        self._logger = None
+
+
+def check_log(path: Path, ruleset: str = RULESET) -> tuple[bool, str]:
+    """Run the official compliance checker on one log; (passed, its output)."""
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "mlperf_logging.compliance_checker", str(path), "--usage", USAGE, "--ruleset", ruleset],
+        capture_output=True,
+        text=True,
+    )
+    output = proc.stdout + proc.stderr
+    return proc.returncode == 0 and "SUCCESS" in output, output

@@ -1,0 +1,75 @@
+"""The config sections every workload shares: optimizer/schedule and training loop settings.
+
+A workload's config class subclasses :class:`RunConfig` and adds its own ``data`` and ``model``
+sections; presets live in ``<workload>/configs/{mini,full}.toml``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .errors import ConfigError
+
+
+@dataclass
+class OptimConfig:
+    name: Literal["sgd", "lamb", "adamw", "adam"] = "sgd"
+    lr: float = 0.001  # base (peak) learning rate, reached at the end of warmup
+    momentum: float = 0.9  # sgd
+    nesterov: bool = False  # sgd
+    betas: tuple[float, ...] = (0.9, 0.999)  # adam/adamw/lamb
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    bias_correction: bool = True  # lamb
+    grad_averaging: bool = True  # lamb
+    max_grad_norm: float = 0.0  # clip by global norm; 0 disables
+    distributed: bool = False  # lamb: shard optimizer state across the instance's ranks
+    # schedule, in epochs or steps (``unit``)
+    schedule: Literal["constant", "multistep", "cosine"] = "constant"
+    unit: Literal["epochs", "steps"] = "epochs"
+    warmup: float = 0.0  # length of linear warmup in ``unit``
+    warmup_factor: float = 1.0  # lr at warmup start = lr * warmup_factor / ... see schedule docs
+    milestones: tuple[float, ...] = ()  # multistep boundaries in ``unit``
+    decay_factor: float = 0.1  # multistep multiplier per boundary
+    min_lr: float = 0.0  # cosine floor
+    total: float = 0.0  # cosine length in ``unit`` (0: the run's max length)
+
+    def validate(self) -> None:
+        if self.lr < 0:
+            raise ConfigError(f"config key 'optim.lr': must be >= 0, got {self.lr}")
+        if len(self.betas) != 2:
+            raise ConfigError(f"config key 'optim.betas': expected 2 values, got {list(self.betas)}")
+        if list(self.milestones) != sorted(self.milestones):
+            raise ConfigError(f"config key 'optim.milestones': must be increasing, got {list(self.milestones)}")
+
+
+@dataclass
+class TrainConfig:
+    division: Literal["open", "closed"] = "open"
+    target: float = 0.0  # quality target threshold for the workload's metric
+    seed: int = 1
+    global_batch_size: int = 8  # per instance (summed over its ranks)
+    max_epochs: int = 10
+    eval_every: int = 1  # epochs between evaluations
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    channels_last: bool = False
+    graph: Literal["eager", "compile", "cuda_graph"] = "eager"
+    loader: Literal["torch", "dali"] = "torch"
+    loader_workers: int = 0
+    checkpoint_dir: str = ""
+    checkpoint_every: int = 0  # epochs; 0 disables
+    log_every: int = 0  # steps between loss read-backs for the progress bar; 0 = per epoch
+
+    def validate(self) -> None:
+        if self.global_batch_size < 1:
+            raise ConfigError(f"config key 'train.global_batch_size': must be >= 1, got {self.global_batch_size}")
+        if self.max_epochs < 1:
+            raise ConfigError(f"config key 'train.max_epochs': must be >= 1, got {self.max_epochs}")
+        if self.eval_every < 1:
+            raise ConfigError(f"config key 'train.eval_every': must be >= 1, got {self.eval_every}")
+
+
+@dataclass
+class RunConfig:
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)

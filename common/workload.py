@@ -1,0 +1,145 @@
+"""The contract between a workload and the harness (AlgoPerf-style).
+
+A workload says *what* to train: its data (reader, synthetic generator, sample counts), its model,
+loss, evaluation statistics, quality target and the MLPerf hyperparameter keys of its benchmark.
+The harness (``common.trainer``) owns *how*: the loop, timing, evaluation cadence, MLPerf logging,
+mixed precision, graph capture, checkpoints and the distributed setup. A workload never times
+itself and never writes MLLOG lines.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.resources
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
+
+from .config import load_config
+from .runconfig import RunConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+    from torch import nn
+
+C = TypeVar("C", bound=RunConfig)
+
+
+class EpochLoader(Protocol):
+    """An iterable of batches for one rank that can be re-seeded per epoch."""
+
+    def set_epoch(self, epoch: int) -> None: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+    def __len__(self) -> int: ...  # batches per epoch on this rank
+
+
+@dataclass(frozen=True)
+class DataShard:
+    """Which part of the data one rank reads: its data-parallel rank and the per-rank batch."""
+
+    rank: int
+    size: int
+    seed: int
+    local_batch_size: int
+    device: "torch.device"
+
+
+@dataclass(frozen=True)
+class QualityTarget:
+    metric_key: str  # the MLPerf key: eval_error or eval_accuracy
+    higher_is_better: bool
+    threshold: float
+
+    def reached(self, value: float) -> bool:
+        return value >= self.threshold if self.higher_is_better else value <= self.threshold
+
+    def describe(self) -> str:
+        return f"{self.metric_key} {'>=' if self.higher_is_better else '<='} {self.threshold:g}"
+
+
+class Workload(ABC, Generic[C]):
+    """One benchmark. Subclasses set the class attributes and implement the abstract methods."""
+
+    name: ClassVar[str]  # CLI/registry name, e.g. "cosmoflow"
+    benchmark: ClassVar[str]  # MLPerf submission_benchmark: cosmoflow | deepcam | oc20
+    config_cls: ClassVar[type[RunConfig]]
+    metric_key: ClassVar[str]  # eval_error | eval_accuracy
+    higher_is_better: ClassVar[bool]
+    static_shapes: ClassVar[bool] = True  # False: no CUDA graph capture (e.g. variable-size graphs)
+
+    def __init__(self, cfg: C) -> None:
+        self.cfg = cfg
+
+    # configuration ------------------------------------------------------------------------
+    @classmethod
+    def presets_dir(cls) -> Path:
+        package = cls.__module__.split(".")[0]
+        return Path(str(importlib.resources.files(package))) / "configs"
+
+    @classmethod
+    def load_config(cls, source: str | Path | None = None, overrides: Sequence[str] = ()) -> C:
+        return load_config(cls.config_cls, source, overrides, presets_dir=cls.presets_dir())  # type: ignore[return-value]
+
+    def target(self) -> QualityTarget:
+        return QualityTarget(self.metric_key, self.higher_is_better, self.cfg.train.target)
+
+    # data ---------------------------------------------------------------------------------
+    @abstractmethod
+    def dataset_sizes(self) -> tuple[int, int]:
+        """(train samples, eval samples) of the dataset the config points at."""
+
+    @abstractmethod
+    def train_loader(self, shard: DataShard) -> EpochLoader:
+        """This rank's training batches, shuffled per epoch from ``shard.seed``."""
+
+    @abstractmethod
+    def eval_loader(self, shard: DataShard) -> EpochLoader:
+        """This rank's disjoint part of the validation set (every sample seen once in total)."""
+
+    # model and maths ----------------------------------------------------------------------
+    @abstractmethod
+    def build_model(self) -> "nn.Module":
+        """Single-device model in fp32; the harness moves it, wraps it and sets precision."""
+
+    @abstractmethod
+    def forward(self, model: "nn.Module", batch: Any) -> Any:
+        """Model outputs for a batch already on the device."""
+
+    @abstractmethod
+    def loss(self, outputs: Any, batch: Any) -> "torch.Tensor":
+        """Scalar training loss for this rank's batch."""
+
+    @abstractmethod
+    def eval_sums(self, outputs: Any, batch: Any) -> Mapping[str, "torch.Tensor"]:
+        """Additive statistics of one eval batch (e.g. sum of errors and count). The harness sums
+        them over batches and over the instance's ranks, then calls :meth:`metric`."""
+
+    @abstractmethod
+    def metric(self, sums: Mapping[str, float]) -> float:
+        """The quality metric from the summed statistics."""
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The benchmark's MLPerf hyperparameter keys (opt_*, scheduler_*, ...) with values."""
+        return {}
+
+    def batch_size(self, batch: Any) -> int:
+        """Number of samples in a batch (for throughput)."""
+        if isinstance(batch, Mapping):
+            batch = next(iter(batch.values()))
+        if isinstance(batch, (tuple, list)):
+            batch = batch[0]
+        return int(batch.shape[0])
+
+    # synthetic data -----------------------------------------------------------------------
+    @classmethod
+    def add_datagen_args(cls, parser: argparse.ArgumentParser) -> None:
+        """Options of ``hpcbench datagen <name>`` beyond --out, --seed, --workers."""
+
+    @classmethod
+    def datagen(cls, args: argparse.Namespace) -> None:
+        from .errors import HpcbenchError
+
+        raise HpcbenchError(f"workload '{cls.name}' has no synthetic data generator yet")

@@ -1,0 +1,1 @@
+"""CosmoFlow: 3D CNN regression of cosmological parameters (MLPerf HPC)."""

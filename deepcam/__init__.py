@@ -1,0 +1,1 @@
+"""DeepCAM: segmentation of extreme weather in climate simulations (MLPerf HPC)."""

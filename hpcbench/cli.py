@@ -1,0 +1,82 @@
+"""The ``hpcbench`` command line. Each subcommand lives in ``hpcbench/commands/<name>.py`` and is
+imported only when it runs (so ``--help`` and ``info`` stay fast and import no heavy packages)."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+from collections.abc import Sequence
+
+from common.errors import ConfigError, DistributedError, HpcbenchError
+
+from . import __version__
+
+#: subcommand -> (module in hpcbench.commands, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "info": ("info", "versions, MPI library, devices, threads, DALI, and the rank/instance layout"),
+    "datagen": ("datagen", "write synthetic data in a workload's real on-disk format"),
+    "pack": ("pack", "merge a dataset's many small files into few zstd-compressed shards"),
+    "stage": ("stage", "distribute packed shards to node-local storage (sharded reads + MPI Allgatherv)"),
+    "train": ("train", "train a workload to its quality target (one or many instances)"),
+    "report": ("report", "scores, tables and plots from MLPerf result logs"),
+    "run": ("run", "the embedded default end to end: datagen -> pack -> stage -> train -> report"),
+    "jobs": ("jobs", "render Slurm job scripts for strong and weak scaling"),
+}
+
+
+class NotImplementedYet(HpcbenchError):
+    """A subcommand or option that exists in the CLI but is not built yet."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hpcbench",
+        description="MLPerf-HPC-style benchmark suite: stage datasets, train CosmoFlow, DeepCAM and "
+        "OpenCatalyst to target at strong and weak scale, and report trustworthy scores.",
+    )
+    parser.add_argument("--version", action="version", version=f"hpcbench {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for user errors too")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, summary) in COMMANDS.items():
+        mod = importlib.import_module(f"hpcbench.commands.{module}")
+        p = sub.add_parser(name, help=summary, description=summary)
+        mod.add_arguments(p)
+        p.set_defaults(_module=mod)
+    return parser
+
+
+def _launcher_rank() -> int:
+    import os
+
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        if var in os.environ:
+            return int(os.environ[var])
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args._module.run(args) or 0)
+    except NotImplementedYet as exc:
+        print(f"hpcbench {args.command}: not implemented yet: {exc}", file=sys.stderr)
+        return 3
+    except HpcbenchError as exc:
+        if args.debug:
+            traceback.print_exc()
+        if isinstance(exc, (ConfigError, DistributedError)) and _launcher_rank() > 0:
+            return 2  # every rank hit the same deterministic error; rank 0 reports it
+        print(f"hpcbench {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"hpcbench {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

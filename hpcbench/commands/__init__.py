@@ -1,0 +1,1 @@
+"""One module per subcommand: ``add_arguments(parser)`` and ``run(args) -> int``."""

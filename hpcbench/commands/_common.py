@@ -1,0 +1,22 @@
+"""Options shared by several subcommands."""
+from __future__ import annotations
+
+import argparse
+
+
+def add_layout_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("layout (under mpiexec/mpirun/srun)")
+    g.add_argument("--instances", type=int, default=1, metavar="K",
+                   help="split the job's ranks into K concurrent instances of equal size (default 1)")
+    g.add_argument("--ranks-per-node", type=int, default=None, metavar="R",
+                   help="treat each R consecutive ranks as one node (emulate nodes on one box); "
+                        "default: ranks that share memory form a node")
+
+
+def add_config_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("configuration")
+    g.add_argument("--config", default="mini", metavar="PRESET|FILE",
+                   help="preset name (mini, full) or a TOML file (default: mini)")
+    g.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one config key, e.g. --set train.seed=7 (repeatable)")
+    g.add_argument("--dump-config", action="store_true", help="print the resolved config as TOML and exit")

@@ -1,0 +1,132 @@
+"""`hpcbench info`: what this installation and this job look like."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import platform
+import sys
+from typing import Any
+
+from hpcbench import __version__
+
+from ._common import add_layout_args
+
+PACKAGES = ("torch", "numpy", "mpi4py", "h5py", "zstandard", "lmdb", "mlperf_logging", "torch_geometric", "ase")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_layout_args(parser)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _version(name: str) -> str:
+    try:
+        from importlib.metadata import version
+
+        return version(name.replace("_", "-"))
+    except Exception:  # noqa: BLE001 - any failure means "not installed" for this report
+        try:
+            return getattr(importlib.import_module(name), "__version__", "installed")
+        except Exception:  # noqa: BLE001
+            return "not installed"
+
+
+def _dali() -> str:
+    try:
+        import nvidia.dali as dali
+
+        return f"{dali.__version__} (CPU pipelines; GPU ops need CUDA)"
+    except Exception as exc:  # noqa: BLE001
+        return f"not available ({type(exc).__name__}: {exc})"
+
+
+def _apex() -> str:
+    try:
+        import apex  # noqa: F401
+        import torch
+
+        return "importable" + ("" if torch.cuda.is_available() else " but no CUDA: not used")
+    except Exception:  # noqa: BLE001
+        return "not importable (project implementations used)"
+
+
+def _devices() -> dict[str, Any]:
+    import torch
+
+    out: dict[str, Any] = {"cuda_available": torch.cuda.is_available(), "gpus": []}
+    if torch.cuda.is_available():
+        out["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        out["cuda"] = torch.version.cuda
+        out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from common.dist import default_threads, init_distributed, launched_by_mpi, mpi
+
+    env = init_distributed(args.instances, args.ranks_per_node, torch_backend=None)
+    layout = env.layout
+    rows = env.comm.gather({**layout.__dict__, "pid": os.getpid()}, root=0)
+    if not layout.is_world_leader:
+        return 0
+
+    import torch
+
+    MPI = mpi()
+    report: dict[str, Any] = {
+        "hpcbench": __version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "packages": {name: _version(name) for name in PACKAGES},
+        "mpi_library": MPI.Get_library_version().strip().splitlines()[0],
+        "mpi_standard": "{}.{}".format(*MPI.Get_version()),
+        "launched_by_mpi": launched_by_mpi(),
+        "dali": _dali(),
+        "apex": _apex(),
+        "devices": _devices(),
+        "torch_threads_per_rank": default_threads(layout.host_local_size),
+        "ranks": layout.world_size,
+        "nodes": layout.num_nodes,
+        "instances": layout.num_instances,
+        "ranks_per_instance": layout.instance_size,
+        "nodes_per_instance": layout.nodes_per_instance,
+        "layout": rows,
+    }
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+    _print_table(report, torch.get_num_threads())
+    return 0
+
+
+def _print_table(report: dict[str, Any], threads_now: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    t = Table(title=f"hpcbench {report['hpcbench']}", show_header=False)
+    t.add_row("python", report["python"])
+    t.add_row("platform", report["platform"])
+    for name, version in report["packages"].items():
+        t.add_row(name, version)
+    t.add_row("MPI library", report["mpi_library"])
+    t.add_row("MPI standard", report["mpi_standard"])
+    t.add_row("DALI", report["dali"])
+    t.add_row("apex", report["apex"])
+    dev = report["devices"]
+    t.add_row("devices", ", ".join(dev["gpus"]) if dev["gpus"] else "CPU only (no CUDA device)")
+    t.add_row("torch threads / rank", f"{report['torch_threads_per_rank']} (process default {threads_now})")
+    t.add_row("ranks", str(report["ranks"]))
+    t.add_row("nodes", str(report["nodes"]))
+    t.add_row("instances", f"{report['instances']} x {report['ranks_per_instance']} ranks "
+              f"({report['nodes_per_instance']} node(s) each)")
+    console.print(t)
+    lt = Table(title="rank layout")
+    for col in ("rank", "host", "node", "local", "instance", "inst. rank", "inst. node"):
+        lt.add_column(col, justify="right")
+    for r in report["layout"]:
+        lt.add_row(str(r["world_rank"]), r["hostname"], str(r["node_index"]), f"{r['local_rank']}/{r['local_size']}",
+                   str(r["instance"]), f"{r['instance_rank']}/{r['instance_size']}", str(r["instance_node_index"]))
+    console.print(lt)

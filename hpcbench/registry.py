@@ -1,0 +1,58 @@
+"""The one place that knows the list of workloads. Entries are imported only when asked for, so
+importing the CLI never imports torch-geometric, DALI or a workload's model code."""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from common.errors import HpcbenchError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from common.workload import Workload
+
+
+@dataclass(frozen=True)
+class WorkloadEntry:
+    name: str
+    target: str  # "module:Class"
+    benchmark: str  # MLPerf benchmark key
+    summary: str
+
+
+WORKLOADS: dict[str, WorkloadEntry] = {
+    e.name: e
+    for e in (
+        WorkloadEntry("cosmoflow", "cosmoflow.workload:CosmoFlowWorkload", "cosmoflow",
+                      "3D CNN regressing 4 cosmological parameters from dark-matter density cubes"),
+        WorkloadEntry("deepcam", "deepcam.workload:DeepCAMWorkload", "deepcam",
+                      "DeepLabv3+ segmentation of cyclones and atmospheric rivers in climate fields"),
+        WorkloadEntry("oc20", "opencatalyst.workload:OC20Workload", "oc20",
+                      "DimeNet++ energies and forces of catalyst slabs with adsorbates (OC20 S2EF)"),
+    )
+}
+ALIASES = {"opencatalyst": "oc20", "oc": "oc20"}
+
+
+def names() -> list[str]:
+    return list(WORKLOADS)
+
+
+def entry(name: str) -> WorkloadEntry:
+    key = ALIASES.get(name, name)
+    if key not in WORKLOADS:
+        raise HpcbenchError(f"unknown workload '{name}'; valid workloads: {', '.join(WORKLOADS)}")
+    return WORKLOADS[key]
+
+
+def get(name: str) -> "type[Workload]":
+    """The workload class, imported now."""
+    e = entry(name)
+    module_name, _, attr = e.target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            raise HpcbenchError(f"workload '{e.name}' is registered but not implemented yet ({module_name} is missing)") from None
+        raise
+    return getattr(module, attr)
