@@ -1,0 +1,54 @@
+"""Shared test helpers. Multi-rank tests launch real MPI jobs with the project's own mpiexec."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def mpiexec_path() -> str:
+    """The mpiexec next to this Python (the mpich wheel's), else one on PATH."""
+    local = Path(sys.executable).parent / "mpiexec"
+    if local.exists():
+        return str(local)
+    found = shutil.which("mpiexec")
+    if not found:
+        pytest.fail("no mpiexec found: install the project with the 'mpich' extra (python3 dev.py setup)")
+    return found
+
+
+def project_env(**extra: str) -> dict[str, str]:
+    """Environment for child processes: this checkout first on PYTHONPATH, unbuffered output."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.update(extra)
+    return env
+
+
+def run_mpi(n: int, args: list[str], timeout: float = 180, cwd: Path | None = None,
+            env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run ``mpiexec -n N python ARGS...``; fail the test with the output on error or timeout."""
+    cmd = [mpiexec_path(), "-n", str(n), sys.executable, *args]
+    try:
+        proc = subprocess.run(cmd, cwd=cwd or ROOT, env=env or project_env(), capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{' '.join(cmd)} timed out after {timeout}s\n{exc.stdout}\n{exc.stderr}")
+    if check and proc.returncode != 0:
+        pytest.fail(f"{' '.join(cmd)} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+def run_cli(args: list[str], timeout: float = 300, cwd: Path | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m hpcbench ARGS...`` in a child process (no check; tests look at the result)."""
+    return subprocess.run([sys.executable, "-m", "hpcbench", *args], cwd=cwd or ROOT, env=env or project_env(),
+                          capture_output=True, text=True, timeout=timeout)
