@@ -60,6 +60,15 @@ def _disk_error(exc: OSError, path: Path, node: int) -> DataError:
     return DataError(f"node {node}: cannot write {path}: {exc}")
 
 
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        if n <= 0:  # a short write that makes no progress: the filesystem is full
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view, offset = view[n:], offset + n
+
+
 class FileAssembly:
     """One output file being written, possibly from several frames decompressed in parallel."""
 
@@ -78,7 +87,7 @@ class FileAssembly:
             return False
         try:
             raw = decompress_frame(buf, fr, shard, self.entry.name)
-            os.pwrite(self.fd, raw, fr.raw_offset)
+            _pwrite_all(self.fd, raw, fr.raw_offset)
         except OSError as exc:
             self.abort()
             raise _disk_error(exc, self.path, self.node) from None
@@ -99,6 +108,9 @@ class FileAssembly:
         except OSError as exc:
             self.abort()
             raise _disk_error(exc, self.path, self.node) from None
+        except BaseException:
+            self.abort()
+            raise
         return True
 
     def abort(self) -> None:

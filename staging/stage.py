@@ -159,24 +159,31 @@ def _stage_node(env: DistEnv, opts: StageOptions, info: dict[str, Any], leaders:
     with ThreadPoolExecutor(opts.threads) as pool:
         ctx = Ctx(opts.source, dest, lay.node_index, journal, pool, st, opts.chunk_mb * MiB, opts.timeout_s,
                   mem_limit=max(256 * MiB, 4 * opts.chunk_mb * MiB * K))
-        for p, todo, groups in work:
+        # every group communicator is made up front: Split is collective over all stagers
+        comms = [None if opts.method == "copy" else
+                 leaders.Split(p.set_of(lay.instance_node_index), p.member_of(lay.instance, lay.instance_node_index))
+                 for p, _, _ in work]
+        for (p, todo, groups), comm in zip(work, comms):
             t1 = time.perf_counter()
-            if opts.method == "copy":
-                files = [f for i in todo for f in groups[i]]
-                copy_files(opts.source, dest, files, lay.node_index, opts.threads, st)
-                for i in todo:
-                    journal.record_raw(p.shards[i], groups[i])
-            else:
-                set_id = p.set_of(lay.instance_node_index)
-                member = p.member_of(lay.instance, lay.instance_node_index)
-                comm = leaders.Split(set_id, member)
-                try:
+            err = None
+            try:
+                if comm is None:
+                    copy_files(opts.source, dest, [f for i in todo for f in groups[i]], lay.node_index, opts.threads, st)
+                    for i in todo:
+                        journal.record_raw(p.shards[i], groups[i])
+                else:
                     barrier(comm, opts.timeout_s, f"planning split {p.split}")
                     union = sorted(set().union(*comm.allgather(todo)))
+                    member = p.member_of(lay.instance, lay.instance_node_index)
                     SplitExchange(ctx, p, comm, member, todo, union).run()
-                finally:
-                    comm.Free()
+            except HpcbenchError as exc:
+                err = str(exc)
+            # all stagers learn about a failure before anyone starts the next split
+            agree(leaders, err, FOREVER, f"finishing split {p.split}")
             st.add_time(f"split_{p.split}_s", time.perf_counter() - t1)
+        for comm in comms:
+            if comm is not None:
+                comm.Free()
     journal.write_manifest(info["dataset"], [s.name for p, _, _ in work for s in (p.shards[i] for i in
                                                                                   p.sets[p.set_of(lay.instance_node_index)])])
     if problems:
