@@ -55,6 +55,7 @@ class Ctx:
     chunk_bytes: int
     timeout_s: float
     mem_limit: int
+    poll_s: float = 5e-4  # longest pause between MPI progress polls during a transfer (1e-3..5e-5 measured alike)
 
 
 class _ShardBuf:
@@ -241,7 +242,7 @@ class SplitExchange:
                 req = self.comm.Iallgatherv([piece, MPI.BYTE], [recv, counts, displs, MPI.BYTE])
                 if r + 1 < self.rounds:
                     nxt = io.submit(reader.read, (r + 1) * c, count(self.member, r + 1))
-                wait(req, ctx.timeout_s, f"{what}: Allgatherv round {r + 1}/{self.rounds}")
+                wait(req, ctx.timeout_s, f"{what}: Allgatherv round {r + 1}/{self.rounds}", ctx.poll_s)
                 ctx.stats.add_time("transfer_s", time.perf_counter() - t0)
                 ctx.stats.sent_bytes += len(piece)
                 ctx.stats.recv_bytes += sum(counts) - len(piece)

@@ -71,8 +71,8 @@ def _load_plan_input(opts: StageOptions, env: DistEnv) -> dict[str, Any]:
                 raw = raw_shards(opts.source, policy, opts.shard_bytes)
                 data = {"dataset": policy.name,
                         "splits": {n: (n == REPLICATED, infos, groups) for n, (infos, groups) in raw.items()}}
-        except HpcbenchError as exc:
-            err = str(exc)
+        except Exception as exc:  # noqa: BLE001 - all ranks wait for this answer
+            err = _describe(exc, 0)
     barrier(env.comm, FOREVER, "waiting for rank 0 to read the manifest")
     agree(env.comm, err, FOREVER, "reading the manifest")
     return env.comm.bcast(data, root=0)
@@ -102,10 +102,8 @@ def stage(env: DistEnv, opts: StageOptions, mllog: Any = None) -> dict[str, Any]
         try:
             dest = node_dest(opts.dest, lay.node_index, env)
             _stage_node(env, opts, info, leaders, dest, stats)
-        except HpcbenchError as exc:
-            err = str(exc)
-        except OSError as exc:
-            err = f"node {lay.node_index}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - agreed on below so no rank waits for a dead peer
+            err = _describe(exc, lay.node_index)
     agree(env.comm, err, FOREVER, "waiting for all nodes to finish staging")
     stats.times["total_s"] = time.perf_counter() - t_start
     from .report import build_report
@@ -121,6 +119,17 @@ def stage(env: DistEnv, opts: StageOptions, mllog: Any = None) -> dict[str, Any]
 
         atomic_write_text(opts.report, json.dumps(report, indent=1) + "\n")
     return report
+
+
+def _describe(exc: Exception, node: int) -> str:
+    if isinstance(exc, HpcbenchError):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return f"node {node}: {exc}"
+    import traceback
+
+    traceback.print_exc()
+    return f"node {node}: internal error {exc!r} (traceback above)"
 
 
 def _node_row(lay: Any, dest: Path | None, st: Stats) -> dict[str, Any]:
@@ -176,8 +185,8 @@ def _stage_node(env: DistEnv, opts: StageOptions, info: dict[str, Any], leaders:
                     union = sorted(set().union(*comm.allgather(todo)))
                     member = p.member_of(lay.instance, lay.instance_node_index)
                     SplitExchange(ctx, p, comm, member, todo, union).run()
-            except HpcbenchError as exc:
-                err = str(exc)
+            except Exception as exc:  # noqa: BLE001 - every failure must reach agree(), or peers would wait
+                err = _describe(exc, lay.node_index)
             # all stagers learn about a failure before anyone starts the next split
             agree(leaders, err, FOREVER, f"finishing split {p.split}")
             st.add_time(f"split_{p.split}_s", time.perf_counter() - t1)

@@ -213,3 +213,21 @@ def test_a_rank_dying_or_hanging_ends_the_job_in_bounded_time(cosmo: tuple[Path,
     assert "injected fault" in out
     if kind == "hang":
         assert "no progress for 4s" in out and "aborting the job" in out
+
+
+def test_staging_inside_a_job_logs_mlperf_staging_events(cosmo: tuple[Path, Path], tmp_path: Path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(f"""
+from pathlib import Path
+from common.dist import init_distributed
+from common.mllog import MLPerfLogger
+from staging.stage import StageOptions, stage
+env = init_distributed(2, 1, torch_backend=None)
+log = MLPerfLogger(Path(r"{tmp_path}") / f"result_{{env.layout.instance}}.txt" if env.layout.instance_rank == 0 else None)
+stage(env, StageOptions(Path(r"{cosmo[1]}"), r"{tmp_path}/st/node{{node}}", timeout_s=30), mllog=log)
+log.close()
+""")
+    run_mpi(4, [str(script)], timeout=120)
+    for inst in (0, 1):
+        text = (tmp_path / f"result_{inst}.txt").read_text()
+        assert '"key": "staging_start"' in text and '"key": "staging_stop"' in text
