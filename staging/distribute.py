@@ -35,6 +35,7 @@ class Stats:
     write_bytes: int = 0
     write_files: int = 0
     skipped_shards: int = 0
+    repaired_files: int = 0  # staged files that --verify found damaged and staged again
     rounds: int = 0
     times: dict[str, float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

@@ -173,6 +173,16 @@ class Journal:
         return out
 
 
+def sweep_temporaries(dest: Path) -> int:
+    """Remove ``.name.XXXX.tmp`` leftovers of a staging run that was killed (they never look complete)."""
+    n = 0
+    for p in dest.rglob(".*.tmp"):
+        if p.is_file() and STATE_DIR not in p.relative_to(dest).parts:
+            p.unlink(missing_ok=True)
+            n += 1
+    return n
+
+
 def file_crc(path: Path) -> int:
     crc = 0
     with open(path, "rb", buffering=0) as fh:

@@ -18,7 +18,7 @@ from .copy import copy_files, raw_shards
 from .distribute import Ctx, SplitExchange, Stats
 from .exchange import agree, barrier
 from .manifest import MANIFEST, Manifest
-from .nodelocal import Journal, verify_journal
+from .nodelocal import Journal, sweep_temporaries, verify_journal
 from .plan import plan_split
 from .policy import REPLICATED, get_policy
 
@@ -136,6 +136,7 @@ def _node_row(lay: Any, dest: Path | None, st: Stats) -> dict[str, Any]:
     return {"node": lay.node_index, "instance": lay.instance, "dest": str(dest), "read_bytes": st.read_bytes,
             "read_files": st.read_shards, "sent_bytes": st.sent_bytes, "recv_bytes": st.recv_bytes,
             "write_bytes": st.write_bytes, "write_files": st.write_files, "skipped_shards": st.skipped_shards,
+            "repaired_files": st.repaired_files,
             "rounds": st.rounds, "times": {k: round(v, 4) for k, v in st.times.items()}}
 
 
@@ -146,6 +147,7 @@ def _stage_node(env: DistEnv, opts: StageOptions, info: dict[str, Any], leaders:
     dest.mkdir(parents=True, exist_ok=True)
     journal = Journal(dest)
     t0 = time.perf_counter()
+    sweep_temporaries(dest)
     problems: list[str] = []
     if opts.verify:
         _, _, problems = verify_journal(journal, opts.threads)
@@ -195,8 +197,7 @@ def _stage_node(env: DistEnv, opts: StageOptions, info: dict[str, Any], leaders:
                 comm.Free()
     journal.write_manifest(info["dataset"], [s.name for p, _, _ in work for s in (p.shards[i] for i in
                                                                                   p.sets[p.set_of(lay.instance_node_index)])])
-    if problems:
-        st.times["verify_problems"] = len(problems)
+    st.repaired_files = len(problems)
     if opts.verify:
         t2 = time.perf_counter()
         files, _, bad = verify_journal(journal, opts.threads)

@@ -81,10 +81,10 @@ def test_resume_restages_only_what_is_missing(cosmo: tuple[Path, Path], tmp_path
     assert r["totals"]["write_files"] >= 1 and r["totals"]["skipped_shards"] > 0
     assert r["totals"]["read_bytes"] < sum(s.bytes for s in Manifest.load(packed / MANIFEST).splits.values())
     check_instances(raw, staged(tmp_path / "st"), per_instance=2)
-    victim.write_bytes(b"garbage of the wrong content!")  # --verify finds and repairs silent damage
     size = (raw / victim.relative_to(tmp_path / "st" / "node3")).stat().st_size
-    victim.write_bytes(b"\0" * size)
-    stage(packed, tmp_path / "st", "--verify")
+    victim.write_bytes(b"\0" * size)  # same size, wrong bytes: only --verify (crc32c) sees it
+    stage(packed, tmp_path / "st", "--verify", "--report", str(rep))
+    assert json.loads(rep.read_text())["nodes_detail"][3]["repaired_files"] == 1
     check_instances(raw, staged(tmp_path / "st"), per_instance=2)
 
 

@@ -121,3 +121,26 @@ def test_dry_run_full_scale_cosmoflow_is_fast() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "512 nodes = 128 instances x 4 nodes" in proc.stdout
     assert "524,288 files" in proc.stdout and "job total" in proc.stdout
+
+
+def test_pack_cli_and_dry_run_from_a_manifest(tmp_path: Path) -> None:
+    write_cosmoflow(tmp_path / "raw", 8, 2, size=16)
+    proc = run_cli(["pack", "--dataset", "cosmoflow", "--source", str(tmp_path / "raw"), "--dest",
+                    str(tmp_path / "packed"), "--shard-mb", "0.07", "--no-progress"], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "train: 8 files" in proc.stdout and "0 reused" in proc.stdout
+    proc = run_cli(["stage", "--dry-run", "--nodes", "4", "--instances", "2", "--source", str(tmp_path / "packed")])
+    assert proc.returncode == 0, proc.stderr
+    assert "4 nodes = 2 instances x 2 nodes" in proc.stdout and "split train" in proc.stdout
+    proc = run_cli(["pack", "--dataset", "cosmoflow", "--source", str(tmp_path / "nope"), "--dest", str(tmp_path / "x")])
+    assert proc.returncode == 2 and "does not exist" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_leftover_temporaries_are_swept(tmp_path: Path) -> None:
+    from staging.nodelocal import sweep_temporaries
+
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / ".univ_1.tfrecord.abc123.tmp").write_bytes(b"half")
+    (tmp_path / "train" / "univ_0.tfrecord").write_bytes(b"whole")
+    assert sweep_temporaries(tmp_path) == 1
+    assert [p.name for p in (tmp_path / "train").iterdir()] == ["univ_0.tfrecord"]
