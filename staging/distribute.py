@@ -26,6 +26,12 @@ from .plan import SplitPlan
 INT_MAX = 2**31 - 1
 
 
+def round_bytes(chunk_bytes: int, group_size: int) -> int:
+    """Bytes per member per Allgatherv round: every count and displacement (and so the whole
+    receive buffer) must stay below MPI's 2**31 int limit."""
+    return max(1, min(chunk_bytes, INT_MAX // max(1, group_size)))
+
+
 @dataclass
 class Stats:
     read_bytes: int = 0
@@ -136,7 +142,7 @@ class SplitExchange:
         self.lengths = [sum(s.bytes for s in st) for st in self.streams]
         self.starts = [[sum(s.bytes for s in st[:i]) for i in range(len(st))] for st in self.streams]
         g = comm.Get_size()
-        self.chunk = max(1, min(ctx.chunk_bytes, INT_MAX // max(1, g)))
+        self.chunk = round_bytes(ctx.chunk_bytes, g)
         self.rounds = -(-max(self.lengths, default=0) // self.chunk)
         self.bufs: dict[int, _ShardBuf] = {}
         self.futures: list[Future] = []

@@ -144,3 +144,12 @@ def test_leftover_temporaries_are_swept(tmp_path: Path) -> None:
     (tmp_path / "train" / "univ_0.tfrecord").write_bytes(b"whole")
     assert sweep_temporaries(tmp_path) == 1
     assert [p.name for p in (tmp_path / "train").iterdir()] == ["univ_0.tfrecord"]
+
+
+def test_allgatherv_rounds_stay_below_the_mpi_int_limit() -> None:
+    from staging.distribute import INT_MAX, round_bytes
+
+    assert round_bytes(64 * MiB, 4) == 64 * MiB
+    for g in (1, 3, 128, 4096):
+        c = round_bytes(4 << 30, g)
+        assert c * g <= INT_MAX and c > 0
