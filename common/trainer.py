@@ -135,7 +135,8 @@ class Trainer:
         self.flat = FlatParams(model, pad_to=self.world if self.sharded else 1)
         _broadcast_model(model, self.flat, self.world)
         torch.manual_seed(self.seed * 1000 + self.rank)  # per-rank randomness (dropout) from here on
-        self.optimizer = build_optimizer(self.flat, cfg.optim, self.world, self.rank)
+        self.optimizer = build_optimizer(self.flat, cfg.optim, self.world, self.rank,
+                                         allow_apex=tc.precision != "fp16")
         shard = DataShard(rank=self.rank, size=self.world, seed=self.seed,
                           local_batch_size=tc.global_batch_size // self.world, device=self.device)
         self.train_loader = self.workload.train_loader(shard)
