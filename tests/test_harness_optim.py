@@ -208,3 +208,23 @@ def test_apex_lamb_matches_built_in_lamb_on_gpu() -> None:
         ours.step(torch.tensor(0.01, device="cuda"))
         apex.step(torch.tensor(0.01, device="cuda"))
     torch.testing.assert_close(a.params, b.params, atol=1e-5, rtol=1e-4)
+
+
+def test_channels_last_parameters_keep_their_layout_in_the_flat_buffer() -> None:
+    def conv() -> nn.Module:
+        torch.manual_seed(3)
+        return nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3))
+
+    model = conv().to(memory_format=torch.channels_last)
+    flat = FlatParams(model)
+    weight = model[0].weight
+    assert weight.is_contiguous(memory_format=torch.channels_last) and not weight.is_contiguous()
+    assert weight.data_ptr() == flat.params.data_ptr()
+    x = torch.randn(2, 3, 10, 10)
+    model(x.contiguous(memory_format=torch.channels_last)).square().mean().backward()
+    flat.check_grads()
+    ref = conv()
+    ref(x).square().mean().backward()
+    for p, r, off in zip(model.parameters(), ref.parameters(), flat.offsets):
+        assert p.grad.data_ptr() == flat.grads.data_ptr() + off * 4  # accumulated in the flat buffer
+        torch.testing.assert_close(p.grad, r.grad, atol=1e-6, rtol=1e-5)
