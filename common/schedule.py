@@ -3,9 +3,10 @@
 ``lr(step)`` with ``step`` the 0-based optimizer step as a float tensor, all lengths converted to
 steps once at build time (``unit = "epochs"`` multiplies by the steps per epoch):
 
-* warmup over ``W`` steps (``W > 0``): with ``warmup_factor <= 1`` the rate rises linearly from
-  ``lr/W`` to ``lr`` (``lr * (step + 1) / W``); with ``warmup_factor = f > 1`` it rises linearly
-  from ``lr / f`` to ``lr`` (the MLPerf "warmup multiplier" style, ``lr`` being the peak);
+* warmup over ``W`` steps (``W > 0``), always ending at the peak ``lr``: with ``warmup_factor = 1``
+  the rate rises linearly from ``lr/W`` (``lr * (step + 1) / W``); with ``f = warmup_factor > 1`` it
+  rises linearly from ``lr / f`` (the MLPerf "scale the base rate up by f" style); with ``f < 1`` it
+  rises linearly from ``lr * f``;
 * ``constant``: ``lr`` after warmup;
 * ``multistep``: ``lr * decay_factor ** (number of milestones <= step)``;
 * ``cosine``: ``min_lr + (lr - min_lr) * (1 + cos(pi * (step - W) / (T - W))) / 2``, held at
@@ -59,10 +60,10 @@ class Schedule:
         if self.warmup_steps <= 0:
             return base
         w = self.warmup_steps
-        if self.warmup_factor > 1.0:
-            frac = torch.clamp(step / w, max=1.0)
-            start = self.lr / self.warmup_factor
-            warm = start + (self.lr - start) * frac
+        f = self.warmup_factor
+        if f != 1.0:
+            start = self.lr / f if f > 1.0 else self.lr * f
+            warm = start + (self.lr - start) * torch.clamp(step / w, max=1.0)
         else:
             warm = self.lr * torch.clamp((step + 1.0) / w, max=1.0)
         return torch.where(step < w, warm, base)

@@ -228,3 +228,13 @@ def test_channels_last_parameters_keep_their_layout_in_the_flat_buffer() -> None
     for p, r, off in zip(model.parameters(), ref.parameters(), flat.offsets):
         assert p.grad.data_ptr() == flat.grads.data_ptr() + off * 4  # accumulated in the flat buffer
         torch.testing.assert_close(p.grad, r.grad, atol=1e-6, rtol=1e-5)
+
+
+def test_channels_last_3d_conv_weights() -> None:
+    from common.precision import module_to_channels_last
+
+    model = module_to_channels_last(nn.Sequential(nn.Conv3d(4, 8, 3), nn.Conv2d(8, 8, 1), nn.Linear(8, 2)))
+    flat = FlatParams(model)
+    assert model[0].weight.is_contiguous(memory_format=torch.channels_last_3d)
+    assert model[1].weight.is_contiguous(memory_format=torch.channels_last)
+    assert all(p.data_ptr() == flat.params.data_ptr() + o * 4 for p, o in zip(model.parameters(), flat.offsets))
