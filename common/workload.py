@@ -140,6 +140,14 @@ class Workload(ABC, Generic[C]):
         """Options of ``hpcbench datagen <name>`` beyond --out, --seed, --workers."""
 
     @classmethod
+    def embedded_datagen_args(cls) -> list[str]:
+        """``hpcbench datagen`` options that write the tiny dataset ``hpcbench run`` trains its
+        ``mini`` preset on (beyond --out/--seed/--workers)."""
+        from .errors import HpcbenchError
+
+        raise HpcbenchError(f"workload '{cls.name}' has no embedded default dataset for `hpcbench run`")
+
+    @classmethod
     def datagen(cls, args: argparse.Namespace) -> None:
         from .errors import HpcbenchError
 

@@ -1,14 +1,101 @@
-"""`hpcbench run`: runner and reporting (issue #7)."""
+"""`hpcbench run`: the embedded default, end to end on one machine.
+
+tiny synthetic data (``datagen``) -> ``pack`` into zstd shards -> stage to emulated node-local
+folders and train the ``mini`` preset as K concurrent instances in one ``mpiexec`` job
+(``train --stage-from/--stage-to``, so staging is in the MLPerf logs) -> ``report``.
+Each step runs as a child process so it is exactly what a user would type; a failed step stops the
+run and names the step and its exit status.
+"""
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
 
-from hpcbench.cli import NotImplementedYet
+from common.errors import HpcbenchError
+from hpcbench import registry
+
+DONE = ".hpcbench-complete"  # marker written after a step's output is complete
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    parser.add_argument("--workload", default="cosmoflow", help=f"one of: {', '.join(registry.names())} (default cosmoflow)")
+    parser.add_argument("--workdir", default="runs/default", type=Path,
+                        help="where data, packed shards, node-local copies, results and plots go")
+    parser.add_argument("--instances", type=int, default=2, help="concurrent training instances (default 2)")
+    parser.add_argument("--ranks-per-instance", type=int, default=1, help="ranks per instance (default 1)")
+    parser.add_argument("--config", default="mini", help="preset or TOML file (default mini)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override passed to train (repeatable)")
+    parser.add_argument("--seed", type=int, default=0, help="datagen seed (default 0)")
+    parser.add_argument("--fresh", action="store_true", help="delete the work dir first (else reuse data and shards)")
+    parser.add_argument("--mpiexec", default=None, help="mpiexec to use (default: the one next to this Python, else PATH)")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed for the training job")
+
+
+def find_mpiexec(explicit: str | None) -> str:
+    if explicit:
+        return explicit
+    local = Path(sys.executable).parent / "mpiexec"
+    if local.exists():
+        return str(local)
+    found = shutil.which("mpiexec") or shutil.which("mpirun")
+    if not found:
+        raise HpcbenchError("no mpiexec found: install the 'mpich' extra (python3 dev.py setup) or pass --mpiexec")
+    return found
+
+
+def _step(name: str, cmd: list[str], timeout: float | None = None) -> float:
+    print(f"\n==> {name}: {' '.join(cmd)}", flush=True)
+    t0 = time.perf_counter()
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    try:
+        proc = subprocess.run(cmd, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise HpcbenchError(f"step '{name}' did not finish within {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        raise HpcbenchError(f"step '{name}' failed with exit status {proc.returncode} (command: {' '.join(cmd)})")
+    seconds = time.perf_counter() - t0
+    print(f"<== {name}: {seconds:.1f} s", flush=True)
+    return seconds
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotImplementedYet("runners, reports and jobs are tracked in issue #7")
+    cls = registry.get(args.workload)
+    name = registry.entry(args.workload).name
+    work: Path = args.workdir.resolve()
+    if args.fresh and work.exists():
+        shutil.rmtree(work)
+    raw, packed, local, results = work / "raw", work / "packed", work / "local", work / "results"
+    hb = [sys.executable, "-m", "hpcbench"]
+    ranks = args.instances * args.ranks_per_instance
+    times: dict[str, float] = {}
+    t_all = time.perf_counter()
+
+    if not (raw / DONE).exists():
+        if raw.exists():
+            shutil.rmtree(raw)  # an interrupted datagen: start over
+        times["datagen"] = _step("datagen", [*hb, "datagen", name, "--out", str(raw), "--seed", str(args.seed),
+                                             *cls.embedded_datagen_args()])
+        (raw / DONE).write_text("ok\n")
+    else:
+        print(f"==> datagen: reusing {raw}")
+    times["pack"] = _step("pack", [*hb, "pack", "--dataset", name, "--source", str(raw), "--dest", str(packed)])
+    train_cmd = [find_mpiexec(args.mpiexec), "-n", str(ranks), *hb, "train", name, "--config", args.config,
+                 "--instances", str(args.instances), "--ranks-per-node", str(args.ranks_per_instance),
+                 "--stage-from", str(packed), "--stage-to", str(local / "node{node}"),
+                 "--results", str(results), "--overwrite", "--no-progress"]
+    for override in args.overrides:
+        train_cmd += ["--set", override]
+    times["stage+train"] = _step("stage + train", train_cmd, timeout=args.timeout)
+    times["report"] = _step("report", [*hb, "report", str(results)])
+    total = time.perf_counter() - t_all
+    print("\nhpcbench run finished in {:.1f} s ({})".format(
+        total, ", ".join(f"{k} {v:.1f} s" for k, v in times.items())))
+    print(f"  MLPerf logs : {results / 'results'}")
+    print(f"  report      : {results / 'report'} (report.json, report.csv, *.png)")
+    return 0
