@@ -1,10 +1,15 @@
-"""`hpcbench train WORKLOAD`: configure and train one or many instances of a workload."""
+"""`hpcbench train WORKLOAD`: configure and train one or many instances of a workload.
+
+With ``--instances 1`` (default) this is one strong-scaling run; with K > 1 the job's ranks form K
+concurrent instances (weak scaling). Logs land where the official summarizer reads them:
+``RESULTS/results/<system>/{strong,weak}/<benchmark>/result_<n>.txt`` and ``RESULTS/systems/<system>.json``.
+"""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from hpcbench import registry
-from hpcbench.cli import NotImplementedYet
 
 from ._common import add_config_args, add_layout_args
 
@@ -14,15 +19,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_args(parser)
     add_layout_args(parser)
     parser.add_argument("--data", metavar="DIR", help="dataset root (shortcut for --set data.root=DIR)")
-    parser.add_argument("--results", metavar="DIR", default="results", help="where result_<instance>.txt go")
+    parser.add_argument("--results", metavar="DIR", default="results",
+                        help="submission folder: results/<system>/... and systems/<system>.json go below it")
     parser.add_argument("--system", metavar="FILE", help="system description JSON (systems/<name>.json)")
+    parser.add_argument("--system-name", metavar="NAME", help="system name for the results folder "
+                        "(default: the system file's system_name, else this host's name)")
+    parser.add_argument("--stage-from", metavar="PACKED", help="stage this packed dataset inside the job first")
+    parser.add_argument("--stage-to", metavar="LOCAL", help="node-local staging folder ({node} = node index); "
+                        "training then reads from it")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier weak-scaling job's logs")
+    parser.add_argument("--straggler-grace", type=float, default=120.0, metavar="S",
+                        help="seconds to wait for the other ranks of a failed instance before ending the job")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def resolve_config(args: argparse.Namespace):  # noqa: ANN201 - returns the workload's config type
+def resolve_config(args: argparse.Namespace, data_root: str | None = None):  # noqa: ANN201
     cls = registry.get(args.workload)
     overrides = list(args.overrides)
-    if args.data:
-        overrides.insert(0, f"data.root={args.data}")
+    root = data_root or args.data
+    if root:
+        overrides.insert(0, f"data.root={root}")
     return cls, cls.load_config(args.config, overrides)
 
 
@@ -33,4 +49,29 @@ def run(args: argparse.Namespace) -> int:
     if args.dump_config:
         print(dumps_toml(cfg), end="")
         return 0
-    raise NotImplementedYet("the training harness is tracked in issue #4")
+    return train(args)
+
+
+def train(args: argparse.Namespace) -> int:
+    from common.dist import init_distributed
+    from common.system import SystemDescription
+    from hpcbench.runner import RunnerOptions, run_instances
+
+    system = SystemDescription.load(Path(args.system)) if args.system else SystemDescription()
+    if args.system_name:
+        system.system_name = args.system_name
+    env = init_distributed(args.instances, args.ranks_per_node)
+    opts = RunnerOptions(results=Path(args.results), system=system,
+                         stage_from=Path(args.stage_from) if args.stage_from else None, stage_to=args.stage_to,
+                         overwrite=args.overwrite, straggler_grace_s=args.straggler_grace,
+                         progress=False if args.no_progress else None)
+
+    def make_workload(data_root: str | None):  # noqa: ANN202
+        cls, cfg = resolve_config(args, data_root)
+        return cls(cfg)
+
+    summary = run_instances(env, registry.get(args.workload).benchmark, make_workload, opts)
+    if summary is None:
+        return 0
+    failed = [s for s in summary if s["status"] != "success"]
+    return 4 if failed else 0
