@@ -99,6 +99,7 @@ def check_log(path: Path, ruleset: str = RULESET) -> tuple[bool, str]:
         [sys.executable, "-m", "mlperf_logging.compliance_checker", str(path), "--usage", USAGE, "--ruleset", ruleset],
         capture_output=True,
         text=True,
+        cwd=Path(path).parent,  # the checker writes compliance_checker.log into its working directory
     )
     output = proc.stdout + proc.stderr
     return proc.returncode == 0 and "SUCCESS" in output, output
