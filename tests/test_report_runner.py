@@ -17,22 +17,41 @@ def _folder(root: Path) -> Path:
     return rl.benchmark_dir(root, "toybox", "weak", "cosmoflow")
 
 
+TRAIN = ["-m", "hpcbench", "train", "tests.harness_toy:ToyWorkload", "--config", "tests/harness_configs/mini.toml",
+         "--system-name", "toybox", "--no-progress", "--ranks-per-node", "1"]
+
+
 def test_two_instances_two_ranks_report_equals_official(tmp_path: Path) -> None:
-    run_mpi(4, [JOB, str(tmp_path), "2"], timeout=120)
+    """The real harness (toy workload) trained to target by 2 instances x 2 ranks under mpiexec."""
+    proc = run_mpi(4, [*TRAIN, "--instances", "2", "--results", str(tmp_path)], timeout=240)
+    assert proc.stdout.count(": success after") == 2, proc.stdout
     folder = _folder(tmp_path)
     assert sorted(p.name for p in rl.existing_results(folder)) == ["result_0.txt", "result_1.txt"]
     assert json.loads(rl.system_file(tmp_path, "toybox").read_text())["number_of_nodes"] == 4
-    proc = run_cli(["report", str(tmp_path), "--strict", "--no-plots"], timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rep = run_cli(["report", str(tmp_path), "--strict"], timeout=120)
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    assert "agree on every number" in rep.stdout
     (g,) = json.loads((tmp_path / "report" / "report.json").read_text())["groups"]
     s, off = g["score"], g["official"]
     assert s["M_prime"] == 2 == off["number_of_models"]
+    assert s["S"] == 2 == off["instance_scale"] and s["T"] == 4
     assert s["ttta_min"] == pytest.approx(off["score_min"], abs=1e-6)
     assert s["models_per_min"] == pytest.approx(2 / s["ttta_min"])
-    assert [r["seed"] for r in s["runs"]] == [1, 2]  # one seed per instance
+    assert [r["seed"] for r in s["runs"]] == [1, 2]  # train.seed (1) + instance
+    assert (tmp_path / "report" / "toybox_weak_cosmoflow_timeline.png").exists()
     # a second weak job into the same folder must not mix with the first one's logs
-    again = run_mpi(4, [JOB, str(tmp_path), "2"], timeout=120, check=False)
-    assert again.returncode != 0 and "already holds 2 result files" in again.stdout + again.stderr
+    again = run_mpi(4, [*TRAIN, "--instances", "2", "--results", str(tmp_path)], timeout=120, check=False)
+    assert again.returncode != 0 and "already holds 2 result files" in again.stderr
+
+
+def test_strong_run_takes_the_next_free_index(tmp_path: Path) -> None:
+    """Strong scaling needs N separate runs in one folder: an earlier run's log is kept."""
+    folder = rl.benchmark_dir(tmp_path, "toybox", "strong", "cosmoflow")
+    folder.mkdir(parents=True)
+    (folder / "result_0.txt").write_text("earlier run\n")
+    run_mpi(2, [*TRAIN, "--results", str(tmp_path)], timeout=240)
+    assert (folder / "result_0.txt").read_text() == "earlier run\n"
+    assert '"status": "success"' in (folder / "result_1.txt").read_text()
 
 
 def test_failed_instance_is_reported_and_others_finish(tmp_path: Path) -> None:
