@@ -11,6 +11,8 @@ from pathlib import Path
 
 from common.errors import ConfigError
 
+MODES = ("strong", "weak")
+
 
 def mode_for(instances: int) -> str:
     return "strong" if instances == 1 else "weak"

@@ -49,6 +49,9 @@ class RunnerOptions:
     overwrite: bool = False  # weak scaling: replace an earlier job's result files
     straggler_grace_s: float = 120.0
     progress: bool | None = None
+    mode: str | None = None  # strong | weak; default: strong for one instance, weak for several
+    instance_offset: int | None = None  # one srun per instance: this job's instance k writes result_<offset+k>
+    system_nodes: int | None = None  # nodes of the whole system for systems/<name>.json (default: this job's)
 
 
 def _log_has(path: Path, key: str) -> bool:
@@ -71,21 +74,27 @@ def close_aborted(path: Path, error: str) -> None:
 def _prepare(env: DistEnv, opts: RunnerOptions, benchmark: str) -> tuple[Path, int]:
     """World rank 0 checks the results folder and writes the system file; (folder, first log index)."""
     lay = env.layout
-    mode = rl.mode_for(lay.num_instances)
+    mode = opts.mode or rl.mode_for(lay.num_instances)
+    if mode not in rl.MODES:
+        raise ConfigError(f"--mode must be one of {', '.join(rl.MODES)}, got {mode!r}")
     folder = rl.benchmark_dir(opts.results, opts.system.system_name, mode, benchmark)
     err, index = None, 0
     if lay.is_world_leader:
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            old = rl.existing_results(folder)
-            if mode == "weak" and old:
-                if not opts.overwrite:
+            if mode == "weak":
+                index = opts.instance_offset or 0
+                mine = [folder / result_filename(index + k) for k in range(lay.num_instances)]
+                # a job that owns the folder (one launch for all instances) must not mix with older logs
+                old = rl.existing_results(folder) if opts.instance_offset is None else [p for p in mine if p.exists()]
+                if old and not opts.overwrite:
                     raise ConfigError(f"{folder} already holds {len(old)} result files of an earlier weak-scaling "
                                       "job; use a new --results folder or --overwrite to replace them")
                 for p in old:
                     p.unlink()
-            index = rl.next_free_index(folder) if mode == "strong" else 0
-            system = dataclasses.replace(opts.system, number_of_nodes=lay.num_nodes)
+            else:
+                index = rl.next_free_index(folder)
+            system = dataclasses.replace(opts.system, number_of_nodes=opts.system_nodes or lay.num_nodes)
             system.write(rl.system_file(opts.results, opts.system.system_name))
         except (ConfigError, OSError) as exc:
             err = str(exc)

@@ -30,6 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier weak-scaling job's logs")
     parser.add_argument("--straggler-grace", type=float, default=120.0, metavar="S",
                         help="seconds to wait for the other ranks of a failed instance before ending the job")
+    g = parser.add_argument_group("one srun per instance (weak scaling launched as K separate job steps)")
+    g.add_argument("--mode", choices=("strong", "weak"), help="default: strong for 1 instance, weak for several")
+    g.add_argument("--instance-offset", type=int, metavar="N",
+                   help="this launch's instance k writes result_<N+k>.txt and leaves other logs alone")
+    g.add_argument("--system-nodes", type=int, metavar="N", help="nodes of the whole system for systems/<name>.json")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -64,7 +69,8 @@ def train(args: argparse.Namespace) -> int:
     opts = RunnerOptions(results=Path(args.results), system=system,
                          stage_from=Path(args.stage_from) if args.stage_from else None, stage_to=args.stage_to,
                          overwrite=args.overwrite, straggler_grace_s=args.straggler_grace,
-                         progress=False if args.no_progress else None)
+                         progress=False if args.no_progress else None, mode=args.mode,
+                         instance_offset=args.instance_offset, system_nodes=args.system_nodes)
 
     def make_workload(data_root: str | None):  # noqa: ANN202
         cls, cfg = resolve_config(args, data_root)
