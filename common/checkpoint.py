@@ -3,7 +3,7 @@
 Layout, per instance: ``<checkpoint_dir>/instance_<k>/epoch_<NNNN>/`` holding ``model.pt`` (the
 flat fp32 parameters, written by instance rank 0) and ``rank_<r>.pt`` per rank (its optimizer state
 - only its shard for DistributedLAMB -, its module buffers such as BatchNorm statistics, its RNG
-states and the loss-scaler state), plus ``latest`` naming the newest complete checkpoint.
+states and the loss-scaler state), plus ``latest`` naming the newest complete checkpoint; the newest ``KEEP`` are kept.
 
 Every file is written to a temporary name, fsynced and renamed; the directory is assembled as
 ``epoch_<NNNN>.tmp`` and renamed only when every rank's file is in place, and ``latest`` moves last.
@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .trainer import Trainer
 
 FORMAT = 1
+KEEP = 2  # complete checkpoints kept per instance (older ones are removed after a save)
 
 
 def instance_dir(root: str | Path, instance: int) -> Path:
@@ -100,6 +101,8 @@ def save(root: Path, epoch: int, tr: "Trainer") -> Path:
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         atomic_write_text(root / "latest", final.name + "\n")
+        for old in sorted(root.glob("epoch_[0-9][0-9][0-9][0-9]"))[:-KEEP]:
+            shutil.rmtree(old, ignore_errors=True)
     comm.Barrier()
     return final
 

@@ -56,8 +56,11 @@ class ToyLoader:
     def __init__(self, x: torch.Tensor, y: torch.Tensor, shard: DataShard, shuffle: bool) -> None:
         self.x, self.y, self.shard, self.shuffle = x, y, shard, shuffle
         self.epoch = 0
-        per_rank = len(x) // shard.size
-        self.batches = per_rank // shard.local_batch_size if shuffle else -(-per_rank // shard.local_batch_size)
+        if shuffle:  # training: the same number of full batches on every rank
+            self.batches = len(x) // shard.size // shard.local_batch_size
+        else:  # evaluation: every sample exactly once, ranks may differ by a batch
+            mine = len(range(shard.rank, len(x), shard.size))
+            self.batches = -(-mine // shard.local_batch_size)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
