@@ -1,14 +1,43 @@
-"""`hpcbench pack`: staging layer (issue #3)."""
+"""`hpcbench pack`: merge a dataset's many small files into few zstd-compressed shards (offline, once)."""
 from __future__ import annotations
 
 import argparse
+import time
+from pathlib import Path
 
-from hpcbench.cli import NotImplementedYet
+from staging.policy import POLICIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    parser.add_argument("--dataset", required=True, choices=sorted(POLICIES),
+                        help="dataset policy: which files are samples, split folders, replicated files")
+    parser.add_argument("--source", required=True, type=Path, help="the raw dataset folder (e.g. on Lustre)")
+    parser.add_argument("--dest", required=True, type=Path, help="folder for shards + manifest.json")
+    parser.add_argument("--shard-mb", type=float, default=256, help="raw MiB per shard (default 256)")
+    parser.add_argument("--chunk-mb", type=float, default=None,
+                        help="cut files bigger than this into separately compressed frames (default: policy, 64)")
+    parser.add_argument("--level", type=int, default=3, help="zstd level (default 3)")
+    parser.add_argument("--threads", type=int, default=None, help="compression threads (default: all CPUs)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotImplementedYet("the staging layer is tracked in issue #3")
+    from common.errors import ConfigError
+    from staging.pack import Packer
+    from staging.policy import get_policy
+
+    if args.shard_mb <= 0 or (args.chunk_mb is not None and args.chunk_mb <= 0):
+        raise ConfigError("--shard-mb and --chunk-mb must be positive")
+    t0 = time.perf_counter()
+    packer = Packer(args.source, args.dest, get_policy(args.dataset), int(args.shard_mb * 2**20), args.level,
+                    args.threads, int(args.chunk_mb * 2**20) if args.chunk_mb else None,
+                    progress=not args.no_progress)
+    man = packer.run()
+    dt = time.perf_counter() - t0
+    for name, sp in man.splits.items():
+        print(f"{name}: {sp.files} files, {len(sp.shards)} shards, {sp.raw_bytes / 1e6:,.1f} MB -> "
+              f"{sp.bytes / 1e6:,.1f} MB ({sp.bytes / max(1, sp.raw_bytes):.1%})")
+    raw = sum(s.raw_bytes for s in man.splits.values())
+    print(f"packed {args.source} -> {args.dest} in {dt:.1f} s ({raw / 1e6 / max(dt, 1e-9):,.0f} MB/s raw); "
+          f"{packer.written} shards written, {packer.reused} reused from an earlier run")
+    return 0

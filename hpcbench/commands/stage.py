@@ -1,14 +1,86 @@
-"""`hpcbench stage`: staging layer (issue #3)."""
+"""`hpcbench stage`: distribute packed shards to node-local storage (sharded reads + MPI Allgatherv)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from hpcbench.cli import NotImplementedYet
+from hpcbench.commands._common import add_layout_args
+from staging.policy import POLICIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    parser.add_argument("--dataset", choices=sorted(POLICIES), default=None,
+                        help="dataset (checked against the manifest; picks the policy for --method copy/--dry-run)")
+    parser.add_argument("--source", type=Path, help="packed folder (manifest.json), or the raw folder for --method copy")
+    parser.add_argument("--dest", help="node-local folder; '{node}' is replaced by the node index "
+                                       "(needed when nodes are emulated on one host, e.g. /tmp/st/node{node})")
+    parser.add_argument("--splits", default=None, help="comma-separated splits to stage (default: all)")
+    parser.add_argument("--replicate", default="", help="comma-separated splits every node gets in full")
+    parser.add_argument("--method", choices=["packed", "copy"], default="packed",
+                        help="packed: sharded reads + Allgatherv (default); copy: baseline, each node copies raw files")
+    parser.add_argument("--verify", action="store_true", help="re-check staged files' crc32c (before and after)")
+    parser.add_argument("--chunk-mb", type=int, default=64, help="bytes per member per Allgatherv round (MiB)")
+    parser.add_argument("--threads", type=int, default=2, help="decompress/write threads per node")
+    parser.add_argument("--timeout", type=float, default=300.0,
+                        help="seconds without progress from peers before the job is aborted (default 300)")
+    parser.add_argument("--reserve-mb", type=float, default=0.0, help="free space to keep on node-local disk")
+    parser.add_argument("--shard-mb", type=float, default=256, help="--method copy: group raw files like pack")
+    parser.add_argument("--report", type=Path, default=None, help="write the JSON report here (rank 0)")
+    g = parser.add_argument_group("dry run (no data, no MPI)")
+    g.add_argument("--dry-run", action="store_true", help="print the plan for --nodes/--instances and exit")
+    g.add_argument("--nodes", type=int, default=None, help="dry run: cluster nodes")
+    add_layout_args(parser)
+
+
+def _csv(s: str | None) -> list[str]:
+    return [x for x in (s or "").split(",") if x]
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotImplementedYet("the staging layer is tracked in issue #3")
+    from common.errors import ConfigError
+
+    if args.dry_run:
+        return _dry_run(args)
+    if args.source is None or args.dest is None:
+        raise ConfigError("stage needs --source and --dest (or --dry-run)")
+    from common.dist import init_distributed
+    from staging.report import format_report
+    from staging.stage import StageOptions, stage
+
+    env = init_distributed(args.instances, args.ranks_per_node, torch_backend=None)
+    opts = StageOptions(args.source, args.dest, args.dataset, _csv(args.splits) or None, _csv(args.replicate),
+                        args.method, args.verify, args.chunk_mb, args.threads, args.timeout,
+                        int(args.reserve_mb * 2**20), int(args.shard_mb * 2**20), args.report)
+    rep = stage(env, opts)
+    if rep is not None:
+        print(format_report(rep))
+    return 0
+
+
+def _dry_run(args: argparse.Namespace) -> int:
+    from common.errors import ConfigError
+    from staging.manifest import MANIFEST, Manifest
+    from staging.policy import get_policy
+    from staging.report import dry_run, known_shards
+
+    nodes = args.nodes
+    if not nodes or nodes < 1:
+        raise ConfigError("--dry-run needs --nodes N (the cluster's node count)")
+    if args.source is not None:
+        man = Manifest.load(args.source / MANIFEST)
+        splits = {n: (s.replicate, s.shards) for n, s in man.splits.items()}
+    else:
+        if args.dataset is None:
+            raise ConfigError("--dry-run without --source needs --dataset (to use its known full size)")
+        pol = get_policy(args.dataset)
+        if not pol.known:
+            raise ConfigError(f"dataset {args.dataset!r} has no known size; pass --source PACKED_DIR")
+        splits = {sp: (False, known_shards(pol, sp, int(args.shard_mb * 2**20))) for sp in pol.known}
+    sel = _csv(args.splits)
+    if sel:
+        splits = {k: v for k, v in splits.items() if k in sel}
+    try:
+        print(dry_run(splits, nodes, args.instances, _csv(args.replicate)))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return 0

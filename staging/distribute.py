@@ -1,0 +1,266 @@
+"""Move one split's shards to node-local storage: sharded reads + chunked Allgatherv + overlapped writes.
+
+The group of nodes that need the same shard-set agree (union) on which shards still need staging.
+Each member's *stream* is the concatenation of the shards it reads; round r moves bytes
+[r*C, (r+1)*C) of every stream with one ``Iallgatherv`` (C keeps every count and displacement below
+MPI's 2**31 limit). While round r is in flight, a reader thread fetches round r+1 from shared
+storage, and a thread pool decompresses and writes the files completed by earlier rounds.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from common.dist import mpi
+from common.errors import DataError
+
+from .exchange import agree, fault_point, wait
+from .manifest import FileEntry, ShardInfo, decode_header, header_size
+from .nodelocal import FileAssembly, Journal, target
+from .plan import SplitPlan
+
+INT_MAX = 2**31 - 1
+
+
+@dataclass
+class Stats:
+    read_bytes: int = 0
+    read_shards: int = 0
+    sent_bytes: int = 0
+    recv_bytes: int = 0
+    write_bytes: int = 0
+    write_files: int = 0
+    skipped_shards: int = 0
+    rounds: int = 0
+    times: dict[str, float] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add_time(self, k: str, s: float) -> None:
+        with self.lock:
+            self.times[k] = self.times.get(k, 0.0) + s
+
+
+@dataclass
+class Ctx:
+    source: Path
+    dest: Path
+    node: int
+    journal: Journal
+    pool: ThreadPoolExecutor
+    stats: Stats
+    chunk_bytes: int
+    timeout_s: float
+    mem_limit: int
+
+
+class _ShardBuf:
+    def __init__(self, info: ShardInfo) -> None:
+        self.info = info
+        self.buf = bytearray(info.bytes)
+        self.got = 0
+        self.files: list[FileEntry] | None = None
+        self.next = 0
+        self.left = -1  # files not yet written; -1 until the header is known
+        self.lock = threading.Lock()
+
+
+def _truncation_error(path: Path, info: ShardInfo, size: int) -> str:
+    where = f"shard {info.name}"
+    try:
+        with open(path, "rb") as fh:
+            files = decode_header(fh.read(info.header_bytes), where)
+        cut = next((f.name for f in files if f.end > size), None)
+    except (DataError, OSError):
+        cut = None
+    member = f"member {cut} is cut off" if cut else "the shard header itself is cut off"
+    return f"truncated {where} ({path}): {size} bytes on disk, manifest says {info.bytes}; {member}"
+
+
+class _Reader:
+    """Reads byte ranges of this member's stream (its shards, back to back) from shared storage."""
+
+    def __init__(self, ctx: Ctx, shards: list[ShardInfo]) -> None:
+        self.ctx, self.shards = ctx, shards
+        self.starts = [sum(s.bytes for s in shards[:i]) for i in range(len(shards))]
+        self.fh: Any = None
+        self.open_idx = -1
+
+    def preflight(self) -> str | None:
+        for s in self.shards:
+            p = self.ctx.source / s.name
+            if not p.is_file():
+                return f"shard {s.name} is missing from {self.ctx.source}"
+            if p.stat().st_size != s.bytes:
+                return _truncation_error(p, s, p.stat().st_size)
+        return None
+
+    def read(self, start: int, count: int) -> bytes:
+        t0 = time.perf_counter()
+        out = bytearray()
+        for i, s in enumerate(self.shards):
+            a, b = self.starts[i], self.starts[i] + s.bytes
+            lo, hi = max(a, start), min(b, start + count)
+            if lo >= hi:
+                continue
+            if self.open_idx != i:
+                if self.fh:
+                    self.fh.close()
+                self.fh, self.open_idx = open(self.ctx.source / s.name, "rb", buffering=0), i
+                self.ctx.stats.read_shards += 1
+            self.fh.seek(lo - a)
+            data = self.fh.read(hi - lo)
+            if len(data) != hi - lo:
+                raise DataError(_truncation_error(self.ctx.source / s.name, s, lo - a + len(data)))
+            out += data
+        self.ctx.stats.read_bytes += len(out)
+        self.ctx.stats.add_time("read_s", time.perf_counter() - t0)
+        return bytes(out)
+
+    def close(self) -> None:
+        if self.fh:
+            self.fh.close()
+
+
+class SplitExchange:
+    def __init__(self, ctx: Ctx, plan: SplitPlan, comm: Any, member: int, mine: list[int], union: list[int]) -> None:
+        self.ctx, self.plan, self.comm, self.member = ctx, plan, comm, member
+        self.mine = set(mine)
+        self.streams = [[plan.shards[i] for i in r] for r in plan.readers(union)]
+        self.stream_idx = [r for r in plan.readers(union)]
+        self.lengths = [sum(s.bytes for s in st) for st in self.streams]
+        self.starts = [[sum(s.bytes for s in st[:i]) for i in range(len(st))] for st in self.streams]
+        g = comm.Get_size()
+        self.chunk = max(1, min(ctx.chunk_bytes, INT_MAX // max(1, g)))
+        self.rounds = -(-max(self.lengths, default=0) // self.chunk)
+        self.bufs: dict[int, _ShardBuf] = {}
+        self.futures: list[Future] = []
+        self.buffered = 0
+        self.errors: list[str] = []
+        self.elock = threading.Lock()
+
+    # receiving side ---------------------------------------------------------------------------
+    def _place(self, m: int, start: int, data: memoryview) -> None:
+        for k, s, a in zip(self.stream_idx[m], self.streams[m], self.starts[m]):
+            lo, hi = max(a, start), min(a + s.bytes, start + len(data))
+            if lo >= hi:
+                continue
+            if k in self.mine:
+                sb = self.bufs.get(k)
+                if sb is None:
+                    sb = self.bufs[k] = _ShardBuf(s)
+                    self.buffered += s.bytes
+                sb.buf[lo - a: hi - a] = data[lo - start: hi - start]
+                sb.got = max(sb.got, hi - a)
+                self._dispatch(k, sb)
+
+    def _dispatch(self, k: int, sb: _ShardBuf) -> None:
+        where = f"shard {sb.info.name}"
+        if sb.files is None:
+            if sb.got < sb.info.header_bytes:
+                return
+            files = decode_header(memoryview(sb.buf)[: sb.info.header_bytes], where)
+            if header_size(bytes(sb.buf[:12]), where) != sb.info.header_bytes or len(files) != sb.info.files:
+                raise DataError(f"{where}: header does not match the manifest (corrupt shard)")
+            sb.files, sb.left = files, len(files)
+        view = memoryview(sb.buf)
+        while sb.next < len(sb.files) and sb.files[sb.next].end <= sb.got:
+            f = sb.files[sb.next]
+            sb.next += 1
+            if f.end > sb.info.bytes:
+                raise DataError(f"corrupt {where}: member {f.name} points past the end of the shard")
+            asm = FileAssembly(target(self.ctx.dest, f.name, where), f, self.ctx.node)
+            for fr in f.frames:
+                self.futures.append(self.ctx.pool.submit(self._write, view, fr, asm, k, sb))
+
+    def _write(self, view: memoryview, fr: Any, asm: FileAssembly, k: int, sb: _ShardBuf) -> None:
+        t0 = time.perf_counter()
+        try:
+            if not asm.write_frame(view, fr, sb.info.name):
+                return
+            st = self.ctx.stats
+            with st.lock:
+                st.write_bytes += asm.entry.size
+                st.write_files += 1
+            with sb.lock:
+                sb.left -= 1
+                last = sb.left == 0
+            if last:
+                self.ctx.journal.record(sb.info, sb.files or [])
+                sb.buf = bytearray()  # release the compressed bytes
+                self.bufs.pop(k, None)
+                with self.elock:
+                    self.buffered -= sb.info.bytes
+        except DataError as exc:
+            with self.elock:
+                self.errors.append(str(exc))
+        finally:
+            self.ctx.stats.add_time("write_thread_s", time.perf_counter() - t0)
+
+    def _pending_error(self) -> str | None:
+        with self.elock:
+            return self.errors[0] if self.errors else None
+
+    def _backpressure(self) -> None:
+        while self.buffered > self.ctx.mem_limit and any(not f.done() for f in self.futures):
+            next(f for f in self.futures if not f.done()).result()
+        self.futures = [f for f in self.futures if not f.done()]
+
+    # the loop -----------------------------------------------------------------------------------
+    def run(self) -> None:
+        MPI = mpi()
+        g, c, ctx = self.comm.Get_size(), self.chunk, self.ctx
+        reader = _Reader(ctx, self.streams[self.member])
+        what = f"staging split {self.plan.split}"
+        agree(self.comm, reader.preflight(), ctx.timeout_s, f"{what}: checking shards")
+        io = ThreadPoolExecutor(1)
+        nxt: Future | None = None
+        try:
+            def count(m: int, r: int) -> int:
+                return max(0, min(c, self.lengths[m] - r * c))
+
+            if self.rounds:
+                nxt = io.submit(reader.read, 0, count(self.member, 0))
+            for r in range(self.rounds):
+                fault_point(r)
+                err = self._pending_error()
+                piece = b""
+                if err is None:
+                    try:
+                        piece = nxt.result()
+                    except (DataError, OSError) as exc:
+                        err = str(exc)
+                agree(self.comm, err, ctx.timeout_s, f"{what}: round {r}")
+                counts = [count(m, r) for m in range(g)]
+                displs = [sum(counts[:m]) for m in range(g)]
+                recv = bytearray(max(1, sum(counts)))
+                t0 = time.perf_counter()
+                req = self.comm.Iallgatherv([piece, MPI.BYTE], [recv, counts, displs, MPI.BYTE])
+                if r + 1 < self.rounds:
+                    nxt = io.submit(reader.read, (r + 1) * c, count(self.member, r + 1))
+                wait(req, ctx.timeout_s, f"{what}: Allgatherv round {r + 1}/{self.rounds}")
+                ctx.stats.add_time("transfer_s", time.perf_counter() - t0)
+                ctx.stats.sent_bytes += len(piece)
+                ctx.stats.recv_bytes += sum(counts) - len(piece)
+                ctx.stats.rounds += 1
+                view = memoryview(recv)
+                try:
+                    for m in range(g):
+                        self._place(m, r * c, view[displs[m]: displs[m] + counts[m]])
+                except DataError as exc:
+                    with self.elock:
+                        self.errors.append(str(exc))
+                self._backpressure()
+            t0 = time.perf_counter()
+            for f in self.futures:
+                f.result()
+            ctx.stats.add_time("drain_s", time.perf_counter() - t0)
+        finally:
+            if nxt is not None:
+                nxt.exception()
+            io.shutdown(wait=True)
+            reader.close()
+        agree(self.comm, self._pending_error(), ctx.timeout_s, f"{what}: final check")

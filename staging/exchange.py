@@ -1,0 +1,61 @@
+"""Bounded MPI waits and group-wide agreement on errors.
+
+Every wait in staging polls a non-blocking request against a deadline: if a peer died or hangs, the
+waiting rank prints which step starved and calls ``MPI_Abort`` so the launcher ends the whole job,
+instead of hanging until the allocation runs out. Polling also keeps idle ranks off the CPU.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from common.dist import mpi
+from common.errors import DataError
+
+
+def wait(req: Any, timeout_s: float, what: str) -> None:
+    """Wait for an MPI request; abort the job with a clear message after ``timeout_s`` seconds."""
+    t0 = time.monotonic()
+    pause = 0.0
+    while not req.Test():
+        if time.monotonic() - t0 > timeout_s:
+            MPI = mpi()
+            rank = MPI.COMM_WORLD.Get_rank()
+            sys.stderr.write(f"hpcbench stage: error: rank {rank}: no progress for {timeout_s:g}s while {what}; "
+                             "a peer rank died or hangs; aborting the job (MPI_Abort)\n")
+            sys.stderr.flush()
+            MPI.COMM_WORLD.Abort(3)
+        time.sleep(pause)
+        pause = min(1e-3, pause * 2 or 2e-5)
+
+
+def barrier(comm: Any, timeout_s: float, what: str) -> None:
+    wait(comm.Ibarrier(), timeout_s, what)
+
+
+def agree(comm: Any, error: str | None, timeout_s: float, what: str) -> None:
+    """All ranks of ``comm`` learn whether any had an error; then all raise the first one."""
+    flags = np.zeros(comm.Get_size(), dtype=np.int32)
+    mine = np.array([1 if error else 0], dtype=np.int32)
+    wait(comm.Iallgather(mine, flags), timeout_s, what)
+    if flags.any():
+        msgs = [m for m in comm.allgather(error) if m]
+        raise DataError(msgs[0] if len(set(msgs)) == 1 else "; ".join(dict.fromkeys(msgs)))
+
+
+def fault_point(stage_round: int) -> None:
+    """Test hook: ``HPCBENCH_STAGE_FAULT=exit|hang:RANK:ROUND`` makes one rank die or hang there."""
+    spec = os.environ.get("HPCBENCH_STAGE_FAULT")
+    if not spec:
+        return
+    kind, rank, rnd = spec.split(":")
+    if mpi().COMM_WORLD.Get_rank() == int(rank) and stage_round == int(rnd):
+        sys.stderr.write(f"rank {rank}: injected fault '{kind}' at round {rnd}\n")
+        sys.stderr.flush()
+        if kind == "exit":
+            os._exit(17)
+        time.sleep(3600)

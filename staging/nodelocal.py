@@ -1,0 +1,194 @@
+"""Node-local output: atomic file writes from zstd frames, the staging journal (resume), the local
+manifest. A file appears under its final name only after every frame was decompressed, checked
+against its crc32c, written and fsynced; a temporary ``.name.*.tmp`` is removed on any error.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+import crc32c
+import zstandard
+
+from common.atomic import atomic_write_text
+from common.errors import DataError
+
+from .manifest import FileEntry, Frame, ShardInfo, safe_relpath
+
+STATE_DIR = ".hpcbench"
+JOURNAL = "staged.jsonl"
+LOCAL_MANIFEST = "staged_manifest.json"
+
+_local = threading.local()
+
+
+def _dctx() -> zstandard.ZstdDecompressor:
+    d = getattr(_local, "dctx", None)
+    if d is None:
+        d = _local.dctx = zstandard.ZstdDecompressor()
+    return d
+
+
+def target(dest: Path, name: str, where: str) -> Path:
+    """``dest/name`` after refusing absolute paths and ``..`` (and anything resolving outside dest)."""
+    rel = safe_relpath(name, where)
+    out = dest / rel
+    if not out.resolve().is_relative_to(dest.resolve()):
+        raise DataError(f"{where}: refusing member {name!r}: it resolves outside {dest}")
+    return out
+
+
+def decompress_frame(buf: memoryview, fr: Frame, shard: str, member: str) -> bytes:
+    try:
+        raw = _dctx().decompress(buf[fr.offset: fr.offset + fr.length], max_output_size=max(fr.raw_length, 1))
+    except zstandard.ZstdError as exc:
+        raise DataError(f"corrupt shard {shard}: member {member} (frame at byte {fr.offset}): {exc}") from None
+    if len(raw) != fr.raw_length or crc32c.crc32c(raw) != fr.crc32c:
+        raise DataError(f"corrupt shard {shard}: member {member} (frame at byte {fr.offset}) fails its "
+                        f"crc32c/size check ({len(raw)} bytes, expected {fr.raw_length})")
+    return raw
+
+
+def _disk_error(exc: OSError, path: Path, node: int) -> DataError:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DataError(f"node {node}: disk full while writing {path}; nothing half-written was kept ({exc})")
+    return DataError(f"node {node}: cannot write {path}: {exc}")
+
+
+class FileAssembly:
+    """One output file being written, possibly from several frames decompressed in parallel."""
+
+    def __init__(self, path: Path, entry: FileEntry, node: int) -> None:
+        self.path, self.entry, self.node = path, entry, node
+        self.lock = threading.Lock()
+        self.left = len(entry.frames)
+        self.failed = False
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        self.fd, self.tmp = fd, Path(tmp)
+
+    def write_frame(self, buf: memoryview, fr: Frame, shard: str) -> bool:
+        """Decompress, check and write one frame; True when this finished the file (renamed)."""
+        if self.failed:
+            return False
+        try:
+            raw = decompress_frame(buf, fr, shard, self.entry.name)
+            os.pwrite(self.fd, raw, fr.raw_offset)
+        except OSError as exc:
+            self.abort()
+            raise _disk_error(exc, self.path, self.node) from None
+        except BaseException:
+            self.abort()
+            raise
+        with self.lock:
+            self.left -= 1
+            if self.left or self.failed:
+                return False
+        try:
+            os.fsync(self.fd)
+            os.close(self.fd)
+            self.fd = -1
+            if self.tmp.stat().st_size != self.entry.size:
+                raise DataError(f"shard {shard}: member {self.entry.name} assembled to the wrong size")
+            os.replace(self.tmp, self.path)
+        except OSError as exc:
+            self.abort()
+            raise _disk_error(exc, self.path, self.node) from None
+        return True
+
+    def abort(self) -> None:
+        with self.lock:
+            self.failed = True
+            if self.fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(self.fd)
+                self.fd = -1
+            with contextlib.suppress(FileNotFoundError):
+                self.tmp.unlink()
+
+
+class Journal:
+    """Append-only record of shards fully staged on this node, for resume and ``--verify``."""
+
+    def __init__(self, dest: Path) -> None:
+        self.dest = dest
+        self.path = dest / STATE_DIR / JOURNAL
+        self.done: dict[str, dict] = {}
+        self.lock = threading.Lock()
+        if self.path.exists():
+            for line in self.path.read_text().splitlines():
+                with contextlib.suppress(ValueError, KeyError):
+                    rec = json.loads(line)
+                    self.done[rec["shard"]] = rec
+
+    def complete(self, shard: ShardInfo) -> bool:
+        """True if the shard was staged before (same crc32c) and all its files are still there."""
+        rec = self.done.get(shard.name)
+        if rec is None or rec.get("crc32c") != shard.crc32c:
+            return False
+        for name, size, _ in rec["files"]:
+            p = self.dest / name
+            if not p.is_file() or p.stat().st_size != size:
+                return False
+        return True
+
+    def record(self, shard: ShardInfo, files: list[FileEntry]) -> None:
+        rec = {"shard": shard.name, "crc32c": shard.crc32c, "files": [[f.name, f.size, f.crc32c] for f in files]}
+        with self.lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a") as fh:
+                fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            self.done[shard.name] = rec
+
+    def record_raw(self, shard: ShardInfo, files: list[tuple[str, int]]) -> None:
+        """Journal a shard staged by ``--method copy`` (no checksum known: -1)."""
+        self.record(shard, [FileEntry(n, size, -1, []) for n, size in files])
+
+    def write_manifest(self, dataset: str, shards: list[str]) -> Path:
+        files = [f for s in sorted(shards) if s in self.done for f in self.done[s]["files"]]
+        out = self.dest / STATE_DIR / LOCAL_MANIFEST
+        atomic_write_text(out, json.dumps({"dataset": dataset, "files": len(files),
+                                           "bytes": sum(f[1] for f in files),
+                                           "entries": [{"name": n, "size": s, "crc32c": c} for n, s, c in files]},
+                                          indent=0) + "\n")
+        return out
+
+
+def file_crc(path: Path) -> int:
+    crc = 0
+    with open(path, "rb", buffering=0) as fh:
+        while chunk := fh.read(8 << 20):
+            crc = crc32c.crc32c(chunk, crc)
+    return crc
+
+
+def verify_journal(j: Journal, threads: int = 2) -> tuple[int, int, list[str]]:
+    """Re-check every journaled file's size and crc32c: (files, bytes, problems). Shards with a bad
+    file are dropped from the journal's in-memory record, so a following stage re-transfers them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def check(f: list) -> str | None:
+        p = j.dest / f[0]
+        if not p.is_file():
+            return f"{p}: missing"
+        if p.stat().st_size != f[1]:
+            return f"{p}: size {p.stat().st_size}, expected {f[1]}"
+        if f[2] >= 0 and file_crc(p) != f[2]:
+            return f"{p}: crc32c mismatch"
+        return None
+
+    items = [(rec["shard"], f) for rec in j.done.values() for f in rec["files"]]
+    with ThreadPoolExecutor(threads) as pool:
+        results = list(pool.map(lambda it: check(it[1]), items))
+    problems = [m for m in results if m]
+    for (shard, _), m in zip(items, results):
+        if m:
+            j.done.pop(shard, None)
+    return len(items), sum(f[1] for _, f in items), problems
