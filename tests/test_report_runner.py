@@ -92,3 +92,27 @@ def test_layout_next_free_index_and_names(tmp_path: Path) -> None:
     (folder / "result_2.txt").write_text("x")
     assert rl.next_free_index(folder) == 1
     assert rl.mode_for(1) == "strong" and rl.mode_for(8) == "weak"
+
+
+def test_staging_inside_the_job_is_logged_and_reported(tmp_path: Path) -> None:
+    """--stage-from/--stage-to: the real staging layer distributes a packed dataset to each (emulated)
+    node's folder first; each instance logs staging_start/stop, and the report shows the time."""
+    raw = tmp_path / "raw"
+    for split, n in (("train", 4), ("validation", 2)):
+        (raw / split).mkdir(parents=True)
+        for i in range(n):
+            (raw / split / f"s{i}.tfrecord").write_bytes(bytes(range(256)) * (40 + i))
+    pack = run_cli(["pack", "--dataset", "cosmoflow", "--source", str(raw), "--dest", str(tmp_path / "packed"),
+                    "--no-progress"], timeout=120)
+    assert pack.returncode == 0, pack.stderr
+    dest = str(tmp_path / "local" / "node{node}")
+    run_mpi(2, [*TRAIN, "--instances", "2", "--results", str(tmp_path / "sub"),
+                "--stage-from", str(tmp_path / "packed"), "--stage-to", dest], timeout=240)
+    for node in (0, 1):
+        staged = tmp_path / "local" / f"node{node}"
+        assert (staged / "train").is_dir() and (staged / "validation").is_dir()
+    rep = run_cli(["report", str(tmp_path / "sub"), "--strict", "--no-plots"], timeout=120)
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    (g,) = json.loads((tmp_path / "sub" / "report" / "report.json").read_text())["groups"]
+    assert all(r["staging_s"] is not None and r["staging_s"] >= 0 for r in g["score"]["runs"])
+    assert g["official"]["compliance"] == {"result_0.txt": True, "result_1.txt": True}
