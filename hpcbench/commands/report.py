@@ -36,9 +36,8 @@ def run(args: argparse.Namespace) -> int:
     write_csv(out / "report.csv", [(r.score, r.official) for r in reports])
     n_bad = sum(len(r.disagreements) for r in reports)
     console.print(f"report: {out / 'report.json'}, {out / 'report.csv'}")
-    for rep in reports:
-        for p in rep.plots:
-            console.print(f"plot:   {p}")
+    for p in dict.fromkeys(p for rep in reports for p in rep.plots):
+        console.print(f"plot:   {p}")
     if n_bad:
         console.print(f"[bold red]{n_bad} disagreement(s) between hpcbench and the official tools (listed above)[/]")
     elif not args.no_official:

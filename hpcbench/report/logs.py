@@ -30,6 +30,7 @@ class RunLog:
     epochs: int = 0  # epoch_stop events, or epochs covered by block_stop events
     train_ms: float = 0.0  # time inside epochs/blocks (training only)
     staging_ms: float | None = None
+    staging_start_ms: float | None = None
     metric_key: str | None = None
     metrics: list[tuple[int, float]] = field(default_factory=list)  # (epoch_num, value)
     tracked_throughput: list[float] = field(default_factory=list)  # samples/s from tracked_stats
@@ -125,7 +126,7 @@ def parse_log(path: Path) -> RunLog:
                 open_epoch = None
             log.epochs += int(meta.get("epoch_count", 1)) if key == "block_stop" else 1
         elif key == "staging_start":
-            open_staging = t
+            open_staging = log.staging_start_ms = t
         elif key == "staging_stop" and open_staging is not None:
             log.staging_ms = t - open_staging
         elif key in METRIC_KEYS and isinstance(value, (int, float)):

@@ -34,13 +34,13 @@ def timeline(score: Score, path: Path) -> Path:
         if r.start_offset_s is None or r.time_to_solution_s is None:
             ax.text(0, i, f"{r.name}: {r.status}", va="center", fontsize=8, color="tab:gray")
             continue
-        if r.staging_s:
-            ax.barh(i, r.staging_s, left=r.start_offset_s - r.staging_s, color="tab:blue", alpha=0.35,
+        if r.staging_s and r.staging_offset_s is not None:
+            ax.barh(i, r.staging_s, left=r.staging_offset_s, color="tab:blue", alpha=0.35,
                     label="staging" if i == 0 else None)
         ax.barh(i, r.time_to_solution_s, left=r.start_offset_s, color=STATUS_COLOURS.get(r.status, "tab:orange"))
     ax.set_yticks(range(len(rows)), [r.name.removesuffix(".txt") for r in rows], fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("seconds since the first run_start")
+    ax.set_xlabel("seconds since the first run_start (staging and init come before it)")
     ttta = "-" if score.ttta_min is None else f"{score.ttta_min * 60:.1f} s"
     ax.set_title(f"{score.benchmark} weak scaling on {score.system}: M'={score.M_prime}/{score.M}, TTTa={ttta}"
                  f"\n(green: converged, red: aborted{', light blue: staging' if any(r.staging_s for r in rows) else ''})",

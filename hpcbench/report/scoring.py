@@ -42,6 +42,7 @@ class RunRow:
     epochs: int
     samples_per_s: float | None
     staging_s: float | None
+    staging_offset_s: float | None  # staging_start relative to the group's first run_start
     final_metric: float | None
     problems: list[str]
 
@@ -49,8 +50,9 @@ class RunRow:
     def of(cls, run: RunLog, t0_ms: float | None) -> "RunRow":
         status = run.status if run.complete and run.status else "incomplete"
         offset = (run.run_start_ms - t0_ms) / 1000.0 if t0_ms is not None and run.run_start_ms is not None else None
+        staged = (run.staging_start_ms - t0_ms) / 1000.0 if t0_ms is not None and run.staging_start_ms is not None else None
         return cls(run.name, run.seed, status, run.time_to_solution_s, offset, run.epochs, run.samples_per_s,
-                   run.staging_ms / 1000.0 if run.staging_ms is not None else None,
+                   run.staging_ms / 1000.0 if run.staging_ms is not None else None, staged,
                    run.metrics[-1][1] if run.metrics else None, list(run.problems))
 
 
