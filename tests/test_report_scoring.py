@@ -106,3 +106,10 @@ def test_scaling_curve_when_several_scales(tmp_path: Path) -> None:
     reps = build(tmp_path, tmp_path / "out", official=False)
     assert (tmp_path / "out" / "weak_cosmoflow_scaling.png").exists()
     assert {r.score.T for r in reps} == {2, 8}
+
+
+def test_missing_or_empty_results_dir_is_a_clear_error(tmp_path: Path) -> None:
+    proc = run_cli(["report", str(tmp_path / "nope")], timeout=60)
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+    proc = run_cli(["report", str(tmp_path)], timeout=60)
+    assert proc.returncode == 2 and "no result_*.txt logs" in proc.stderr

@@ -26,7 +26,9 @@ class Official:
     messages: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"compliance": {k: v[0] for k, v in self.compliance.items()}, "per_run_min": self.per_run_min,
+        return {"compliance": {k: v[0] for k, v in self.compliance.items()},
+                "compliance_failures": {k: v[1] for k, v in self.compliance.items() if not v[0]},
+                "per_run_min": self.per_run_min,
                 "score_min": self.score_min, "number_of_models": self.number_of_models,
                 "instance_scale": self.instance_scale, "scored": self.scored, "messages": self.messages}
 

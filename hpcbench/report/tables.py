@@ -51,6 +51,13 @@ def print_group(console: Any, score: Score, off: Official | None, checks: list[C
         console.print(f"[bold red]DISAGREEMENT[/] {c.what}: hpcbench={c.ours!r} official={c.official!r}")
     for note in score.notes:
         console.print(f"[yellow]note[/] {note}")
+    if off is not None:
+        for name, (passed, output) in off.compliance.items():
+            if passed:
+                continue
+            why = [ln.strip() for ln in output.splitlines() if ln.startswith(("WARNING", "ERROR")) and "FAILED" not in ln]
+            console.print(Text(f"official compliance checker rejected {name}: " + ("; ".join(why[:4]) or "see report.json"),
+                               style="yellow"))
     if off is not None and off.messages.strip():
         console.print("[dim]official summarizer said:[/]")
         for line in off.messages.strip().splitlines():
