@@ -116,3 +116,18 @@ def test_staging_inside_the_job_is_logged_and_reported(tmp_path: Path) -> None:
     (g,) = json.loads((tmp_path / "sub" / "report" / "report.json").read_text())["groups"]
     assert all(r["staging_s"] is not None and r["staging_s"] >= 0 for r in g["score"]["runs"])
     assert g["official"]["compliance"] == {"result_0.txt": True, "result_1.txt": True}
+
+
+def test_one_launch_per_instance_fills_one_weak_folder(tmp_path: Path) -> None:
+    """The srun-per-instance layout: separate launches write result_<offset> of one weak result."""
+    for k in (0, 1):
+        proc = run_cli(["train", "tests.harness_toy:ToyWorkload", "--config", "tests/harness_configs/mini.toml",
+                        "--system-name", "toybox", "--no-progress", "--mode", "weak", "--instance-offset", str(k),
+                        "--system-nodes", "2", "--set", f"train.seed={1 + k}", "--results", str(tmp_path)], timeout=240)
+        assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in rl.existing_results(_folder(tmp_path))) == ["result_0.txt", "result_1.txt"]
+    rep = run_cli(["report", str(tmp_path), "--strict", "--no-plots"], timeout=120)
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    (g,) = json.loads((tmp_path / "report" / "report.json").read_text())["groups"]
+    assert (g["score"]["M_prime"], g["score"]["S"], g["score"]["T"]) == (2, 1, 2)
+    assert [r["seed"] for r in g["score"]["runs"]] == [1, 2]
