@@ -73,8 +73,8 @@ class Schedule:
         if self.kind == "multistep":
             if not self.milestones:
                 return torch.full_like(step, self.lr)
-            bounds = torch.tensor(self.milestones, dtype=step.dtype, device=step.device)
-            passed = (step.unsqueeze(-1) >= bounds).sum(-1).to(step.dtype)
+            # scalar comparisons: no host-to-device copy, so this is legal inside CUDA-graph capture
+            passed = sum((step >= m).to(step.dtype) for m in self.milestones)
             return self.lr * torch.pow(torch.full_like(step, self.decay_factor), passed)
         if self.kind == "cosine":
             span = self.total_steps - self.warmup_steps

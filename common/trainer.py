@@ -128,8 +128,9 @@ class Trainer:
         self.seed = tc.seed + self.env.layout.instance
         torch.manual_seed(self.seed)
         model = self.workload.build_model().to(self.device)
-        if tc.channels_last:
-            model = model.to(memory_format=torch.channels_last)
+        if tc.channels_last:  # 3-D convolutions (5-D weights) need the _3d memory format
+            volumetric = any(p.dim() == 5 for p in model.parameters())
+            model = model.to(memory_format=torch.channels_last_3d if volumetric else torch.channels_last)
         self.model = model
         self.sharded = cfg.optim.name == "lamb" and cfg.optim.distributed
         self.flat = FlatParams(model, pad_to=self.world if self.sharded else 1)

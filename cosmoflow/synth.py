@@ -30,8 +30,8 @@ class Cosmology:
 
     @classmethod
     def from_params(cls, y: np.ndarray) -> "Cosmology":
-        return cls(sigma=0.55 + 0.35 * float(y[0]), slope=-2.0 + 1.0 * float(y[1]),
-                   nbar=float(np.exp(0.5 * y[2])), growth=1.25 + 0.2 * float(y[3]))
+        return cls(sigma=0.7 + 0.4 * float(y[0]), slope=-2.0 + 2.0 * float(y[1]),
+                   nbar=float(np.exp(0.5 * y[2])), growth=1.35 + 0.35 * float(y[3]))
 
 
 def gaussian_field(rng: np.random.Generator, size: int, slope: float) -> np.ndarray:

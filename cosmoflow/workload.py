@@ -2,12 +2,22 @@
 from __future__ import annotations
 
 import argparse
-from typing import ClassVar
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from common.errors import ConfigError
-from common.workload import Workload
+from common.workload import DataShard, EpochLoader, Workload
 
+from . import sharding
 from .config import CosmoFlowConfig
+from .data import list_files
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+    from torch import nn
+
+Batch = tuple["torch.Tensor", "torch.Tensor"]
 
 
 class CosmoFlowWorkload(Workload[CosmoFlowConfig]):
@@ -43,3 +53,71 @@ class CosmoFlowWorkload(Workload[CosmoFlowConfig]):
                           workers=max(1, args.workers), compress=not args.plain, level=args.gzip_level, progress=not args.quiet)
         print(f"wrote {args.samples} train + {n_val} validation CosmoFlow samples "
               f"({args.size}^3 x 4 int16, {nbytes / 2**20:.1f} MiB uncompressed) to {args.out}")
+
+    # data ---------------------------------------------------------------------------------
+    def _files(self, split: str) -> list[Path]:
+        if not self.cfg.data.root:
+            raise ConfigError("config key 'data.root' is empty; pass --data DIR or --set data.root=DIR")
+        files = list_files(self.cfg.data.root, split)
+        limit = self.cfg.data.n_train if split == "train" else self.cfg.data.n_eval
+        return files[:limit] if limit else files
+
+    def dataset_sizes(self) -> tuple[int, int]:
+        return len(self._files("train")), len(self._files("validation"))
+
+    def train_loader(self, shard: DataShard) -> EpochLoader:
+        files = self._files("train")
+        return self._loader(lambda epoch: sharding.train_files(
+            files, shard.rank, shard.size, shard.seed, epoch, shard.local_batch_size), shard)
+
+    def eval_loader(self, shard: DataShard) -> EpochLoader:
+        files = self._files("validation")
+        return self._loader(lambda epoch: sharding.eval_files(files, shard.rank, shard.size), shard)
+
+    def _loader(self, files_for_epoch: Callable[[int], list[Path]], shard: DataShard) -> EpochLoader:
+        d = self.cfg.data
+        if self.cfg.train.loader == "dali":
+            from .dali_loader import DaliLoader, index_dir_for
+
+            return DaliLoader(files_for_epoch, d.size, shard, index_dir_for(d.root, d.index_dir),
+                              threads=d.dali_threads, prefetch=d.prefetch)
+        from .torch_loader import TorchLoader
+
+        return TorchLoader(files_for_epoch, d.size, shard, workers=self.cfg.train.loader_workers,
+                           prefetch=d.prefetch)
+
+    # model and maths ----------------------------------------------------------------------
+    def build_model(self) -> "nn.Module":
+        from .model import CosmoFlowNet
+
+        return CosmoFlowNet(self.cfg.model, self.cfg.data.size)
+
+    def forward(self, model: "nn.Module", batch: Batch) -> "torch.Tensor":
+        return model(batch[0])
+
+    def loss(self, outputs: "torch.Tensor", batch: Batch) -> "torch.Tensor":
+        import torch.nn.functional as F
+
+        return F.mse_loss(outputs.float(), batch[1])
+
+    def eval_sums(self, outputs: "torch.Tensor", batch: Batch) -> Mapping[str, "torch.Tensor"]:
+        err = (outputs.float() - batch[1]).abs()
+        return {"abs_error": err.sum(), "count": err.new_tensor(float(err.numel()))}
+
+    def metric(self, sums: Mapping[str, float]) -> float:
+        """Mean absolute error over every validation sample and all 4 parameters."""
+        return float(sums["abs_error"]) / max(float(sums["count"]), 1.0)
+
+    def hyperparameters(self) -> dict[str, Any]:
+        o = self.cfg.optim
+        return {
+            "opt_name": o.name,
+            "opt_base_learning_rate": o.lr,
+            "opt_momentum": o.momentum,
+            "opt_learning_rate_warmup_epochs": o.warmup,
+            "opt_learning_rate_warmup_factor": o.warmup_factor,
+            "opt_learning_rate_decay_boundary_epochs": list(o.milestones),
+            "opt_learning_rate_decay_factor": o.decay_factor,
+            "opt_weight_decay": o.weight_decay,
+            "dropout": self.cfg.model.dropout,
+        }

@@ -143,16 +143,23 @@ def test_flat_lamb_matches_per_tensor_reference(clip: float, bias_correction: bo
             torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
-def test_skipped_step_changes_nothing() -> None:
-    flat = FlatParams(_model())
-    opt = LAMB(flat, OptimConfig(name="lamb", weight_decay=0.01))
-    flat.grads.normal_()
-    opt.step(torch.tensor(0.1))
-    before = [flat.params.clone(), opt.step_count.clone(), *[v.clone() for v in opt.state.values()]]
-    flat.grads.normal_()
-    opt.step(torch.tensor(0.1), skip=torch.tensor(1.0))
-    after = [flat.params, opt.step_count, *opt.state.values()]
-    assert all(torch.equal(a, b) for a, b in zip(before, after))
+@pytest.mark.parametrize("name", ["sgd", "adam", "adamw", "lamb"])
+def test_skip_tensor_path_equals_in_place_path_and_a_skipped_step_changes_nothing(name: str) -> None:
+    cfg = OptimConfig(name=name, weight_decay=0.01, lr=0.05)
+    a, b = FlatParams(_model()), FlatParams(_model())
+    opt_a, opt_b = build_optimizer(a, cfg), build_optimizer(b, cfg)
+    for step in range(3):  # skip=None (in-place kernels) vs skip=0 (the fp16 masked path)
+        g = torch.randn(a.padded, generator=torch.Generator().manual_seed(step))
+        a.grads.copy_(g)
+        b.grads.copy_(g)
+        opt_a.step(torch.tensor(0.05))
+        opt_b.step(torch.tensor(0.05), skip=torch.tensor(0.0))
+    torch.testing.assert_close(a.params, b.params, atol=1e-6, rtol=1e-5)
+    before = [b.params.clone(), opt_b.step_count.clone(), *[v.clone() for v in opt_b.state.values()]]
+    b.grads.normal_()
+    opt_b.step(torch.tensor(0.05), skip=torch.tensor(1.0))
+    after = [b.params, opt_b.step_count, *opt_b.state.values()]
+    assert all(torch.equal(x, y) for x, y in zip(before, after))
 
 
 def test_unknown_optimizer_and_non_fp32_model_are_config_errors() -> None:
