@@ -26,6 +26,12 @@ from .plan import SplitPlan
 INT_MAX = 2**31 - 1
 
 
+def round_bytes(chunk_bytes: int, group_size: int) -> int:
+    """Bytes per member per Allgatherv round: every count and displacement (and so the whole
+    receive buffer) must stay below MPI's 2**31 int limit."""
+    return max(1, min(chunk_bytes, INT_MAX // max(1, group_size)))
+
+
 @dataclass
 class Stats:
     read_bytes: int = 0
@@ -35,6 +41,7 @@ class Stats:
     write_bytes: int = 0
     write_files: int = 0
     skipped_shards: int = 0
+    repaired_files: int = 0  # staged files that --verify found damaged and staged again
     rounds: int = 0
     times: dict[str, float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -55,6 +62,7 @@ class Ctx:
     chunk_bytes: int
     timeout_s: float
     mem_limit: int
+    poll_s: float = 5e-4  # longest pause between MPI progress polls during a transfer (1e-3..5e-5 measured alike)
 
 
 class _ShardBuf:
@@ -134,7 +142,7 @@ class SplitExchange:
         self.lengths = [sum(s.bytes for s in st) for st in self.streams]
         self.starts = [[sum(s.bytes for s in st[:i]) for i in range(len(st))] for st in self.streams]
         g = comm.Get_size()
-        self.chunk = max(1, min(ctx.chunk_bytes, INT_MAX // max(1, g)))
+        self.chunk = round_bytes(ctx.chunk_bytes, g)
         self.rounds = -(-max(self.lengths, default=0) // self.chunk)
         self.bufs: dict[int, _ShardBuf] = {}
         self.futures: list[Future] = []
@@ -241,7 +249,7 @@ class SplitExchange:
                 req = self.comm.Iallgatherv([piece, MPI.BYTE], [recv, counts, displs, MPI.BYTE])
                 if r + 1 < self.rounds:
                     nxt = io.submit(reader.read, (r + 1) * c, count(self.member, r + 1))
-                wait(req, ctx.timeout_s, f"{what}: Allgatherv round {r + 1}/{self.rounds}")
+                wait(req, ctx.timeout_s, f"{what}: Allgatherv round {r + 1}/{self.rounds}", ctx.poll_s)
                 ctx.stats.add_time("transfer_s", time.perf_counter() - t0)
                 ctx.stats.sent_bytes += len(piece)
                 ctx.stats.recv_bytes += sum(counts) - len(piece)

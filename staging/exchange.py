@@ -17,8 +17,11 @@ from common.dist import mpi
 from common.errors import DataError
 
 
-def wait(req: Any, timeout_s: float, what: str) -> None:
-    """Wait for an MPI request; abort the job with a clear message after ``timeout_s`` seconds."""
+def wait(req: Any, timeout_s: float, what: str, max_pause: float = 1e-3) -> None:
+    """Wait for an MPI request; abort the job with a clear message after ``timeout_s`` seconds.
+
+    MPI moves data only while some call polls it, so data transfers use a short ``max_pause``;
+    idle waits (barriers) back off to 1 ms to leave the CPU to the threads doing real work."""
     t0 = time.monotonic()
     pause = 0.0
     while not req.Test():
@@ -30,7 +33,7 @@ def wait(req: Any, timeout_s: float, what: str) -> None:
             sys.stderr.flush()
             MPI.COMM_WORLD.Abort(3)
         time.sleep(pause)
-        pause = min(1e-3, pause * 2 or 2e-5)
+        pause = min(max_pause, pause * 2 or 1e-5)
 
 
 def barrier(comm: Any, timeout_s: float, what: str) -> None:

@@ -60,6 +60,15 @@ def _disk_error(exc: OSError, path: Path, node: int) -> DataError:
     return DataError(f"node {node}: cannot write {path}: {exc}")
 
 
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        if n <= 0:  # a short write that makes no progress: the filesystem is full
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view, offset = view[n:], offset + n
+
+
 class FileAssembly:
     """One output file being written, possibly from several frames decompressed in parallel."""
 
@@ -78,7 +87,7 @@ class FileAssembly:
             return False
         try:
             raw = decompress_frame(buf, fr, shard, self.entry.name)
-            os.pwrite(self.fd, raw, fr.raw_offset)
+            _pwrite_all(self.fd, raw, fr.raw_offset)
         except OSError as exc:
             self.abort()
             raise _disk_error(exc, self.path, self.node) from None
@@ -99,6 +108,9 @@ class FileAssembly:
         except OSError as exc:
             self.abort()
             raise _disk_error(exc, self.path, self.node) from None
+        except BaseException:
+            self.abort()
+            raise
         return True
 
     def abort(self) -> None:
@@ -159,6 +171,16 @@ class Journal:
                                            "entries": [{"name": n, "size": s, "crc32c": c} for n, s, c in files]},
                                           indent=0) + "\n")
         return out
+
+
+def sweep_temporaries(dest: Path) -> int:
+    """Remove ``.name.XXXX.tmp`` leftovers of a staging run that was killed (they never look complete)."""
+    n = 0
+    for p in dest.rglob(".*.tmp"):
+        if p.is_file() and STATE_DIR not in p.relative_to(dest).parts:
+            p.unlink(missing_ok=True)
+            n += 1
+    return n
 
 
 def file_crc(path: Path) -> int:

@@ -18,7 +18,7 @@ from .copy import copy_files, raw_shards
 from .distribute import Ctx, SplitExchange, Stats
 from .exchange import agree, barrier
 from .manifest import MANIFEST, Manifest
-from .nodelocal import Journal, verify_journal
+from .nodelocal import Journal, sweep_temporaries, verify_journal
 from .plan import plan_split
 from .policy import REPLICATED, get_policy
 
@@ -71,8 +71,8 @@ def _load_plan_input(opts: StageOptions, env: DistEnv) -> dict[str, Any]:
                 raw = raw_shards(opts.source, policy, opts.shard_bytes)
                 data = {"dataset": policy.name,
                         "splits": {n: (n == REPLICATED, infos, groups) for n, (infos, groups) in raw.items()}}
-        except HpcbenchError as exc:
-            err = str(exc)
+        except Exception as exc:  # noqa: BLE001 - all ranks wait for this answer
+            err = _describe(exc, 0)
     barrier(env.comm, FOREVER, "waiting for rank 0 to read the manifest")
     agree(env.comm, err, FOREVER, "reading the manifest")
     return env.comm.bcast(data, root=0)
@@ -102,10 +102,8 @@ def stage(env: DistEnv, opts: StageOptions, mllog: Any = None) -> dict[str, Any]
         try:
             dest = node_dest(opts.dest, lay.node_index, env)
             _stage_node(env, opts, info, leaders, dest, stats)
-        except HpcbenchError as exc:
-            err = str(exc)
-        except OSError as exc:
-            err = f"node {lay.node_index}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - agreed on below so no rank waits for a dead peer
+            err = _describe(exc, lay.node_index)
     agree(env.comm, err, FOREVER, "waiting for all nodes to finish staging")
     stats.times["total_s"] = time.perf_counter() - t_start
     from .report import build_report
@@ -123,10 +121,22 @@ def stage(env: DistEnv, opts: StageOptions, mllog: Any = None) -> dict[str, Any]
     return report
 
 
+def _describe(exc: Exception, node: int) -> str:
+    if isinstance(exc, HpcbenchError):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return f"node {node}: {exc}"
+    import traceback
+
+    traceback.print_exc()
+    return f"node {node}: internal error {exc!r} (traceback above)"
+
+
 def _node_row(lay: Any, dest: Path | None, st: Stats) -> dict[str, Any]:
     return {"node": lay.node_index, "instance": lay.instance, "dest": str(dest), "read_bytes": st.read_bytes,
             "read_files": st.read_shards, "sent_bytes": st.sent_bytes, "recv_bytes": st.recv_bytes,
             "write_bytes": st.write_bytes, "write_files": st.write_files, "skipped_shards": st.skipped_shards,
+            "repaired_files": st.repaired_files,
             "rounds": st.rounds, "times": {k: round(v, 4) for k, v in st.times.items()}}
 
 
@@ -137,6 +147,7 @@ def _stage_node(env: DistEnv, opts: StageOptions, info: dict[str, Any], leaders:
     dest.mkdir(parents=True, exist_ok=True)
     journal = Journal(dest)
     t0 = time.perf_counter()
+    sweep_temporaries(dest)
     problems: list[str] = []
     if opts.verify:
         _, _, problems = verify_journal(journal, opts.threads)
@@ -159,28 +170,34 @@ def _stage_node(env: DistEnv, opts: StageOptions, info: dict[str, Any], leaders:
     with ThreadPoolExecutor(opts.threads) as pool:
         ctx = Ctx(opts.source, dest, lay.node_index, journal, pool, st, opts.chunk_mb * MiB, opts.timeout_s,
                   mem_limit=max(256 * MiB, 4 * opts.chunk_mb * MiB * K))
-        for p, todo, groups in work:
+        # every group communicator is made up front: Split is collective over all stagers
+        comms = [None if opts.method == "copy" else
+                 leaders.Split(p.set_of(lay.instance_node_index), p.member_of(lay.instance, lay.instance_node_index))
+                 for p, _, _ in work]
+        for (p, todo, groups), comm in zip(work, comms):
             t1 = time.perf_counter()
-            if opts.method == "copy":
-                files = [f for i in todo for f in groups[i]]
-                copy_files(opts.source, dest, files, lay.node_index, opts.threads, st)
-                for i in todo:
-                    journal.record_raw(p.shards[i], groups[i])
-            else:
-                set_id = p.set_of(lay.instance_node_index)
-                member = p.member_of(lay.instance, lay.instance_node_index)
-                comm = leaders.Split(set_id, member)
-                try:
+            err = None
+            try:
+                if comm is None:
+                    copy_files(opts.source, dest, [f for i in todo for f in groups[i]], lay.node_index, opts.threads, st)
+                    for i in todo:
+                        journal.record_raw(p.shards[i], groups[i])
+                else:
                     barrier(comm, opts.timeout_s, f"planning split {p.split}")
                     union = sorted(set().union(*comm.allgather(todo)))
+                    member = p.member_of(lay.instance, lay.instance_node_index)
                     SplitExchange(ctx, p, comm, member, todo, union).run()
-                finally:
-                    comm.Free()
+            except Exception as exc:  # noqa: BLE001 - every failure must reach agree(), or peers would wait
+                err = _describe(exc, lay.node_index)
+            # all stagers learn about a failure before anyone starts the next split
+            agree(leaders, err, FOREVER, f"finishing split {p.split}")
             st.add_time(f"split_{p.split}_s", time.perf_counter() - t1)
+        for comm in comms:
+            if comm is not None:
+                comm.Free()
     journal.write_manifest(info["dataset"], [s.name for p, _, _ in work for s in (p.shards[i] for i in
                                                                                   p.sets[p.set_of(lay.instance_node_index)])])
-    if problems:
-        st.times["verify_problems"] = len(problems)
+    st.repaired_files = len(problems)
     if opts.verify:
         t2 = time.perf_counter()
         files, _, bad = verify_journal(journal, opts.threads)

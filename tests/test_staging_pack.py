@@ -1,0 +1,155 @@
+"""pack: real shards round-trip to the original bytes; resume; policies for all three datasets; plan."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from benchmarks.synth_data import write_cosmoflow, write_deepcam, write_lmdb
+from common.errors import DataError
+from staging.manifest import MANIFEST, Manifest, decode_header, safe_relpath
+from staging.pack import Packer, group_files
+from staging.plan import balance, node_volume, plan_split
+from staging.policy import REPLICATED, get_policy
+from tests.conftest import run_cli
+
+MiB = 1 << 20
+
+
+def unpack_all(packed: Path) -> dict[str, bytes]:
+    """Decode every shard with plain zstandard (independent of the staging code path)."""
+    man = Manifest.load(packed / MANIFEST)
+    out = {}
+    for sp in man.splits.values():
+        for sh in sp.shards:
+            data = (packed / sh.name).read_bytes()
+            assert len(data) == sh.bytes
+            for f in decode_header(data[: sh.header_bytes], sh.name):
+                parts = sorted(f.frames, key=lambda fr: fr.raw_offset)
+                out[f.name] = b"".join(zstandard.ZstdDecompressor().decompress(data[fr.offset: fr.offset + fr.length])
+                                       for fr in parts)
+    return out
+
+
+def pack(src: Path, dst: Path, dataset: str, shard_mb: float = 0.1, chunk: int | None = None) -> Packer:
+    p = Packer(src, dst, get_policy(dataset), int(shard_mb * MiB), chunk_bytes=chunk, threads=2, progress=False)
+    p.run()
+    return p
+
+
+def test_cosmoflow_roundtrip_and_compression(tmp_path: Path) -> None:
+    write_cosmoflow(tmp_path / "raw", 7, 3, size=16)
+    pack(tmp_path / "raw", tmp_path / "packed", "cosmoflow")
+    man = Manifest.load(tmp_path / "packed" / MANIFEST)
+    assert set(man.splits) == {"train", "validation"} and man.splits["train"].files == 7
+    got = unpack_all(tmp_path / "packed")
+    raw = {p.relative_to(tmp_path / "raw").as_posix(): p.read_bytes() for p in (tmp_path / "raw").rglob("*.tfrecord")}
+    assert got == raw
+    ratio = man.splits["train"].bytes / man.splits["train"].raw_bytes
+    assert ratio < 0.5  # Poisson counts with mean ~1 in int16 compress well
+    assert not list((tmp_path / "packed").rglob("*.tmp"))
+    listing = (tmp_path / "packed" / "listing.tsv").read_text().splitlines()
+    assert len(listing) == 1 + 10
+
+
+def test_pack_resume_skips_done_shards_and_repacks_changed(tmp_path: Path) -> None:
+    write_cosmoflow(tmp_path / "raw", 6, 0, size=16)
+    first = pack(tmp_path / "raw", tmp_path / "packed", "cosmoflow")
+    assert first.written >= 2 and first.reused == 0
+    again = pack(tmp_path / "raw", tmp_path / "packed", "cosmoflow")
+    assert again.written == 0 and again.reused == first.written
+    victim = tmp_path / "raw" / "train" / "univ_00000.tfrecord"
+    victim.write_bytes(victim.read_bytes()[::-1])  # same size, new content and mtime
+    third = pack(tmp_path / "raw", tmp_path / "packed", "cosmoflow")
+    assert third.written == 1
+    assert unpack_all(tmp_path / "packed")["train/univ_00000.tfrecord"] == victim.read_bytes()
+
+
+def test_deepcam_stats_replicated_and_lmdb_chunked(tmp_path: Path) -> None:
+    write_deepcam(tmp_path / "dc", 3, 2)
+    pack(tmp_path / "dc", tmp_path / "dcp", "deepcam")
+    man = Manifest.load(tmp_path / "dcp" / MANIFEST)
+    assert man.splits[REPLICATED].replicate and man.splits[REPLICATED].files == 1
+    assert unpack_all(tmp_path / "dcp")["stats.h5"] == (tmp_path / "dc" / "stats.h5").read_bytes()
+
+    write_lmdb(tmp_path / "oc" / "train" / "data.0000.lmdb", 200, 3000)
+    pack(tmp_path / "oc", tmp_path / "ocp", "oc20", chunk=64 * 1024)
+    hdr_files = unpack_all(tmp_path / "ocp")
+    src = (tmp_path / "oc" / "train" / "data.0000.lmdb").read_bytes()
+    assert hdr_files == {"train/data.0000.lmdb": src}
+    sh = Manifest.load(tmp_path / "ocp" / MANIFEST).splits["train"].shards[0]
+    entry = decode_header((tmp_path / "ocp" / sh.name).read_bytes()[: sh.header_bytes], sh.name)[0]
+    assert len(entry.frames) == -(-len(src) // (64 * 1024)) > 1
+
+
+def test_pack_errors_are_clear(tmp_path: Path) -> None:
+    (tmp_path / "empty" / "train").mkdir(parents=True)
+    with pytest.raises(DataError, match="no cosmoflow sample files"):
+        pack(tmp_path / "empty", tmp_path / "out", "cosmoflow")
+    with pytest.raises(DataError, match="must not be inside"):
+        pack(tmp_path / "empty", tmp_path / "empty" / "p", "cosmoflow")
+    (tmp_path / "bad.json").write_text(json.dumps({"format": "other"}))
+    with pytest.raises(DataError, match="not a hpcbench-packed"):
+        Manifest.load(tmp_path / "bad.json")
+
+
+@pytest.mark.parametrize("name", ["../x", "/etc/passwd", "a/../../b", ""])
+def test_member_names_with_traversal_are_refused(name: str) -> None:
+    with pytest.raises(DataError, match="refusing member name"):
+        safe_relpath(name, "shard s")
+
+
+def test_plan_covers_each_shard_once_and_reads_are_disjoint() -> None:
+    from staging.manifest import ShardInfo
+
+    shards = [ShardInfo(f"s{i}", 100 + i % 3, 1000, 10, 0, 0) for i in range(23)]
+    p = plan_split("train", False, shards, instances=3, nodes_per_instance=4)
+    assert sorted(i for s in p.sets for i in s) == list(range(23))
+    for need in p.sets:
+        readers = p.readers(need)
+        assert len(readers) == 3 and sorted(i for r in readers for i in r) == need
+    total_read = sum(node_volume(p, k, j).read_bytes for k in range(3) for j in range(4))
+    assert total_read == sum(s.bytes for s in shards)  # every shard read exactly once per job
+    assert balance([5, 5, 5, 5], 2) == [[0, 2], [1, 3]]
+    assert group_files([("a", 3), ("b", 3), ("c", 3)], 6) == [[("a", 3), ("b", 3)], [("c", 3)]]
+
+
+def test_dry_run_full_scale_cosmoflow_is_fast() -> None:
+    proc = run_cli(["stage", "--dry-run", "--nodes", "512", "--instances", "128", "--dataset", "cosmoflow"], timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "512 nodes = 128 instances x 4 nodes" in proc.stdout
+    assert "524,288 files" in proc.stdout and "job total" in proc.stdout
+
+
+def test_pack_cli_and_dry_run_from_a_manifest(tmp_path: Path) -> None:
+    write_cosmoflow(tmp_path / "raw", 8, 2, size=16)
+    proc = run_cli(["pack", "--dataset", "cosmoflow", "--source", str(tmp_path / "raw"), "--dest",
+                    str(tmp_path / "packed"), "--shard-mb", "0.07", "--no-progress"], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "train: 8 files" in proc.stdout and "0 reused" in proc.stdout
+    proc = run_cli(["stage", "--dry-run", "--nodes", "4", "--instances", "2", "--source", str(tmp_path / "packed")])
+    assert proc.returncode == 0, proc.stderr
+    assert "4 nodes = 2 instances x 2 nodes" in proc.stdout and "split train" in proc.stdout
+    proc = run_cli(["pack", "--dataset", "cosmoflow", "--source", str(tmp_path / "nope"), "--dest", str(tmp_path / "x")])
+    assert proc.returncode == 2 and "does not exist" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_leftover_temporaries_are_swept(tmp_path: Path) -> None:
+    from staging.nodelocal import sweep_temporaries
+
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / ".univ_1.tfrecord.abc123.tmp").write_bytes(b"half")
+    (tmp_path / "train" / "univ_0.tfrecord").write_bytes(b"whole")
+    assert sweep_temporaries(tmp_path) == 1
+    assert [p.name for p in (tmp_path / "train").iterdir()] == ["univ_0.tfrecord"]
+
+
+def test_allgatherv_rounds_stay_below_the_mpi_int_limit() -> None:
+    from staging.distribute import INT_MAX, round_bytes
+
+    assert round_bytes(64 * MiB, 4) == 64 * MiB
+    for g in (1, 3, 128, 4096):
+        c = round_bytes(4 << 30, g)
+        assert c * g <= INT_MAX and c > 0
