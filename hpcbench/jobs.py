@@ -31,6 +31,7 @@ class JobSpec:
     results: str | None = None
     data: str | None = None  # an already staged / shared dataset (--data)
     stage_from: str | None = None  # packed dataset to stage inside the job (default: the system file's)
+    stage_to: str | None = None  # node-local staging folder (default: the system file's paths.stage_dir)
     no_stage: bool = False
     time: str | None = None
     seed: int = 1
@@ -104,7 +105,7 @@ def _values(spec: JobSpec, sysd: dict[str, Any]) -> dict[str, str]:
     if spec.data:
         train += ["--data", spec.data]
     elif packed and not spec.no_stage:
-        train += ["--stage-from", packed, "--stage-to", paths["stage_dir"]]
+        train += ["--stage-from", packed, "--stage-to", spec.stage_to or paths["stage_dir"]]
     for o in spec.overrides:
         train += ["--set", o]
     if spec.mode == "weak" and spec.launch == "one-srun":
