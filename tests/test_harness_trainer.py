@@ -14,6 +14,7 @@ from common.errors import ConfigError
 from common.mllog import MLPerfLogger, check_log
 from common.system import SystemDescription
 from common.trainer import Trainer, run_training
+from hpcbench.results_layout import benchmark_dir
 from tests.conftest import run_cli, run_mpi
 from tests.harness_toy import ToyWorkload
 
@@ -42,10 +43,11 @@ def _keys(log: Path) -> list[str]:
 
 
 def test_cli_run_reaches_target_and_log_passes_the_official_checker(tmp_path: Path) -> None:
-    proc = run_cli(["train", TOY, "--results", str(tmp_path), "--no-progress"], timeout=240)
+    proc = run_cli(["train", TOY, "--results", str(tmp_path), "--no-progress", "--system-name", "toy"], timeout=240)
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"instance 0: success after \d+ epochs, eval_error=0\.0\d+", proc.stdout), proc.stdout
-    log = tmp_path / "result_0.txt"
+    folder = benchmark_dir(tmp_path, "toy", "strong", "cosmoflow")  # the runner's results layout
+    log = folder / "result_0.txt"
     ok, output = check_log(log)
     assert ok, output
     keys = _keys(log)
@@ -57,8 +59,8 @@ def test_cli_run_reaches_target_and_log_passes_the_official_checker(tmp_path: Pa
     assert positions == sorted(positions), keys
     stop = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in log.read_text().splitlines() if "run_stop" in line]
     assert stop[0]["metadata"]["status"] == "success"
-    summary = json.loads((tmp_path / "train_summary.json").read_text())
-    assert summary[0]["status"] == "success" and summary[0]["final_metric"] <= 0.1
+    summary = json.loads((folder / "train_summary.json").read_text())
+    assert summary[0]["status"] == "success" and summary[0]["result"]["final_metric"] <= 0.1
 
 
 def test_max_epochs_without_target_is_aborted(env, tmp_path: Path) -> None:  # noqa: ANN001
@@ -76,17 +78,18 @@ def test_max_epochs_without_target_is_aborted(env, tmp_path: Path) -> None:  # n
 @pytest.mark.mpi
 def test_two_instances_of_two_ranks_write_one_compliant_log_each(tmp_path: Path) -> None:
     proc = run_mpi(4, ["-m", "hpcbench", "train", TOY, "--results", str(tmp_path), "--instances", "2",
-                       "--no-progress", "--set", "optim.name=lamb", "--set", "optim.distributed=true",
+                       "--no-progress", "--system-name", "toy", "--set", "optim.name=lamb", "--set", "optim.distributed=true",
                        "--set", "optim.lr=0.01"], timeout=240)
     assert "instance 0: success" in proc.stdout and "instance 1: success" in proc.stdout, proc.stdout
+    folder = benchmark_dir(tmp_path, "toy", "weak", "cosmoflow")  # the runner's results layout
     for k in (0, 1):
-        log = tmp_path / f"result_{k}.txt"
+        log = folder / f"result_{k}.txt"
         ok, output = check_log(log)
         assert ok, output
         text = log.read_text()
         assert '"key": "number_of_nodes", "value": 1' in text
         assert f'"key": "seed", "value": {1 + k}' in text  # each instance trains with its own seed
-    assert sorted(p.name for p in tmp_path.glob("result_*.txt")) == ["result_0.txt", "result_1.txt"]
+    assert sorted(p.name for p in folder.glob("result_*.txt")) == ["result_0.txt", "result_1.txt"]
 
 
 @pytest.mark.mpi

@@ -1,8 +1,12 @@
-"""`hpcbench train WORKLOAD`: configure and train one or many instances of a workload."""
+"""`hpcbench train WORKLOAD`: configure and train one or many instances of a workload.
+
+With ``--instances 1`` (default) this is one strong-scaling run; with K > 1 the job's ranks form K
+concurrent instances (weak scaling). Logs land where the official summarizer reads them:
+``RESULTS/results/<system>/{strong,weak}/<benchmark>/result_<n>.txt`` and ``RESULTS/systems/<system>.json``.
+"""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from hpcbench import registry
@@ -15,16 +19,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_args(parser)
     add_layout_args(parser)
     parser.add_argument("--data", metavar="DIR", help="dataset root (shortcut for --set data.root=DIR)")
-    parser.add_argument("--results", metavar="DIR", default="results", help="where result_<instance>.txt go")
+    parser.add_argument("--results", metavar="DIR", default="results",
+                        help="submission folder: results/<system>/... and systems/<system>.json go below it")
     parser.add_argument("--system", metavar="FILE", help="system description JSON (systems/<name>.json)")
+    parser.add_argument("--system-name", metavar="NAME", help="system name for the results folder "
+                        "(default: the system file's system_name, else this host's name)")
+    parser.add_argument("--stage-from", metavar="PACKED", help="stage this packed dataset inside the job first")
+    parser.add_argument("--stage-to", metavar="LOCAL", help="node-local staging folder ({node} = node index); "
+                        "training then reads from it")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier weak-scaling job's logs")
+    parser.add_argument("--straggler-grace", type=float, default=120.0, metavar="S",
+                        help="seconds to wait for the other ranks of a failed instance before ending the job")
+    g = parser.add_argument_group("one srun per instance (weak scaling launched as K separate job steps)")
+    g.add_argument("--mode", choices=("strong", "weak"), help="default: strong for 1 instance, weak for several")
+    g.add_argument("--instance-offset", type=int, metavar="N",
+                   help="this launch's instance k writes result_<N+k>.txt and leaves other logs alone")
+    g.add_argument("--system-nodes", type=int, metavar="N", help="nodes of the whole system for systems/<name>.json")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def resolve_config(args: argparse.Namespace):  # noqa: ANN201 - returns the workload's config type
+def resolve_config(args: argparse.Namespace, data_root: str | None = None):  # noqa: ANN201
     cls = registry.get(args.workload)
     overrides = list(args.overrides)
-    if args.data:
-        overrides.insert(0, f"data.root={args.data}")
+    root = data_root or args.data
+    if root:
+        overrides.insert(0, f"data.root={root}")
     return cls, cls.load_config(args.config, overrides)
 
 
@@ -35,37 +54,30 @@ def run(args: argparse.Namespace) -> int:
     if args.dump_config:
         print(dumps_toml(cfg), end="")
         return 0
-    return train(cls(cfg), args)
+    return train(args)
 
 
-def train(workload, args: argparse.Namespace) -> int:  # noqa: ANN001 - a Workload
-    """Every rank: distributed init, the instance's MLPerf log, run_training, a summary line."""
-    from common.atomic import atomic_write_text
+def train(args: argparse.Namespace) -> int:
     from common.dist import init_distributed
-    from common.mllog import MLPerfLogger, result_filename
     from common.system import SystemDescription
-    from common.trainer import run_training
+    from hpcbench.runner import RunnerOptions, run_instances
 
     system = SystemDescription.load(Path(args.system)) if args.system else SystemDescription()
+    if args.system_name:
+        system.system_name = args.system_name
     env = init_distributed(args.instances, args.ranks_per_node)
-    results = Path(args.results)
-    layout = env.layout
-    log_path = results / result_filename(layout.instance) if layout.is_instance_leader else None
-    if log_path is not None and log_path.exists():
-        log_path.unlink()  # one run per log file: a stale log would fail the compliance checker
-    mllogger = MLPerfLogger(log_path)
-    try:
-        progress = False if args.no_progress else None
-        result = run_training(workload, env, mllogger, system, progress=progress)
-    finally:
-        mllogger.close()
-    summaries = env.comm.gather(result.to_dict() if layout.is_instance_leader else None, root=0)
-    if layout.is_world_leader:
-        for s in (s for s in summaries if s is not None):
-            metric = "n/a" if s["final_metric"] is None else f"{s['final_metric']:.4f}"
-            print(f"instance {s['instance']}: {s['status']} after {s['epochs']} epochs, "
-                  f"{s['metric_key']}={metric}, time to solution {s['time_to_solution_s']:.2f} s, "
-                  f"{s['samples_per_s']:.1f} samples/s -> {results / result_filename(s['instance'])}")
-        atomic_write_text(results / "train_summary.json", json.dumps(summaries, indent=2) + "\n")
-    env.close()
-    return 0
+    opts = RunnerOptions(results=Path(args.results), system=system,
+                         stage_from=Path(args.stage_from) if args.stage_from else None, stage_to=args.stage_to,
+                         overwrite=args.overwrite, straggler_grace_s=args.straggler_grace,
+                         progress=False if args.no_progress else None, mode=args.mode,
+                         instance_offset=args.instance_offset, system_nodes=args.system_nodes)
+
+    def make_workload(data_root: str | None):  # noqa: ANN202
+        cls, cfg = resolve_config(args, data_root)
+        return cls(cfg)
+
+    summary = run_instances(env, registry.get(args.workload).benchmark, make_workload, opts)
+    if summary is None:
+        return 0
+    failed = [s for s in summary if s["status"] != "success"]
+    return 4 if failed else 0

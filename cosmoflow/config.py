@@ -1,0 +1,51 @@
+"""CosmoFlow config: the shared run sections plus ``data`` and ``model``."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from common.errors import ConfigError
+from common.runconfig import RunConfig
+
+
+@dataclass
+class CosmoDataConfig:
+    root: str = ""  # dataset folder with train/ and validation/
+    size: int = 128  # cube edge S of the int16 [S,S,S,4] samples
+    n_train: int = 0  # 0: every file in train/
+    n_eval: int = 0  # 0: every file in validation/
+    index_dir: str = ""  # DALI index files; "" = <root>/.dali_index (or a temp cache if read-only)
+    dali_threads: int = 2
+    prefetch: int = 2
+
+    def validate(self) -> None:
+        if self.size < 2:
+            raise ConfigError(f"config key 'data.size': must be >= 2, got {self.size}")
+        if self.n_train < 0 or self.n_eval < 0:
+            raise ConfigError("config keys 'data.n_train'/'data.n_eval' must be >= 0 (0 = all files)")
+
+
+@dataclass
+class CosmoModelConfig:
+    conv_layers: int = 5  # each: Conv3d k3 same -> LeakyReLU -> MaxPool3d(2)
+    conv_channels: int = 32  # channels of the first conv; doubled by each next layer
+    fc_sizes: tuple[int, ...] = (128, 64)
+    dropout: float = 0.5
+    leaky_slope: float = 0.3  # Keras LeakyReLU default alpha
+    output_scale: float = 1.2  # tanh(x) * scale
+
+    def validate(self) -> None:
+        if self.conv_layers < 1 or self.conv_channels < 1:
+            raise ConfigError("config keys 'model.conv_layers' and 'model.conv_channels' must be >= 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"config key 'model.dropout': must be in [0, 1), got {self.dropout}")
+
+
+@dataclass
+class CosmoFlowConfig(RunConfig):
+    data: CosmoDataConfig = field(default_factory=CosmoDataConfig)
+    model: CosmoModelConfig = field(default_factory=CosmoModelConfig)
+
+    def validate(self) -> None:
+        if self.data.size % (2 ** self.model.conv_layers):
+            raise ConfigError(f"config key 'data.size' = {self.data.size} must be divisible by "
+                              f"2**model.conv_layers = {2 ** self.model.conv_layers} (one pool per conv layer)")

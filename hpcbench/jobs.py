@@ -1,0 +1,138 @@
+"""Render Slurm batch scripts from ``jobs/templates/*.sbatch.in`` and ``jobs/systems/<name>.toml``.
+
+Templates use ``{{name}}`` placeholders; every placeholder must be known (a typo is an error, not an
+empty string). Values that reach the shell are quoted with :func:`shlex.quote`.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from common.errors import ConfigError
+
+JOBS_DIR = Path(__file__).resolve().parents[1] / "jobs"
+TEMPLATES = {"strong": "strong.sbatch.in", "weak": "weak.sbatch.in", "weak-per-instance": "weak_per_instance.sbatch.in"}
+PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+
+
+@dataclass
+class JobSpec:
+    system: str  # name in jobs/systems/ or a path to a .toml file
+    workload: str
+    mode: str = "weak"  # strong | weak
+    launch: str = "one-srun"  # weak: one-srun | srun-per-instance
+    instances: int = 1
+    nodes_per_instance: int = 1
+    config: str = "mini"
+    results: str | None = None
+    data: str | None = None  # an already staged / shared dataset (--data)
+    stage_from: str | None = None  # packed dataset to stage inside the job (default: the system file's)
+    stage_to: str | None = None  # node-local staging folder (default: the system file's paths.stage_dir)
+    no_stage: bool = False
+    time: str | None = None
+    seed: int = 1
+    overrides: list[str] = field(default_factory=list)
+    command: str = ""  # the command line that rendered the script (for the header)
+
+
+def load_system(name: str, jobs_dir: Path = JOBS_DIR) -> dict[str, Any]:
+    path = Path(name) if name.endswith(".toml") else jobs_dir / "systems" / f"{name}.toml"
+    if not path.exists():
+        known = sorted(p.stem for p in (jobs_dir / "systems").glob("*.toml"))
+        raise ConfigError(f"system settings {path} not found; known systems: {', '.join(known) or 'none'}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"system settings {path}: invalid TOML: {exc}") from None
+    for section, keys in {"slurm": ("time", "srun_flags"), "node": ("tasks_per_node", "emulate_nodes"),
+                          "paths": ("results", "stage_dir"), "env": ("python", "setup", "cache_drop")}.items():
+        for key in keys:
+            if key not in data.get(section, {}):
+                raise ConfigError(f"system settings {path}: missing key '{section}.{key}'")
+    data.setdefault("name", path.stem)
+    return data
+
+
+def _benchmark(workload: str) -> str:
+    from hpcbench import registry
+
+    if ":" not in workload:
+        return registry.entry(workload).benchmark
+    return str(getattr(registry.get(workload), "benchmark", workload))
+
+
+def _dq(text: str) -> str:
+    """Double-quoted for bash, with $VARIABLES still expanding (e.g. ${SLURM_JOB_ID})."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`") + '"'
+
+
+def _values(spec: JobSpec, sysd: dict[str, Any]) -> dict[str, str]:
+    if spec.mode not in ("strong", "weak"):
+        raise ConfigError(f"--mode must be strong or weak, got {spec.mode!r}")
+    if spec.instances < 1 or spec.nodes_per_instance < 1:
+        raise ConfigError("--instances and --nodes-per-instance must be >= 1")
+    if spec.mode == "strong" and spec.instances != 1:
+        raise ConfigError("--mode strong runs one instance; use --nodes-per-instance for its size")
+    slurm, node, paths, env = sysd["slurm"], sysd["node"], sysd["paths"], sysd["env"]
+    tpn, emulate = int(node["tasks_per_node"]), bool(node["emulate_nodes"])
+    nodes = spec.instances * spec.nodes_per_instance
+    tasks, per_instance = nodes * tpn, spec.nodes_per_instance * tpn
+    lines = []
+    if emulate:  # one real host; each block of tpn ranks is one emulated node
+        lines += ["#SBATCH --nodes=1", f"#SBATCH --ntasks={tasks}"]
+        all_step, per_node, inst_step = f"--ntasks={tasks}", "--ntasks=1", f"--ntasks={per_instance}"
+    else:
+        lines += [f"#SBATCH --nodes={nodes}", f"#SBATCH --ntasks-per-node={tpn}"]
+        all_step = f"--nodes={nodes} --ntasks-per-node={tpn}"
+        per_node = f"--nodes={nodes} --ntasks-per-node=1"
+        inst_step = f"--nodes={spec.nodes_per_instance} --ntasks-per-node={tpn}"
+    lines.append(f"#SBATCH --cpus-per-task={int(node.get('cpus_per_task', 1))}")
+    lines.append(f"#SBATCH --time={spec.time or slurm['time']}")
+    for key in ("partition", "account"):
+        if slurm.get(key):
+            lines.append(f"#SBATCH --{key}={slurm[key]}")
+    lines.append("#SBATCH --output=hpcbench-%x-%j.out")
+    lines += list(slurm.get("extra", []))
+    bench = _benchmark(spec.workload)
+    train = ["--config", spec.config, "--system-name", str(sysd["name"]), "--no-progress"]
+    if emulate:
+        train += ["--ranks-per-node", str(tpn)]
+    packed = spec.stage_from or sysd.get("data", {}).get(spec.workload, "")
+    if spec.data:
+        train += ["--data", spec.data]
+    elif packed and not spec.no_stage:
+        train += ["--stage-from", packed, "--stage-to", spec.stage_to or paths["stage_dir"]]
+    for o in spec.overrides:
+        train += ["--set", o]
+    if spec.mode == "weak" and spec.launch == "one-srun":
+        train += ["--set", f"train.seed={spec.seed}"]
+    results = spec.results or (paths["results"] if spec.mode == "strong" else f"{paths['results']}/weak-${{SLURM_JOB_ID}}")
+    from hpcbench.report.scoring import REQUIRED_RUNS
+
+    return {
+        "workload": shlex.quote(spec.workload), "benchmark": bench, "system": str(sysd["name"]),
+        "nodes": str(nodes), "instances": str(spec.instances), "nodes_per_instance": str(spec.nodes_per_instance),
+        "tasks": str(tasks), "tasks_per_instance": str(per_instance), "seed": str(spec.seed),
+        "required_runs": str(REQUIRED_RUNS.get(bench, 5)), "command": spec.command or "hpcbench jobs render",
+        "sbatch_lines": "\n".join(lines), "setup": "\n".join(env["setup"]), "workdir": '"${SLURM_SUBMIT_DIR:-$PWD}"',
+        "results": _dq(results), "srun_flags": slurm["srun_flags"], "per_node_step": per_node,
+        "all_tasks_step": all_step, "instance_step": inst_step, "cache_drop": shlex.quote(env["cache_drop"]),
+        "python": env["python"], "train_args": shlex.join(train),
+    }
+
+
+def render(spec: JobSpec, jobs_dir: Path = JOBS_DIR) -> str:
+    sysd = load_system(spec.system, jobs_dir)
+    if spec.mode == "weak" and spec.launch not in ("one-srun", "srun-per-instance"):
+        raise ConfigError(f"--launch must be one-srun or srun-per-instance, got {spec.launch!r}")
+    key = "strong" if spec.mode == "strong" else ("weak" if spec.launch == "one-srun" else "weak-per-instance")
+    template = (jobs_dir / "templates" / TEMPLATES[key]).read_text()
+    values = _values(spec, sysd)
+    unknown = sorted(set(PLACEHOLDER.findall(template)) - set(values))
+    if unknown:
+        raise ConfigError(f"template {TEMPLATES[key]} uses unknown placeholders: {', '.join(unknown)}")
+    return PLACEHOLDER.sub(lambda m: values[m.group(1)], template)

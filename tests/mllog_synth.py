@@ -1,0 +1,78 @@
+"""Hand-made MLPerf HPC logs in the real format (written by common.mllog.MLPerfLogger with explicit
+timestamps), so the report can be tested without training anything."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.mllog import MLPerfLogger, result_filename
+from common.system import SystemDescription
+
+COSMOFLOW_HPARAMS = {
+    "opt_name": "sgd", "opt_base_learning_rate": 0.001, "opt_learning_rate_warmup_epochs": 0,
+    "opt_learning_rate_warmup_factor": 1.0, "opt_learning_rate_decay_boundary_epochs": [8],
+    "opt_learning_rate_decay_factor": 0.1, "dropout": 0.0, "opt_weight_decay": 0.0,
+}
+
+
+@dataclass
+class SynthRun:
+    start_s: float  # run_start, seconds after t0
+    duration_s: float  # run_stop - run_start
+    epochs: int = 3
+    status: str = "success"
+    seed: int = 1
+    nodes: int = 1
+    staging_s: float = 0.0
+    train_samples: int = 64
+    final_error: float = 0.1  # eval_error of the last epoch (cosmoflow: target <= 0.124)
+
+
+T0_MS = 1_700_000_000_000.0
+
+
+def write_log(path: Path, run: SynthRun, benchmark: str = "cosmoflow", system: str = "testbox",
+              division: str = "open") -> Path:
+    """One instance's MLLOG file. Epochs share the run evenly; eval after each epoch."""
+    sysd = SystemDescription(system_name=system, number_of_nodes=run.nodes, accelerators_per_node=0)
+    log = MLPerfLogger(path)
+    t = T0_MS + run.start_s * 1000.0
+    setup_ms = 1000.0 + run.staging_s * 1000.0
+    t_init = t - setup_ms
+    log.event("cache_clear", True, time_ms=t_init - 1)
+    log.start("init_start", time_ms=t_init)
+    log.submission(sysd, benchmark, division)
+    if run.staging_s:
+        log.start("staging_start", time_ms=t_init + 100)
+        log.end("staging_stop", metadata={"staging_duration": run.staging_s}, time_ms=t_init + 100 + run.staging_s * 1000)
+    log.event("seed", run.seed, time_ms=t - 2)
+    log.event("global_batch_size", 8, time_ms=t - 2)
+    log.event("train_samples", run.train_samples, time_ms=t - 2)
+    log.event("eval_samples", 16, time_ms=t - 2)
+    log.hyperparameters(COSMOFLOW_HPARAMS)
+    log.end("init_stop", time_ms=t - 1)
+    log.start("run_start", time_ms=t)
+    per_epoch = run.duration_s * 1000.0 / run.epochs
+    for e in range(1, run.epochs + 1):
+        e0 = t + (e - 1) * per_epoch
+        log.start("epoch_start", metadata={"epoch_num": e}, time_ms=e0)
+        log.end("epoch_stop", metadata={"epoch_num": e}, time_ms=e0 + 0.8 * per_epoch)
+        log.start("eval_start", metadata={"epoch_num": e}, time_ms=e0 + 0.8 * per_epoch)
+        err = run.final_error * (1 + 0.5 * (run.epochs - e))
+        log.event("eval_error", err, metadata={"epoch_num": e}, time_ms=e0 + 0.99 * per_epoch)
+        log.end("eval_stop", metadata={"epoch_num": e}, time_ms=e0 + 0.99 * per_epoch)
+    log.end("run_stop", metadata={"status": run.status}, time_ms=t + run.duration_s * 1000.0)
+    log.close()
+    return path
+
+
+def write_benchmark(root: Path, mode: str, runs: list[SynthRun], benchmark: str = "cosmoflow",
+                    system: str = "testbox", division: str = "open") -> Path:
+    """root/results/<system>/<mode>/<benchmark>/result_<k>.txt and root/systems/<system>.json."""
+    folder = root / "results" / system / mode / benchmark
+    for k, run in enumerate(runs):
+        write_log(folder / result_filename(k), run, benchmark, system, division)
+    nodes = sum(r.nodes for r in runs) if mode == "weak" else max(r.nodes for r in runs)
+    SystemDescription(system_name=system, number_of_nodes=nodes, division=division,
+                      framework="PyTorch").write(root / "systems" / f"{system}.json")
+    return folder

@@ -1,0 +1,133 @@
+"""The multi-instance runner under real mpiexec and gloo: 2 instances x 2 ranks, results in the
+summarizer's layout, `hpcbench report` equal to the official numbers, and failure isolation."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import project_env, run_cli, run_mpi
+from hpcbench import results_layout as rl
+
+JOB = "tests/runner_toy_job.py"
+
+
+def _folder(root: Path) -> Path:
+    return rl.benchmark_dir(root, "toybox", "weak", "cosmoflow")
+
+
+TRAIN = ["-m", "hpcbench", "train", "tests.harness_toy:ToyWorkload", "--config", "tests/harness_configs/mini.toml",
+         "--system-name", "toybox", "--no-progress", "--ranks-per-node", "1"]
+
+
+def test_two_instances_two_ranks_report_equals_official(tmp_path: Path) -> None:
+    """The real harness (toy workload) trained to target by 2 instances x 2 ranks under mpiexec."""
+    proc = run_mpi(4, [*TRAIN, "--instances", "2", "--results", str(tmp_path)], timeout=240)
+    assert proc.stdout.count(": success after") == 2, proc.stdout
+    folder = _folder(tmp_path)
+    assert sorted(p.name for p in rl.existing_results(folder)) == ["result_0.txt", "result_1.txt"]
+    assert json.loads(rl.system_file(tmp_path, "toybox").read_text())["number_of_nodes"] == 4
+    rep = run_cli(["report", str(tmp_path), "--strict"], timeout=120)
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    assert "agree on every number" in rep.stdout
+    (g,) = json.loads((tmp_path / "report" / "report.json").read_text())["groups"]
+    s, off = g["score"], g["official"]
+    assert s["M_prime"] == 2 == off["number_of_models"]
+    assert s["S"] == 2 == off["instance_scale"] and s["T"] == 4
+    assert s["ttta_min"] == pytest.approx(off["score_min"], abs=1e-6)
+    assert s["models_per_min"] == pytest.approx(2 / s["ttta_min"])
+    assert [r["seed"] for r in s["runs"]] == [1, 2]  # train.seed (1) + instance
+    assert (tmp_path / "report" / "toybox_weak_cosmoflow_timeline.png").exists()
+    # a second weak job into the same folder must not mix with the first one's logs
+    again = run_mpi(4, [*TRAIN, "--instances", "2", "--results", str(tmp_path)], timeout=120, check=False)
+    assert again.returncode != 0 and "already holds 2 result files" in again.stderr
+
+
+def test_strong_run_takes_the_next_free_index(tmp_path: Path) -> None:
+    """Strong scaling needs N separate runs in one folder: an earlier run's log is kept."""
+    folder = rl.benchmark_dir(tmp_path, "toybox", "strong", "cosmoflow")
+    folder.mkdir(parents=True)
+    (folder / "result_0.txt").write_text("earlier run\n")
+    run_mpi(2, [*TRAIN, "--results", str(tmp_path)], timeout=240)
+    assert (folder / "result_0.txt").read_text() == "earlier run\n"
+    assert '"status": "success"' in (folder / "result_1.txt").read_text()
+
+
+def test_failed_instance_is_reported_and_others_finish(tmp_path: Path) -> None:
+    env = project_env(TOY_FAIL="1:1:2")  # instance 1, its rank 1, in epoch 2, while rank 0 is in all_reduce
+    proc = run_mpi(4, [JOB, str(tmp_path), "2"], timeout=120, env=env, check=False)
+    assert proc.returncode != 0
+    assert "instance 0: success" in proc.stdout
+    assert "instance 1: FAILED" in proc.stdout and "toy divergence" in proc.stdout
+    summary = json.loads((_folder(tmp_path) / "train_summary.json").read_text())
+    assert [s["status"] for s in summary] == ["success", "failed"]
+    log1 = (_folder(tmp_path) / "result_1.txt").read_text().splitlines()
+    assert '"status": "aborted"' in log1[-1] and '"key": "run_stop"' in log1[-1]
+    rep = run_cli(["report", str(tmp_path), "--no-plots"], timeout=120)
+    (g,) = json.loads((tmp_path / "report" / "report.json").read_text())["groups"]
+    assert g["score"]["M"] == 2 and g["score"]["M_prime"] == 1
+    assert [r["status"] for r in g["score"]["runs"]] == ["success", "aborted"]
+    assert g["official"]["compliance"] == {"result_0.txt": True, "result_1.txt": False}
+    assert "1 of 2 instances failed" in rep.stdout
+
+
+def test_rank_failing_before_a_collective_does_not_hang_the_job(tmp_path: Path) -> None:
+    """Its peer waits in an MPI barrier forever; rank 0 gives up after the grace time, closes the
+    instance's log as aborted and ends the job, with instance 0's result complete."""
+    env = project_env(TOY_FAIL_EARLY="1:1", TOY_GRACE="2")
+    proc = run_mpi(4, [JOB, str(tmp_path), "2"], timeout=90, env=env, check=False)
+    assert proc.returncode != 0
+    assert "instance 0: success" in proc.stdout and "never finished" in proc.stderr
+    assert '"status": "aborted"' in (_folder(tmp_path) / "result_1.txt").read_text().splitlines()[-1]
+    assert '"status": "success"' in (_folder(tmp_path) / "result_0.txt").read_text().splitlines()[-1]
+
+
+def test_layout_next_free_index_and_names(tmp_path: Path) -> None:
+    folder = rl.benchmark_dir(tmp_path, "My System/1", "strong", "deepcam")
+    assert folder == tmp_path / "results" / "My_System_1" / "strong" / "deepcam"
+    folder.mkdir(parents=True)
+    assert rl.next_free_index(folder) == 0
+    (folder / "result_0.txt").write_text("x")
+    (folder / "result_2.txt").write_text("x")
+    assert rl.next_free_index(folder) == 1
+    assert rl.mode_for(1) == "strong" and rl.mode_for(8) == "weak"
+
+
+def test_staging_inside_the_job_is_logged_and_reported(tmp_path: Path) -> None:
+    """--stage-from/--stage-to: the real staging layer distributes a packed dataset to each (emulated)
+    node's folder first; each instance logs staging_start/stop, and the report shows the time."""
+    raw = tmp_path / "raw"
+    for split, n in (("train", 4), ("validation", 2)):
+        (raw / split).mkdir(parents=True)
+        for i in range(n):
+            (raw / split / f"s{i}.tfrecord").write_bytes(bytes(range(256)) * (40 + i))
+    pack = run_cli(["pack", "--dataset", "cosmoflow", "--source", str(raw), "--dest", str(tmp_path / "packed"),
+                    "--no-progress"], timeout=120)
+    assert pack.returncode == 0, pack.stderr
+    dest = str(tmp_path / "local" / "node{node}")
+    run_mpi(2, [*TRAIN, "--instances", "2", "--results", str(tmp_path / "sub"),
+                "--stage-from", str(tmp_path / "packed"), "--stage-to", dest], timeout=240)
+    for node in (0, 1):
+        staged = tmp_path / "local" / f"node{node}"
+        assert (staged / "train").is_dir() and (staged / "validation").is_dir()
+    rep = run_cli(["report", str(tmp_path / "sub"), "--strict", "--no-plots"], timeout=120)
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    (g,) = json.loads((tmp_path / "sub" / "report" / "report.json").read_text())["groups"]
+    assert all(r["staging_s"] is not None and r["staging_s"] >= 0 for r in g["score"]["runs"])
+    assert g["official"]["compliance"] == {"result_0.txt": True, "result_1.txt": True}
+
+
+def test_one_launch_per_instance_fills_one_weak_folder(tmp_path: Path) -> None:
+    """The srun-per-instance layout: separate launches write result_<offset> of one weak result."""
+    for k in (0, 1):
+        proc = run_cli(["train", "tests.harness_toy:ToyWorkload", "--config", "tests/harness_configs/mini.toml",
+                        "--system-name", "toybox", "--no-progress", "--mode", "weak", "--instance-offset", str(k),
+                        "--system-nodes", "2", "--set", f"train.seed={1 + k}", "--results", str(tmp_path)], timeout=240)
+        assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in rl.existing_results(_folder(tmp_path))) == ["result_0.txt", "result_1.txt"]
+    rep = run_cli(["report", str(tmp_path), "--strict", "--no-plots"], timeout=120)
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    (g,) = json.loads((tmp_path / "report" / "report.json").read_text())["groups"]
+    assert (g["score"]["M_prime"], g["score"]["S"], g["score"]["T"]) == (2, 1, 2)
+    assert [r["seed"] for r in g["score"]["runs"]] == [1, 2]

@@ -1,0 +1,115 @@
+"""`hpcbench report` on hand-made logs in the real MLLOG format: our scores against the rules and
+against the official result summarizer and compliance checker."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from common.errors import DataError
+from hpcbench.report.build import build
+from hpcbench.report.logs import parse_log
+from hpcbench.report.scoring import REQUIRED_RUNS, olympic_mean
+from mllog_synth import SynthRun, write_benchmark, write_log
+from conftest import run_cli
+
+
+def test_olympic_mean_matches_official_and_required_runs_match_meta() -> None:
+    from mlperf_logging.benchmark_meta import get_result_file_counts
+    from mlperf_logging.result_summarizer.result_summarizer import _compute_olympic_average
+
+    times = [5.0, 3.0, 4.0, 9.0, 6.0]
+    assert olympic_mean(times, 0) == pytest.approx((4 + 5 + 6) / 3)
+    assert olympic_mean(times, 0) == pytest.approx(_compute_olympic_average(list(times), 0, 1))
+    assert olympic_mean(times[:4], 1) == pytest.approx(_compute_olympic_average(list(times[:4]), 1, 1))
+    assert olympic_mean(times[:3], 2) is None
+    assert olympic_mean([1.0, 2.0], 0) is None
+    counts = get_result_file_counts("hpc")
+    for bench in ("cosmoflow", "deepcam", "oc20"):
+        assert REQUIRED_RUNS[bench] == counts[bench]
+
+
+def test_parse_log_reads_times_staging_epochs(tmp_path: Path) -> None:
+    log = parse_log(write_log(tmp_path / "result_0.txt", SynthRun(2.0, 90.0, epochs=4, staging_s=3.0, seed=7)))
+    assert log.time_to_solution_s == pytest.approx(90.0)
+    assert log.staging_ms == pytest.approx(3000.0)
+    assert log.epochs == 4 and log.seed == 7 and log.converged
+    assert log.samples_per_s == pytest.approx(64 * 4 / (0.8 * 90.0))
+    assert log.metric_key == "eval_error" and log.metrics[-1] == (4, pytest.approx(0.1))
+
+
+def test_bad_line_names_file_and_line(tmp_path: Path) -> None:
+    p = write_log(tmp_path / "result_0.txt", SynthRun(0, 10))
+    p.write_text(p.read_text() + ':::MLLOG {"key": "run_stop", broken\n')
+    with pytest.raises(DataError, match=r"result_0.txt:\d+: MLLOG line is not valid JSON"):
+        parse_log(p)
+
+
+def test_strong_scaling_olympic_and_one_failure_agree_with_official(tmp_path: Path) -> None:
+    times = [300, 320, 310, 350, 330]
+    runs = [SynthRun(i * 1000.0, t, seed=i) for i, t in enumerate(times)]
+    runs[3] = SynthRun(3000.0, 350, status="aborted", final_error=0.5)  # never reached the target
+    write_benchmark(tmp_path, "strong", runs, benchmark="cosmoflow")
+    (rep,) = build(tmp_path, tmp_path / "out")
+    ok = sorted([300, 320, 310, 330])
+    assert rep.score.score_min == pytest.approx(sum(ok[1:]) / 3 / 60.0)  # failure = the dropped slowest
+    assert rep.official is not None and rep.official.score_min == pytest.approx(rep.score.score_min)
+    assert rep.official.compliance["result_3.txt"][0] is False
+    assert not rep.disagreements, rep.disagreements
+    assert not rep.score.valid and any("5 of the 10 runs" in n for n in rep.score.notes)
+
+
+def test_strong_scaling_two_failures_give_no_score(tmp_path: Path) -> None:
+    runs = [SynthRun(i * 1000.0, 300 + i, status="aborted" if i < 2 else "success",
+                     final_error=0.5 if i < 2 else 0.1) for i in range(5)]
+    write_benchmark(tmp_path, "strong", runs, benchmark="cosmoflow")
+    (rep,) = build(tmp_path, tmp_path / "out", make_plots=False)
+    assert rep.score.score_min is None and rep.official.score_min is None
+    assert any("at most 1" in n for n in rep.score.notes)
+
+
+def test_weak_scaling_two_instances_cli(tmp_path: Path) -> None:
+    runs = [SynthRun(0.0, 100.0, nodes=2, staging_s=5.0, seed=11), SynthRun(4.0, 116.0, nodes=2, staging_s=6.0, seed=12)]
+    write_benchmark(tmp_path, "weak", runs, benchmark="cosmoflow", system="box")
+    proc = run_cli(["report", str(tmp_path), "--strict"], timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "agree on every number" in proc.stdout
+    data = json.loads((tmp_path / "report" / "report.json").read_text())
+    (g,) = data["groups"]
+    s = g["score"]
+    assert (s["M"], s["M_prime"], s["S"], s["T"]) == (2, 2, 2, 4)
+    assert s["ttta_min"] == pytest.approx(120.0 / 60.0)
+    assert s["models_per_min"] == pytest.approx(2 / 2.0)
+    assert g["official"]["number_of_models"] == 2 and g["official"]["score_min"] == pytest.approx(2.0)
+    assert g["official"]["scored"] is False  # the official summarizer wants >= 10 cosmoflow models
+    assert [r["staging_s"] for r in s["runs"]] == [pytest.approx(5.0), pytest.approx(6.0)]
+    rows = list(csv.DictReader((tmp_path / "report" / "report.csv").open()))
+    assert [r["run"] for r in rows] == ["result_0.txt", "result_1.txt"]
+    for name in ("box_weak_cosmoflow_timeline.png", "box_weak_cosmoflow_throughput.png"):
+        assert (tmp_path / "report" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_weak_disagreement_is_reported_not_hidden(tmp_path: Path) -> None:
+    """An instance that claims success but never met the target: the official checker rejects it."""
+    runs = [SynthRun(0.0, 50.0), SynthRun(1.0, 80.0, status="success", final_error=0.5)]
+    write_benchmark(tmp_path, "weak", runs)
+    proc = run_cli(["report", str(tmp_path), "--strict", "--no-plots"], timeout=120)
+    assert proc.returncode == 1
+    assert "DISAGREEMENT" in proc.stdout and "M' (converged models)" in proc.stdout
+
+
+def test_scaling_curve_when_several_scales(tmp_path: Path) -> None:
+    for system, nodes in (("small", 1), ("big", 4)):
+        write_benchmark(tmp_path, "weak", [SynthRun(0.0, 60.0 + nodes, nodes=nodes) for _ in range(2)], system=system)
+    reps = build(tmp_path, tmp_path / "out", official=False)
+    assert (tmp_path / "out" / "weak_cosmoflow_scaling.png").exists()
+    assert {r.score.T for r in reps} == {2, 8}
+
+
+def test_missing_or_empty_results_dir_is_a_clear_error(tmp_path: Path) -> None:
+    proc = run_cli(["report", str(tmp_path / "nope")], timeout=60)
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+    proc = run_cli(["report", str(tmp_path)], timeout=60)
+    assert proc.returncode == 2 and "no result_*.txt logs" in proc.stderr
