@@ -95,8 +95,8 @@ def read_sample(path: Path, channels: Sequence[int], shape: tuple[int, int] | No
     if check_labels:
         bad = (labels < 0) | (labels >= NUM_CLASSES) | (labels != np.round(labels))
         if bad.any():
-            raise DataError(f"'{path}': climate/labels_0 holds value {labels[bad].flat[0]!r}; "
-                            f"classes must be 0, 1 or 2")
+            raise DataError(f"'{path}': climate/labels_0 holds value {labels[bad].flat[0].item():g} at "
+                            f"{int(bad.sum())} pixel(s); classes must be 0, 1 or 2")
     return data, labels.astype(np.uint8)
 
 

@@ -45,6 +45,21 @@ class SepConv(nn.Sequential):
         )
 
 
+class StridedPointwise(nn.Conv2d):
+    """1x1 convolution with stride. On the CPU it subsamples first and convolves with stride 1 (the
+    same maths): torch 2.13's oneDNN weight-gradient of a strided 1x1 channels-last convolution with
+    few channels crashes the process."""
+
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__(cin, cout, 1, stride, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = self.stride[0]
+        if s == 1 or x.device.type != "cpu":
+            return super().forward(x)
+        return F.conv2d(x[:, :, ::s, ::s], self.weight)
+
+
 class XBlock(nn.Module):
     """Residual block: ``reps`` separable convs with BN (ReLU between them), optional extra
     separable conv (strided for downsampling, or unstrided when it closes a flow), plus a 1x1
@@ -62,7 +77,7 @@ class XBlock(nn.Module):
         if stride != 1 or closing:
             layers.append(SepConv(cout, cout, stride=stride))
         self.body = nn.Sequential(*layers)
-        self.shortcut = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), norm(cout))
+        self.shortcut = (nn.Sequential(StridedPointwise(cin, cout, stride), norm(cout))
                          if cin != cout or stride != 1 else nn.Identity())
         self.relu_out = relu_out
 
