@@ -36,7 +36,7 @@ def test_two_rank_training_run_logs_iou(tmp_path: Path) -> None:
     run_mpi(2, ["-m", "hpcbench", "train", "deepcam", "--config", "mini", "--data", str(data),
                 "--results", str(results), "--no-progress", "--set", "train.max_epochs=1",
                 "--set", "train.global_batch_size=4", "--set", "optim.distributed=true",
-                "--set", "data.threads=1"], timeout=300)
+                "--set", "data.threads=1", "--set", "optim.warmup=1"], timeout=300)
     events = _events(results / "result_0.txt")
     by_key = {e["key"]: e for e in events}
     assert by_key["submission_benchmark"]["value"] == "deepcam"
