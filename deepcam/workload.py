@@ -44,8 +44,9 @@ class DeepCAMWorkload(Workload[DeepCAMConfig]):
 
     def _loader(self, split: str, shard: DataShard, train: bool) -> EpochLoader:
         d, t = self.cfg.data, self.cfg.train
+        files = list_samples(self._root(), split)  # the clearer error first when the dataset is missing
         norm = Normalizer.from_stats(self._root() / d.stats_file, d.channels)
-        loader = ThreadedLoader(list_samples(self._root(), split), norm, d.channels, shard.local_batch_size,
+        loader = ThreadedLoader(files, norm, d.channels, shard.local_batch_size,
                                 rank=shard.rank, size=shard.size, seed=shard.seed, shuffle=train,
                                 drop_uneven=train, threads=d.threads, prefetch=d.prefetch,
                                 channels_last=t.channels_last, pin_memory=shard.device.type == "cuda")
