@@ -175,3 +175,14 @@ def test_datagen_cli_writes_dataset_and_refuses_to_overwrite(tmp_path: Path) -> 
     assert again.returncode != 0 and "already holds" in again.stderr and "Traceback" not in again.stderr
     with pytest.raises(DataError, match="multiples of 16"):
         write_dataset(tmp_path / "x", 1, 1, 30, 48, seed=0, workers=1)
+
+
+def test_mini_target_is_well_above_all_background() -> None:
+    from deepcam.metric import iou_per_sample
+    from deepcam.synth import make_sample
+    from deepcam.workload import DeepCAMWorkload
+
+    labels = torch.from_numpy(np.stack([make_sample((11, 1, i), 96, 144)[1] for i in range(48)])).long()
+    baseline = iou_per_sample(torch.zeros_like(labels), labels, 3).mean().item()
+    target = DeepCAMWorkload.load_config("mini").train.target
+    assert target >= 0.82 and target - baseline >= 0.25, (target, baseline)

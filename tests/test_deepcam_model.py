@@ -69,3 +69,16 @@ def test_bf16_autocast_forward_runs() -> None:
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = model(torch.randn(1, 16, 32, 48))
     assert out.shape == (1, 3, 32, 48) and torch.isfinite(out.float()).all()
+
+
+def test_group_batchnorm_needs_cuda_on_this_box() -> None:
+    import pytest
+
+    from common.errors import ConfigError
+    from deepcam.workload import DeepCAMWorkload
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present: SyncBatchNorm groups are allowed")
+    cfg = DeepCAMWorkload.load_config("mini", ["model.bn_group_size=2"])
+    with pytest.raises(ConfigError, match="bn_group_size"):
+        DeepCAMWorkload(cfg).build_model()
