@@ -86,7 +86,14 @@ class SGD(FlatOptimizer):
 
     def _update(self, p, g, lr, skip) -> None:  # noqa: ANN001
         c = self.cfg
-        d = g + c.weight_decay * p if c.weight_decay else g
+        d = g.add(p, alpha=c.weight_decay) if c.weight_decay else g
+        if skip is None:  # the common case, fully in place: 2-4 kernels for the whole model
+            if c.momentum:
+                buf = self.state["momentum"]
+                buf.mul_(c.momentum).add_(d)
+                d = d.add(buf, alpha=c.momentum) if c.nesterov else buf
+            p.addcmul_(d, lr, value=-1.0)
+            return
         if c.momentum:
             buf = self.state["momentum"]
             new_buf = c.momentum * buf + d
@@ -109,10 +116,18 @@ class Adam(FlatOptimizer):
         b1, b2 = c.betas
         m, v = self.state["exp_avg"], self.state["exp_avg_sq"]
         if c.weight_decay and not self.decoupled:
-            g = g + c.weight_decay * p
+            g = g.add(p, alpha=c.weight_decay)
+        t = self.step_count + 1
+        if skip is None:  # in place
+            m.lerp_(g, 1 - b1)
+            v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            denom = (v / (1 - b2**t)).sqrt_().add_(c.eps)
+            if c.weight_decay and self.decoupled:
+                p.mul_(1 - lr * c.weight_decay)
+            p.addcdiv_(m * (lr / (1 - b1**t)), denom, value=-1.0)
+            return
         _assign(m, torch.lerp(m, g, 1 - b1), skip)
         _assign(v, b2 * v + (1 - b2) * g * g, skip)
-        t = self.step_count + 1
         denom = (v / (1 - b2**t)).sqrt() + c.eps
         new_p = p * (1 - lr * c.weight_decay) if (c.weight_decay and self.decoupled) else p
         _assign(p, new_p - lr * (m / (1 - b1**t)) / denom, skip)
@@ -165,6 +180,11 @@ class DistributedLAMB(LAMB):
 
     sharded = True
 
+    def __init__(self, flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0) -> None:
+        if flat.padded % world:
+            raise ConfigError(f"DistributedLAMB over {world} ranks needs FlatParams(..., pad_to={world})")
+        super().__init__(flat, cfg, world, rank)
+
     def _local_size(self) -> int:
         return self.flat.padded // self.world
 
@@ -193,8 +213,18 @@ class DistributedLAMB(LAMB):
         self.step_count.add_(1.0 if skip is None else 1.0 - skip)
 
 
-def build_optimizer(flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0) -> FlatOptimizer:
-    """The optimizer ``cfg.name`` over ``flat`` (``distributed = true`` shards LAMB's state)."""
+def build_optimizer(flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0,
+                    allow_apex: bool = True) -> FlatOptimizer:
+    """The optimizer ``cfg.name`` over ``flat`` (``distributed = true`` shards LAMB's state;
+    ``apex = true`` picks apex's fused LAMB where it is importable on CUDA, see common.apex_optim)."""
+    if cfg.name == "lamb" and cfg.apex and not cfg.distributed and allow_apex:
+        from .apex_optim import ApexLAMB, apex_lamb_available
+
+        ok, why = apex_lamb_available(flat.device)
+        if ok:
+            return ApexLAMB(flat, cfg, world, rank)
+        if rank == 0:
+            print(f"hpcbench: optim.apex requested but not used: {why}; using the built-in LAMB", flush=True)
     if cfg.name == "sgd":
         return SGD(flat, cfg, world, rank)
     if cfg.name in ("adam", "adamw"):

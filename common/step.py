@@ -116,14 +116,16 @@ class TrainStep:
 
     # CUDA graph -------------------------------------------------------------------------------
     def _snapshot(self) -> list[torch.Tensor]:
+        return [t.clone() for t in self._live()]
+
+    def _live(self) -> list[torch.Tensor]:
+        """Every tensor a training step mutates: parameters, optimizer, scaler, module buffers."""
         opt = self.optimizer
-        return [t.clone() for t in (self.flat.params, opt.step_count, *opt.state.values(),
-                                    self.precision.scale, self.precision.growth_tracker)]
+        return [self.flat.params, opt.step_count, *opt.state.values(), self.precision.scale,
+                self.precision.growth_tracker, *self.model.buffers()]
 
     def _restore(self, saved: list[torch.Tensor]) -> None:
-        opt = self.optimizer
-        live = [self.flat.params, opt.step_count, *opt.state.values(), self.precision.scale, self.precision.growth_tracker]
-        for dst, src in zip(live, saved):
+        for dst, src in zip(self._live(), saved):
             dst.copy_(src)
 
     def _capture(self, batch: Any) -> None:

@@ -1,0 +1,88 @@
+"""DistributedLAMB vs LAMB: step time and per-rank optimizer-state memory, under mpiexec.
+
+A flat model of ``--params`` parameters (default ~50M, in tensors of mixed sizes) lives in one
+FlatParams buffer per rank. Each timed step starts from fresh per-rank gradients and includes the
+instance's communication:
+
+* baseline ``LAMB``: all-reduce of the whole flat gradient, then the full LAMB update on every rank;
+* ``DistributedLAMB``: reduce-scatter of the gradient, LAMB update of this rank's 1/N shard (one
+  all-reduce of per-tensor partial norms), all-gather of the updated parameters.
+
+Steps alternate between the two (interleaved, so contention hits both); medians are compared.
+
+    mpiexec -n 4 python benchmarks/harness_lamb.py [--params 50e6] [--steps 5]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch import nn  # noqa: E402
+
+from common.dist import init_distributed  # noqa: E402
+from common.flat import FlatParams  # noqa: E402
+from common.optim import LAMB, DistributedLAMB  # noqa: E402
+from common.runconfig import OptimConfig  # noqa: E402
+
+
+class FlatModel(nn.Module):
+    """Parameters only: matrices of 1M..4M elements plus small bias/norm vectors."""
+
+    def __init__(self, total: int) -> None:
+        super().__init__()
+        sizes, n, i = [], 0, 0
+        while n < total:
+            big = min((1 + i % 4) * 1_000_000, total - n)
+            sizes += [big, min(1024, max(1, total - n - big))]
+            n += sum(sizes[-2:])
+            i += 1
+        self.ps = nn.ParameterList(nn.Parameter(torch.randn(s) * 0.02) for s in sizes if s > 0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--params", type=float, default=50e6)
+    ap.add_argument("--steps", type=int, default=5)
+    args = ap.parse_args()
+    env = init_distributed()
+    world, rank = env.layout.instance_size, env.layout.instance_rank
+    cfg = OptimConfig(name="lamb", lr=1e-3, weight_decay=0.01, max_grad_norm=1.0)
+    torch.manual_seed(0)
+    flat = FlatParams(FlatModel(int(args.params)), pad_to=world)
+    opts = {"LAMB": LAMB(flat, cfg, world, rank), "DistributedLAMB": DistributedLAMB(flat, cfg, world, rank)}
+    grad = torch.randn(flat.padded, generator=torch.Generator().manual_seed(rank)) * 1e-3
+    lr = torch.tensor(cfg.lr)
+    times: dict[str, list[float]] = {k: [] for k in opts}
+    for step in range(args.steps + 1):
+        for name, opt in opts.items():
+            flat.grads.copy_(grad)
+            dist.barrier()
+            t0 = time.perf_counter()
+            opt.step(lr)
+            dist.barrier()
+            if step:  # step 0 warms up allocator and gloo buffers
+                times[name].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    state = {k: o.state_numel() * 4 for k, o in opts.items()}
+    rows = env.instance_comm.gather((rank, state), root=0)
+    if rank == 0:
+        print(f"{world} ranks, {flat.numel / 1e6:.1f}M parameters in {flat.num_tensors} tensors, "
+              f"torch threads/rank={torch.get_num_threads()}, {args.steps} interleaved steps each (median)")
+        for name in opts:
+            print(f"{name:16s}: {med[name] * 1000:8.1f} ms/step, optimizer state {state[name] / 2**20:7.1f} MiB/rank")
+        print(f"step time ratio DistributedLAMB/LAMB = {med['DistributedLAMB'] / med['LAMB']:.3f}")
+        print(f"state memory ratio DistributedLAMB/LAMB = {state['DistributedLAMB'] / state['LAMB']:.3f} "
+              f"(ideal 1/{world} = {1 / world:.3f}); per rank: "
+              + ", ".join(f"r{r}={s['DistributedLAMB'] / 2**20:.1f} MiB" for r, s in sorted(rows)))
+    env.close()
+
+
+if __name__ == "__main__":
+    main()
