@@ -1,0 +1,188 @@
+"""DeepCAM data: synthetic writer -> real layout -> reader, validation errors, sharding, DALI."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from common.errors import DataError
+from deepcam.data import Normalizer, ThreadedLoader, list_samples, read_sample, shard_indices
+from deepcam.datagen import write_dataset
+from deepcam.synth import CHANNELS
+
+from conftest import run_cli
+
+H, W = 32, 48
+ALL = list(range(16))
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("deepcam")
+    write_dataset(root, samples=10, eval_samples=5, height=H, width=W, seed=7, workers=1)
+    return root
+
+
+def test_layout_shapes_and_stats(dataset: Path) -> None:
+    train, val = list_samples(dataset, "train"), list_samples(dataset, "validation")
+    assert len(train) == 10 and len(val) == 5
+    with h5py.File(train[0], "r") as f:
+        assert f["climate/data"].shape == (H, W, 16) and f["climate/data"].dtype == np.float32
+        assert f["climate/labels_0"].shape == (H, W)
+    stack = np.stack([read_sample(p, ALL)[0] for p in train]).reshape(-1, 16).astype(np.float64)
+    with h5py.File(dataset / "stats.h5", "r") as f:
+        s = {k: f[f"climate/{k}"][...] for k in ("count", "mean", "sqmean", "minval", "maxval")}
+    assert np.allclose(s["count"], stack.shape[0])
+    assert np.allclose(s["mean"], stack.mean(0), rtol=1e-6)
+    assert np.allclose(s["sqmean"], (stack**2).mean(0), rtol=1e-6)
+    assert np.allclose(s["minval"], stack.min(0)) and np.allclose(s["maxval"], stack.max(0))
+
+
+def test_normalization_and_nchw(dataset: Path) -> None:
+    files = list_samples(dataset, "validation")
+    norm = Normalizer.from_stats(dataset / "stats.h5", ALL)
+    loader = ThreadedLoader(files, norm, ALL, 2, shuffle=False, drop_uneven=False, channels_last=False)
+    x, y = next(iter(loader))
+    raw, labels = read_sample(files[0], ALL)
+    with h5py.File(dataset / "stats.h5", "r") as f:
+        lo, hi = f["climate/minval"][...], f["climate/maxval"][...]
+    expect = ((raw - lo) / (hi - lo)).transpose(2, 0, 1)
+    assert x.shape == (2, 16, H, W) and x.is_contiguous() and y.dtype == torch.int64
+    assert np.allclose(x[0].numpy(), expect, atol=1e-5)
+    assert torch.equal(y[0], torch.from_numpy(labels.astype(np.int64)))
+    assert sum(len(b[0]) for b in loader) == 5  # eval keeps the last partial batch
+
+
+def test_channel_subset(dataset: Path) -> None:
+    files = list_samples(dataset, "train")
+    sub = [0, 7, 10]
+    data, _ = read_sample(files[0], sub)
+    full, _ = read_sample(files[0], ALL)
+    assert np.array_equal(data, full[..., sub])
+
+
+def test_planted_features_and_background_fraction(tmp_path: Path) -> None:
+    write_dataset(tmp_path, samples=24, eval_samples=1, height=96, width=144, seed=3, workers=1)
+    labels = np.stack([read_sample(p, ALL)[1] for p in list_samples(tmp_path, "train")])
+    freq = np.bincount(labels.ravel(), minlength=3) / labels.size
+    assert 0.95 < freq[0] < 0.995 and freq[1] > 0 and freq[2] > 0
+    # cyclones sit in pressure lows, rivers are moist: check the physics the labels mark
+    data = np.stack([read_sample(p, ALL)[0] for p in list_samples(tmp_path, "train")])
+    psl, tmq = data[..., CHANNELS.index("PSL")], data[..., CHANNELS.index("TMQ")]
+    assert psl[labels == 1].mean() < psl[labels == 0].mean() - 1000
+    assert tmq[labels == 2].mean() > tmq[labels == 0].mean() + 10
+
+
+def test_missing_dataset_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="does not exist"):
+        list_samples(tmp_path / "nowhere", "train")
+    (tmp_path / "train").mkdir()
+    with pytest.raises(DataError, match="no data-"):
+        list_samples(tmp_path, "train")
+    with pytest.raises(DataError, match="stats.h5"):
+        Normalizer.from_stats(tmp_path / "stats.h5", ALL)
+
+
+def _write(path: Path, data: np.ndarray, labels: np.ndarray) -> Path:
+    with h5py.File(path, "w") as f:
+        f["climate/data"] = data
+        f["climate/labels_0"] = labels
+    return path
+
+
+def test_wrong_shape_names_the_file(tmp_path: Path) -> None:
+    good = np.zeros((H, W, 16), np.float32)
+    p = _write(tmp_path / "data-0.h5", np.zeros((H, W + 16, 16), np.float32), np.zeros((H, W + 16)))
+    with pytest.raises(DataError, match=r"data-0\.h5.*expected 32x48"):
+        read_sample(p, ALL, (H, W))
+    p = _write(tmp_path / "data-1.h5", np.zeros((H, W, 4), np.float32), np.zeros((H, W)))
+    with pytest.raises(DataError, match=r"data-1\.h5.*\(H, W, C\)"):
+        read_sample(p, ALL)
+    p = _write(tmp_path / "data-2.h5", good, np.zeros((H, W - 1)))
+    with pytest.raises(DataError, match=r"data-2\.h5.*labels_0 has shape"):
+        read_sample(p, ALL)
+    (tmp_path / "data-3.h5").write_bytes(b"not hdf5")
+    with pytest.raises(DataError, match=r"data-3\.h5"):
+        read_sample(tmp_path / "data-3.h5", ALL)
+
+
+def test_bad_label_value_names_the_file(tmp_path: Path) -> None:
+    labels = np.zeros((H, W), np.float32)
+    labels[3, 4] = 3
+    p = _write(tmp_path / "data-9.h5", np.zeros((H, W, 16), np.float32), labels)
+    with pytest.raises(DataError, match=r"data-9\.h5.*value 3"):
+        read_sample(p, ALL)
+    labels[3, 4] = 1.5
+    p = _write(tmp_path / "data-8.h5", np.zeros((H, W, 16), np.float32), labels)
+    with pytest.raises(DataError, match=r"data-8\.h5.*1\.5"):
+        read_sample(p, ALL)
+
+
+def test_sharding_is_disjoint_seeded_and_reshuffled() -> None:
+    n, size = 23, 4
+    train = [shard_indices(n, r, size, seed=5, epoch=1, shuffle=True, drop_uneven=True) for r in range(size)]
+    assert {len(t) for t in train} == {n // size}
+    assert len(set(np.concatenate(train))) == size * (n // size)
+    evals = np.concatenate([shard_indices(n, r, size, 5, 1, False, False) for r in range(size)])
+    assert sorted(evals) == list(range(n))  # every validation sample exactly once
+    again = shard_indices(n, 0, size, 5, 1, True, True)
+    assert np.array_equal(again, train[0])
+    assert not np.array_equal(shard_indices(n, 0, size, 5, 2, True, True), train[0])
+
+
+def test_channels_last_batch_is_a_view_of_the_hwc_data(dataset: Path) -> None:
+    norm = Normalizer.from_stats(dataset / "stats.h5", ALL)
+    files = list_samples(dataset, "train")
+    a = ThreadedLoader(files, norm, ALL, 3, seed=1, channels_last=True, threads=2)
+    b = ThreadedLoader(files, norm, ALL, 3, seed=1, channels_last=False, threads=1)
+    assert len(a) == 3
+    for (xa, ya), (xb, yb) in zip(a, b):
+        assert xa.is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+
+
+def test_dali_pipeline_matches_threaded_loader(dataset: Path) -> None:
+    pytest.importorskip("nvidia.dali")
+    from deepcam.dali import DALILoader
+
+    norm = Normalizer.from_stats(dataset / "stats.h5", ALL)
+    files = list_samples(dataset, "validation")
+    for cl in (True, False):
+        plain = ThreadedLoader(files, norm, ALL, 2, shuffle=False, drop_uneven=False, channels_last=cl)
+        dali = DALILoader(ThreadedLoader(files, norm, ALL, 2, shuffle=False, drop_uneven=False, channels_last=cl),
+                          torch.device("cpu"))
+        for epoch in (1, 2):
+            plain.set_epoch(epoch)
+            dali.set_epoch(epoch)
+            got, ref = list(dali), list(plain)
+            assert len(got) == len(ref) == 3
+            for (xd, yd), (xp, yp) in zip(got, ref):
+                assert torch.allclose(xd, xp, atol=1e-6) and torch.equal(yd, yp)
+
+
+def test_datagen_cli_writes_dataset_and_refuses_to_overwrite(tmp_path: Path) -> None:
+    out = tmp_path / "cam"
+    args = ["datagen", "deepcam", "--out", str(out), "--samples", "3", "--eval-samples", "2",
+            "--height", "32", "--width", "48", "--workers", "1"]
+    proc = run_cli(args)
+    assert proc.returncode == 0, proc.stderr
+    assert len(list_samples(out, "train")) == 3 and (out / "stats.h5").is_file()
+    assert not list(out.rglob(".*.tmp"))
+    again = run_cli(args)
+    assert again.returncode != 0 and "already holds" in again.stderr and "Traceback" not in again.stderr
+    with pytest.raises(DataError, match="multiples of 16"):
+        write_dataset(tmp_path / "x", 1, 1, 30, 48, seed=0, workers=1)
+
+
+def test_mini_target_is_well_above_all_background() -> None:
+    from deepcam.metric import iou_per_sample
+    from deepcam.synth import make_sample
+    from deepcam.workload import DeepCAMWorkload
+
+    labels = torch.from_numpy(np.stack([make_sample((11, 1, i), 96, 144)[1] for i in range(48)])).long()
+    baseline = iou_per_sample(torch.zeros_like(labels), labels, 3).mean().item()
+    target = DeepCAMWorkload.load_config("mini").train.target
+    assert target >= 0.82 and target - baseline >= 0.25, (target, baseline)

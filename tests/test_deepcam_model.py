@@ -1,0 +1,84 @@
+"""DeepLabv3+ / modified aligned Xception: reference parameter count, structure, shapes, layouts."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from deepcam.model import ASPP, DeepLabV3Plus, ModelConfig, StridedPointwise, XBlock, count_parameters
+
+MINI = ModelConfig(width=0.0625, middle_blocks=1)
+
+
+def test_full_model_has_reference_parameter_count() -> None:
+    model = DeepLabV3Plus(ModelConfig())  # 16 input channels, 3 classes, 16 middle blocks
+    assert count_parameters(model) == 56_454_720
+    assert len(model.encoder.middle) == 16
+    assert all(isinstance(b, XBlock) for b in model.encoder.middle)
+    rates = [b[0].dilation[0] for b in model.aspp.branches]
+    assert rates == [1, 6, 12, 18]
+    assert model.aspp.project[0].in_channels == 5 * 256  # four atrous branches + image pooling
+
+
+def test_depth_and_width_scale_the_same_code() -> None:
+    a = count_parameters(DeepLabV3Plus(ModelConfig(middle_blocks=15)))
+    per_block = 3 * (728 * 9 + 728 * 728 + 2 * 728)  # 3 separable convs + BN per middle block
+    assert 56_454_720 - a == per_block
+    assert count_parameters(DeepLabV3Plus(MINI)) < 200_000
+
+
+def test_output_stride_16_and_full_resolution_logits() -> None:
+    torch.manual_seed(0)
+    model = DeepLabV3Plus(MINI).eval()
+    x = torch.randn(2, 16, 64, 96)
+    feats, low = model.encoder(x)
+    assert feats.shape[2:] == (4, 6) and low.shape[2:] == (16, 24)
+    assert model(x).shape == (2, 3, 64, 96)
+
+
+def test_channels_last_matches_nchw_forward_and_backward() -> None:
+    torch.manual_seed(0)
+    model = DeepLabV3Plus(MINI)
+    x = torch.randn(2, 16, 32, 48)
+    ref = model(x)
+    ref.square().mean().backward()
+    g_ref = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    cl = model.to(memory_format=torch.channels_last)
+    out = cl(x.to(memory_format=torch.channels_last))
+    out.square().mean().backward()
+    assert torch.allclose(out, ref, atol=1e-4, rtol=1e-4)
+    assert all(torch.allclose(p.grad, g, atol=1e-4, rtol=1e-3) for p, g in zip(cl.parameters(), g_ref))
+
+
+def test_strided_pointwise_equals_strided_conv() -> None:
+    torch.manual_seed(0)
+    sp = StridedPointwise(4, 8, 2)
+    conv = nn.Conv2d(4, 8, 1, 2, bias=False)
+    conv.weight.data.copy_(sp.weight.data)
+    x = torch.randn(2, 4, 11, 14)
+    assert torch.allclose(sp(x), conv(x))
+
+
+def test_aspp_image_pool_broadcasts_to_feature_size() -> None:
+    aspp = ASPP(8, 4, nn.BatchNorm2d).eval()
+    assert aspp(torch.randn(1, 8, 3, 5)).shape == (1, 4, 3, 5)
+
+
+def test_bf16_autocast_forward_runs() -> None:
+    model = DeepLabV3Plus(MINI).eval()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(torch.randn(1, 16, 32, 48))
+    assert out.shape == (1, 3, 32, 48) and torch.isfinite(out.float()).all()
+
+
+def test_group_batchnorm_needs_cuda_on_this_box() -> None:
+    import pytest
+
+    from common.errors import ConfigError
+    from deepcam.workload import DeepCAMWorkload
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present: SyncBatchNorm groups are allowed")
+    cfg = DeepCAMWorkload.load_config("mini", ["model.bn_group_size=2"])
+    with pytest.raises(ConfigError, match="bn_group_size"):
+        DeepCAMWorkload(cfg).build_model()
