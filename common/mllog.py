@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mlperf_logging import mllog
+from mlperf_logging.mllog.mllog import MLLogger
 from mlperf_logging.mllog import constants
 
 from .system import SystemDescription
@@ -35,7 +35,7 @@ class MLPerfLogger:
         self.path = Path(path) if path is not None else None
         self.enabled = path is not None
         self._handlers: list[logging.Handler] = []
-        self._logger: mllog.MLLogger | None = None
+        self._logger: MLLogger | None = None
         if not self.enabled:
             return
         assert self.path is not None
@@ -51,7 +51,7 @@ class MLPerfLogger:
             sh = logging.StreamHandler(sys.stdout)
             logger.addHandler(sh)
             self._handlers.append(sh)
-        self._logger = mllog.MLLogger(logger=logger, default_stack_offset=2, root_dir=root_dir)
+        self._logger = MLLogger(logger=logger, default_stack_offset=2, root_dir=root_dir)
         self._ml_logger = logger
 
     # raw events ---------------------------------------------------------------------------
@@ -99,6 +99,7 @@ def check_log(path: Path, ruleset: str = RULESET) -> tuple[bool, str]:
         [sys.executable, "-m", "mlperf_logging.compliance_checker", str(path), "--usage", USAGE, "--ruleset", ruleset],
         capture_output=True,
         text=True,
+        cwd=Path(path).parent,  # the checker writes compliance_checker.log into its working directory
     )
     output = proc.stdout + proc.stderr
     return proc.returncode == 0 and "SUCCESS" in output, output

@@ -58,6 +58,7 @@ class TrainConfig:
     loader_workers: int = 0
     checkpoint_dir: str = ""
     checkpoint_every: int = 0  # epochs; 0 disables
+    resume: bool = False  # continue from the latest checkpoint in checkpoint_dir, if there is one
     log_every: int = 0  # steps between loss read-backs for the progress bar; 0 = per epoch
 
     def validate(self) -> None:

@@ -69,6 +69,7 @@ class Workload(ABC, Generic[C]):
     metric_key: ClassVar[str]  # eval_error | eval_accuracy
     higher_is_better: ClassVar[bool]
     static_shapes: ClassVar[bool] = True  # False: no CUDA graph capture (e.g. variable-size graphs)
+    eval_needs_grad: ClassVar[bool] = False  # True: eval runs with autograd on (e.g. forces = -dE/dx)
 
     def __init__(self, cfg: C) -> None:
         self.cfg = cfg

@@ -46,8 +46,11 @@ def entry(name: str) -> WorkloadEntry:
 
 
 def get(name: str) -> "type[Workload]":
-    """The workload class, imported now."""
-    e = entry(name)
+    """The workload class, imported now. ``package.module:Class`` names an out-of-tree workload."""
+    if ":" in name:
+        e = WorkloadEntry(name, name, "", "out-of-tree workload")
+    else:
+        e = entry(name)
     module_name, _, attr = e.target.partition(":")
     try:
         module = importlib.import_module(module_name)

@@ -1,0 +1,204 @@
+"""Optimizers over a :class:`~common.flat.FlatParams` buffer: SGD, Adam, AdamW, LAMB, DistributedLAMB.
+
+All of them are *sync-free* and graph-capturable: the learning rate arrives as a device tensor, the
+step counter and every moment live on the device, and nothing calls ``.item()``. Each optimizer
+also owns the gradient synchronisation of its instance:
+
+* ``SGD``/``Adam``/``AdamW``/``LAMB``: one all-reduce of the flat gradient, divided by the ranks;
+* ``DistributedLAMB``: one reduce-scatter of the flat gradient (this rank keeps 1/N of it and holds
+  moments for only that 1/N), a global-norm all-reduce when clipping, one all-reduce of the
+  per-tensor partial norms (parameter and update, concatenated) for the trust ratios, and one
+  all-gather of the updated parameter shards back into the flat buffer.
+
+LAMB follows the published algorithm with MLPerf's options: ``betas``, ``eps``, ``weight_decay``
+(decoupled, added to the update), ``bias_correction``, ``grad_averaging`` (``m`` gets ``1-beta1``
+times the gradient when true, the gradient itself when false), ``max_grad_norm`` (clip by the global
+norm before the moments). The trust ratio ``||p|| / ||u||`` is applied to every tensor (1 when either
+norm is 0).
+
+``step(lr, skip=None)``: ``skip`` is an optional 0-d tensor (1 = found inf/nan under fp16 loss
+scaling); a skipped step changes neither parameters, moments nor the step counter.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .errors import ConfigError
+from .flat import FlatParams, all_gather, expand_segments, reduce_scatter, segment_sum
+from .runconfig import OptimConfig
+
+
+def _assign(dst: torch.Tensor, new: torch.Tensor, skip: torch.Tensor | None) -> None:
+    dst.copy_(new if skip is None else torch.where(skip > 0, dst, new))
+
+
+class FlatOptimizer:
+    """Base: owns the step counter, the instance's gradient sync and the state for checkpoints."""
+
+    sharded = False
+
+    def __init__(self, flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0) -> None:
+        self.flat, self.cfg, self.world, self.rank = flat, cfg, world, rank
+        self.step_count = torch.zeros((), device=flat.device)  # applied steps, float32 on the device
+        self.state: dict[str, torch.Tensor] = {}
+
+    def sync_grads(self) -> None:
+        if self.world > 1:
+            dist.all_reduce(self.flat.grads)
+            self.flat.grads.div_(self.world)
+
+    def step(self, lr: torch.Tensor, skip: torch.Tensor | None = None) -> None:
+        self.sync_grads()
+        self._update(self.flat.params, self.flat.grads, lr, skip)
+        self.step_count.add_(1.0 if skip is None else 1.0 - skip)
+
+    def _update(self, p: torch.Tensor, g: torch.Tensor, lr: torch.Tensor, skip: torch.Tensor | None) -> None:
+        raise NotImplementedError
+
+    def _zeros(self, n: int) -> torch.Tensor:
+        return torch.zeros(n, device=self.flat.device)
+
+    # checkpoints (this rank's state; sharded optimizers hold only their shard) ------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step_count.clone(), **{k: v.clone() for k, v in self.state.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step_count.copy_(state["step"])
+        for k, v in self.state.items():
+            if state[k].shape != v.shape:
+                raise ConfigError(f"optimizer state '{k}' has shape {tuple(state[k].shape)}, expected {tuple(v.shape)}")
+            v.copy_(state[k])
+
+    def state_numel(self) -> int:
+        return sum(v.numel() for v in self.state.values())
+
+
+class SGD(FlatOptimizer):
+    """PyTorch SGD semantics (L2 weight decay, momentum buffer starting at the first gradient)."""
+
+    def __init__(self, flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0) -> None:
+        super().__init__(flat, cfg, world, rank)
+        if cfg.momentum:
+            self.state["momentum"] = self._zeros(flat.padded)
+
+    def _update(self, p, g, lr, skip) -> None:  # noqa: ANN001
+        c = self.cfg
+        d = g + c.weight_decay * p if c.weight_decay else g
+        if c.momentum:
+            buf = self.state["momentum"]
+            new_buf = c.momentum * buf + d
+            _assign(buf, new_buf, skip)
+            d = d + c.momentum * new_buf if c.nesterov else new_buf
+        _assign(p, p - lr * d, skip)
+
+
+class Adam(FlatOptimizer):
+    """Adam (``decoupled=False``: L2 decay in the gradient) or AdamW (decoupled decay)."""
+
+    def __init__(self, flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0, decoupled: bool = True) -> None:
+        super().__init__(flat, cfg, world, rank)
+        self.decoupled = decoupled
+        self.state["exp_avg"] = self._zeros(flat.padded)
+        self.state["exp_avg_sq"] = self._zeros(flat.padded)
+
+    def _update(self, p, g, lr, skip) -> None:  # noqa: ANN001
+        c = self.cfg
+        b1, b2 = c.betas
+        m, v = self.state["exp_avg"], self.state["exp_avg_sq"]
+        if c.weight_decay and not self.decoupled:
+            g = g + c.weight_decay * p
+        _assign(m, torch.lerp(m, g, 1 - b1), skip)
+        _assign(v, b2 * v + (1 - b2) * g * g, skip)
+        t = self.step_count + 1
+        denom = (v / (1 - b2**t)).sqrt() + c.eps
+        new_p = p * (1 - lr * c.weight_decay) if (c.weight_decay and self.decoupled) else p
+        _assign(p, new_p - lr * (m / (1 - b1**t)) / denom, skip)
+
+
+class LAMB(FlatOptimizer):
+    """LAMB on the whole flat buffer of this rank (moments for all parameters)."""
+
+    def __init__(self, flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0) -> None:
+        super().__init__(flat, cfg, world, rank)
+        n = self._local_size()
+        self.state["exp_avg"] = self._zeros(n)
+        self.state["exp_avg_sq"] = self._zeros(n)
+        self.lengths = self._local_lengths()
+
+    def _local_size(self) -> int:
+        return self.flat.padded
+
+    def _local_lengths(self) -> torch.Tensor:
+        return self.flat.lengths
+
+    def _allreduce(self, t: torch.Tensor) -> torch.Tensor:
+        return t  # the full buffer is local: norms are complete
+
+    def _update(self, p, g, lr, skip) -> None:  # noqa: ANN001
+        c = self.cfg
+        b1, b2 = c.betas
+        if c.max_grad_norm > 0:
+            gnorm = self._allreduce((g * g).sum()).sqrt()
+            g = g / torch.clamp(gnorm / c.max_grad_norm, min=1.0)
+        m, v = self.state["exp_avg"], self.state["exp_avg_sq"]
+        new_m = b1 * m + ((1 - b1) if c.grad_averaging else 1.0) * g
+        new_v = b2 * v + (1 - b2) * g * g
+        _assign(m, new_m, skip)
+        _assign(v, new_v, skip)
+        if c.bias_correction:
+            t = self.step_count + 1
+            new_m, new_v = new_m / (1 - b1**t), new_v / (1 - b2**t)
+        u = new_m / (new_v.sqrt() + c.eps)
+        if c.weight_decay:
+            u = u + c.weight_decay * p
+        norms = self._allreduce(torch.cat([segment_sum(p * p, self.lengths), segment_sum(u * u, self.lengths)]))
+        pn, un = norms.sqrt().chunk(2)
+        ratio = torch.where((pn > 0) & (un > 0), pn / un, torch.ones_like(pn))
+        _assign(p, p - lr * expand_segments(ratio, self.lengths, p.numel()) * u, skip)
+
+
+class DistributedLAMB(LAMB):
+    """LAMB with the optimizer state sharded over the instance's ranks (ZeRO-1 style)."""
+
+    sharded = True
+
+    def _local_size(self) -> int:
+        return self.flat.padded // self.world
+
+    def _local_lengths(self) -> torch.Tensor:
+        return self.flat.shard_lengths(self.rank, self.world)
+
+    def _allreduce(self, t: torch.Tensor) -> torch.Tensor:
+        if self.world > 1:
+            dist.all_reduce(t)
+        return t
+
+    def step(self, lr: torch.Tensor, skip: torch.Tensor | None = None) -> None:
+        n = self._local_size()
+        lo = self.rank * n
+        flat = self.flat
+        if self.world > 1:
+            g = torch.empty(n, device=flat.device)
+            reduce_scatter(g, flat.grads)
+            g.div_(self.world)
+        else:
+            g = flat.grads
+        p = flat.params[lo : lo + n]
+        self._update(p, g, lr, skip)
+        if self.world > 1:
+            all_gather(flat.params, p.clone())
+        self.step_count.add_(1.0 if skip is None else 1.0 - skip)
+
+
+def build_optimizer(flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0) -> FlatOptimizer:
+    """The optimizer ``cfg.name`` over ``flat`` (``distributed = true`` shards LAMB's state)."""
+    if cfg.name == "sgd":
+        return SGD(flat, cfg, world, rank)
+    if cfg.name in ("adam", "adamw"):
+        return Adam(flat, cfg, world, rank, decoupled=cfg.name == "adamw")
+    if cfg.name == "lamb":
+        return (DistributedLAMB if cfg.distributed else LAMB)(flat, cfg, world, rank)
+    raise ConfigError(f"config key 'optim.name': unknown optimizer {cfg.name!r}")

@@ -1,0 +1,87 @@
+"""Learning-rate schedules computed on the device from a step-counter tensor (no host sync).
+
+``lr(step)`` with ``step`` the 0-based optimizer step as a float tensor, all lengths converted to
+steps once at build time (``unit = "epochs"`` multiplies by the steps per epoch):
+
+* warmup over ``W`` steps (``W > 0``): with ``warmup_factor <= 1`` the rate rises linearly from
+  ``lr/W`` to ``lr`` (``lr * (step + 1) / W``); with ``warmup_factor = f > 1`` it rises linearly
+  from ``lr / f`` to ``lr`` (the MLPerf "warmup multiplier" style, ``lr`` being the peak);
+* ``constant``: ``lr`` after warmup;
+* ``multistep``: ``lr * decay_factor ** (number of milestones <= step)``;
+* ``cosine``: ``min_lr + (lr - min_lr) * (1 + cos(pi * (step - W) / (T - W))) / 2``, held at
+  ``min_lr`` after ``T`` (``total``, or the run's length when 0).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .errors import ConfigError
+from .runconfig import OptimConfig
+
+
+@dataclass(frozen=True)
+class Schedule:
+    kind: str
+    lr: float
+    warmup_steps: float
+    warmup_factor: float
+    milestones: tuple[float, ...]
+    decay_factor: float
+    min_lr: float
+    total_steps: float
+
+    @classmethod
+    def from_config(cls, cfg: OptimConfig, steps_per_epoch: int, max_epochs: int) -> "Schedule":
+        scale = float(steps_per_epoch) if cfg.unit == "epochs" else 1.0
+        total = cfg.total * scale if cfg.total > 0 else float(max_epochs * steps_per_epoch)
+        if cfg.schedule == "cosine" and total <= cfg.warmup * scale:
+            raise ConfigError(
+                f"config key 'optim.total': the cosine length ({total:g} steps) must exceed the warmup "
+                f"({cfg.warmup * scale:g} steps)"
+            )
+        return cls(
+            kind=cfg.schedule,
+            lr=cfg.lr,
+            warmup_steps=cfg.warmup * scale,
+            warmup_factor=cfg.warmup_factor,
+            milestones=tuple(m * scale for m in cfg.milestones),
+            decay_factor=cfg.decay_factor,
+            min_lr=cfg.min_lr,
+            total_steps=total,
+        )
+
+    def __call__(self, step: torch.Tensor) -> torch.Tensor:
+        """The learning rate at ``step`` (a float tensor), as a tensor on the same device."""
+        base = self._after_warmup(step)
+        if self.warmup_steps <= 0:
+            return base
+        w = self.warmup_steps
+        if self.warmup_factor > 1.0:
+            frac = torch.clamp(step / w, max=1.0)
+            start = self.lr / self.warmup_factor
+            warm = start + (self.lr - start) * frac
+        else:
+            warm = self.lr * torch.clamp((step + 1.0) / w, max=1.0)
+        return torch.where(step < w, warm, base)
+
+    def _after_warmup(self, step: torch.Tensor) -> torch.Tensor:
+        if self.kind == "constant":
+            return torch.full_like(step, self.lr)
+        if self.kind == "multistep":
+            if not self.milestones:
+                return torch.full_like(step, self.lr)
+            bounds = torch.tensor(self.milestones, dtype=step.dtype, device=step.device)
+            passed = (step.unsqueeze(-1) >= bounds).sum(-1).to(step.dtype)
+            return self.lr * torch.pow(torch.full_like(step, self.decay_factor), passed)
+        if self.kind == "cosine":
+            span = self.total_steps - self.warmup_steps
+            t = torch.clamp((step - self.warmup_steps) / span, 0.0, 1.0)
+            return self.min_lr + (self.lr - self.min_lr) * 0.5 * (1.0 + torch.cos(math.pi * t))
+        raise ConfigError(f"config key 'optim.schedule': unknown schedule {self.kind!r}")
+
+    def value(self, step: int) -> float:
+        """Host-side convenience (tests, logs): the rate at an integer step."""
+        return float(self(torch.tensor(float(step), dtype=torch.float64)))

@@ -1,0 +1,143 @@
+"""One training iteration, three ways (``train.graph``): ``eager``, ``compile`` and ``cuda_graph``.
+
+An iteration is: zero the flat gradient, forward + loss under autocast, (scaled) backward, gradient
+sync inside the optimizer, LR from the device step counter, optimizer step, loss-scale update. It
+returns the loss as a device tensor and never reads anything back to the host.
+
+* ``eager``: the iteration as plain PyTorch ops; always available.
+* ``compile``: forward + loss go through ``torch.compile`` (backward through AOTAutograd); the
+  collectives and the optimizer stay eager. Works on CPU (needs a C compiler) and GPU.
+* ``cuda_graph`` (CUDA and static shapes only): the *whole* iteration - forward, loss, backward,
+  all-reduce/reduce-scatter, optimizer, LR schedule, loss scale - is captured once into a CUDA graph
+  on static input buffers after a warm-up on a side stream, then replayed each step. The warm-up
+  steps are undone (parameters, optimizer and scaler state restored), so replay follows exactly the
+  eager trajectory. A batch whose shapes differ from the captured one (a short last batch) runs eagerly.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import ConfigError
+from .flat import FlatParams
+from .optim import FlatOptimizer
+from .precision import Precision, to_channels_last
+from .schedule import Schedule
+
+
+def tree_map(fn: Callable[[torch.Tensor], torch.Tensor], batch: Any) -> Any:
+    """Apply ``fn`` to every tensor in nested dicts/lists/tuples (other objects are kept)."""
+    if isinstance(batch, torch.Tensor):
+        return fn(batch)
+    if isinstance(batch, Mapping):
+        return {k: tree_map(fn, v) for k, v in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*(tree_map(fn, v) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(tree_map(fn, v) for v in batch)
+    return batch  # other objects (e.g. a torch_geometric Batch) are left to the workload
+
+
+def tensors_of(batch: Any) -> list[torch.Tensor]:
+    out: list[torch.Tensor] = []
+    tree_map(lambda t: out.append(t) or t, batch)
+    return out
+
+
+def prepare_batch(batch: Any, device: torch.device, channels_last: bool) -> Any:
+    """Batch on the device (non-blocking copies), image tensors channels-last when asked."""
+    def move(t: torch.Tensor) -> torch.Tensor:
+        t = t.to(device, non_blocking=True) if t.device != device else t
+        return to_channels_last(t) if channels_last else t
+
+    if hasattr(batch, "to") and not isinstance(batch, torch.Tensor) and not isinstance(batch, (Mapping, list, tuple)):
+        batch = batch.to(device)  # objects with their own .to (torch_geometric Batch)
+    return tree_map(move, batch)
+
+
+class TrainStep:
+    """Callable ``step(batch) -> loss tensor`` for the configured graph mode."""
+
+    def __init__(self, workload: Any, model: nn.Module, flat: FlatParams, optimizer: FlatOptimizer,
+                 schedule: Schedule, precision: Precision, mode: str = "eager", warmup_iters: int = 3) -> None:
+        self.workload, self.model, self.flat = workload, model, flat
+        self.optimizer, self.schedule, self.precision = optimizer, schedule, precision
+        self.mode = mode
+        self.warmup_iters = warmup_iters
+        self._graph: Any = None
+        self._static_batch: Any = None
+        self._static_loss: torch.Tensor | None = None
+        self._shapes: list[tuple[int, ...]] | None = None
+        self._fwd_loss: Callable[[Any], torch.Tensor] = self._forward_loss
+        if mode == "compile":
+            dynamic = None if getattr(workload, "static_shapes", True) else True
+            self._fwd_loss = torch.compile(self._forward_loss, dynamic=dynamic)
+        elif mode == "cuda_graph":
+            if flat.device.type != "cuda":
+                raise ConfigError("config key 'train.graph': cuda_graph needs a CUDA device; use compile or eager")
+            if not getattr(workload, "static_shapes", True):
+                raise ConfigError(f"config key 'train.graph': workload '{workload.name}' has dynamic shapes; "
+                                  "CUDA graphs need static ones (use compile or eager)")
+        elif mode != "eager":
+            raise ConfigError(f"config key 'train.graph': expected eager, compile or cuda_graph, got {mode!r}")
+
+    def _forward_loss(self, batch: Any) -> torch.Tensor:
+        outputs = self.workload.forward(self.model, batch)
+        return self.workload.loss(outputs, batch)
+
+    def eager(self, batch: Any) -> torch.Tensor:
+        self.flat.zero_grad()
+        with self.precision.autocast():
+            loss = self._fwd_loss(batch)
+        self.precision.backward(loss)
+        self.flat.check_grads()
+        skip = self.precision.unscale_(self.flat.grads)
+        lr = self.schedule(self.optimizer.step_count)
+        self.optimizer.step(lr, skip)
+        self.precision.update(skip)
+        return loss.detach().float()
+
+    def __call__(self, batch: Any) -> torch.Tensor:
+        if self.mode != "cuda_graph":
+            return self.eager(batch)
+        if self._graph is None:
+            self._capture(batch)
+        tensors = tensors_of(batch)
+        if [tuple(t.shape) for t in tensors] != self._shapes:
+            return self.eager(batch)
+        for dst, src in zip(tensors_of(self._static_batch), tensors):
+            dst.copy_(src, non_blocking=True)
+        self._graph.replay()
+        assert self._static_loss is not None
+        return self._static_loss.clone()
+
+    # CUDA graph -------------------------------------------------------------------------------
+    def _snapshot(self) -> list[torch.Tensor]:
+        opt = self.optimizer
+        return [t.clone() for t in (self.flat.params, opt.step_count, *opt.state.values(),
+                                    self.precision.scale, self.precision.growth_tracker)]
+
+    def _restore(self, saved: list[torch.Tensor]) -> None:
+        opt = self.optimizer
+        live = [self.flat.params, opt.step_count, *opt.state.values(), self.precision.scale, self.precision.growth_tracker]
+        for dst, src in zip(live, saved):
+            dst.copy_(src)
+
+    def _capture(self, batch: Any) -> None:
+        self._static_batch = tree_map(lambda t: t.clone(), batch)
+        self._shapes = [tuple(t.shape) for t in tensors_of(self._static_batch)]
+        saved = self._snapshot()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(self.warmup_iters):
+                self.eager(self._static_batch)
+        torch.cuda.current_stream().wait_stream(side)
+        self._restore(saved)
+        self._graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self._graph):  # records the kernels; nothing runs until replay
+            self._static_loss = self.eager(self._static_batch)
+        torch.cuda.synchronize()

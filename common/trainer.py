@@ -1,0 +1,293 @@
+"""The one training harness every workload runs on.
+
+Public API (stable; the CLI and the multi-instance runner build on it)::
+
+    from common.trainer import run_training, RunResult
+    result = run_training(workload, env, mllogger, system)   # -> RunResult
+
+``workload`` is a :class:`common.workload.Workload` built from its config, ``env`` the
+:class:`common.dist.DistEnv` of this rank (one torch process group per instance), ``mllogger`` the
+instance's :class:`common.mllog.MLPerfLogger` (enabled on instance rank 0 only), ``system`` the
+:class:`common.system.SystemDescription`. Every rank of the instance calls it; all return the same
+:class:`RunResult`.
+
+What the harness owns, in order: MLPerf ``cache_clear``/``init_start``, submission keys (with
+``number_of_nodes`` = nodes of the instance), seeding (``train.seed + instance``), model build and
+precision/layout (fp32 master weights in one flat buffer, bf16/fp16 autocast, channels-last),
+optimizer + schedule from ``cfg.optim``, data shards (global batch split over the instance's ranks),
+the generic hyperparameters (seed, global_batch_size, train/eval_samples,
+gradient_accumulation_frequency) then the workload's own keys, ``init_stop``/``run_start``, the epoch
+loop (``epoch_start/stop``, ``tracked_stats`` throughput per epoch), evaluation every
+``train.eval_every`` epochs (BatchNorm statistics averaged over the instance first; additive eval
+sums reduced over the instance; ``eval_start/stop`` and the metric key with ``epoch_num``), stop at
+the first evaluation that meets the target (``run_stop status=success``) or ``aborted`` after
+``train.max_epochs``, checkpoints every ``train.checkpoint_every`` epochs and resume
+(``train.resume``), phase timers (data wait, step, eval) and a progress bar on world rank 0.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from . import checkpoint as ckpt
+from .dist import DistEnv
+from .errors import ConfigError, DataError
+from .flat import FlatParams
+from .mllog import MLPerfLogger
+from .optim import build_optimizer
+from .precision import Precision
+from .schedule import Schedule
+from .step import TrainStep, prepare_batch
+from .system import SystemDescription
+from .timing import PhaseTimer, now_ms
+from .workload import DataShard, Workload
+
+
+@dataclass
+class RunResult:
+    """The outcome of one training run of one instance (identical on all its ranks)."""
+
+    status: Literal["success", "aborted"]
+    instance: int
+    epochs: int  # epochs trained
+    steps: int
+    time_to_solution_s: float  # run_stop - run_start
+    final_metric: float | None  # the last evaluation's metric
+    metric_key: str
+    metrics: list[tuple[int, float]] = field(default_factory=list)  # (epoch, metric) per evaluation
+    samples_per_s: float = 0.0  # training throughput of the instance (train samples / train time)
+    epoch_losses: list[float] = field(default_factory=list)
+    timers: dict[str, dict[str, float]] = field(default_factory=dict)
+    run_start_ms: float = 0.0
+    run_stop_ms: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def sync_batchnorm_stats(model: nn.Module, world: int) -> None:
+    """Average floating-point buffers (BatchNorm running mean/var) over the instance: one all-reduce."""
+    if world <= 1:
+        return
+    bufs = [b for m in model.modules() if isinstance(m, nn.modules.batchnorm._NormBase)
+            for b in (m.running_mean, m.running_var) if b is not None]
+    if not bufs:
+        return
+    packed = torch.cat([b.reshape(-1).float() for b in bufs])
+    dist.all_reduce(packed)
+    packed.div_(world)
+    offset = 0
+    for b in bufs:
+        b.copy_(packed[offset : offset + b.numel()].view_as(b))
+        offset += b.numel()
+
+
+def _broadcast_model(model: nn.Module, flat: FlatParams, world: int) -> None:
+    if world <= 1:
+        return
+    dist.broadcast(flat.params, 0)
+    for b in model.buffers():
+        dist.broadcast(b, 0)
+
+
+class Trainer:
+    def __init__(self, workload: Workload, env: DistEnv, mllogger: MLPerfLogger, system: SystemDescription,
+                 progress: bool | None = None) -> None:
+        self.workload, self.env, self.log, self.system = workload, env, mllogger, system
+        self.cfg = workload.cfg
+        self.world = env.layout.instance_size
+        self.rank = env.layout.instance_rank
+        self.device = env.device if env.device is not None else torch.device("cpu")
+        self.timer = PhaseTimer()
+        if progress is None:
+            progress = env.layout.is_world_leader and os.environ.get("HPCBENCH_PROGRESS", "1") != "0"
+        self.progress = progress
+
+    # setup ------------------------------------------------------------------------------------
+    def _log_submission(self) -> None:
+        layout = self.env.layout
+        accel = self.system.accelerators_per_node
+        if accel == 0 and self.device.type == "cuda":
+            accel = min(torch.cuda.device_count(), layout.local_size)
+        system = dataclasses.replace(self.system, number_of_nodes=layout.nodes_per_instance, accelerators_per_node=accel)
+        self.log.submission(system, self.workload.benchmark, self.cfg.train.division)
+
+    def setup(self) -> None:
+        cfg, tc = self.cfg, self.cfg.train
+        if tc.global_batch_size % self.world:
+            raise ConfigError(f"config key 'train.global_batch_size': {tc.global_batch_size} does not split over "
+                              f"the instance's {self.world} ranks; use a multiple of {self.world}")
+        self.seed = tc.seed + self.env.layout.instance
+        torch.manual_seed(self.seed)
+        model = self.workload.build_model().to(self.device)
+        if tc.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        self.model = model
+        self.sharded = cfg.optim.name == "lamb" and cfg.optim.distributed
+        self.flat = FlatParams(model, pad_to=self.world if self.sharded else 1)
+        _broadcast_model(model, self.flat, self.world)
+        torch.manual_seed(self.seed * 1000 + self.rank)  # per-rank randomness (dropout) from here on
+        self.optimizer = build_optimizer(self.flat, cfg.optim, self.world, self.rank)
+        shard = DataShard(rank=self.rank, size=self.world, seed=self.seed,
+                          local_batch_size=tc.global_batch_size // self.world, device=self.device)
+        self.train_loader = self.workload.train_loader(shard)
+        self.eval_loader = self.workload.eval_loader(shard)
+        self.steps_per_epoch = len(self.train_loader)
+        counts = self.env.instance_comm.allgather(self.steps_per_epoch)
+        if len(set(counts)) != 1 or self.steps_per_epoch < 1:
+            raise DataError(f"ranks of instance {self.env.layout.instance} have different or zero batches per "
+                            f"epoch ({counts}); every rank must run the same number of steps")
+        self.schedule = Schedule.from_config(cfg.optim, self.steps_per_epoch, tc.max_epochs)
+        self.precision = Precision(tc.precision, self.device, self.world)
+        self.step_fn = TrainStep(self.workload, model, self.flat, self.optimizer, self.schedule,
+                                 self.precision, tc.graph)
+        self.train_samples, self.eval_samples = self.workload.dataset_sizes()
+        self.start_epoch = 1
+        self.ckpt_dir = ckpt.instance_dir(tc.checkpoint_dir, self.env.layout.instance) if tc.checkpoint_dir else None
+        if tc.resume and self.ckpt_dir is not None:
+            done = ckpt.load_latest(self.ckpt_dir, self)
+            if done is not None:
+                self.start_epoch = done + 1
+
+    def _log_hyperparameters(self) -> None:
+        tc = self.cfg.train
+        self.log.event("seed", self.seed)
+        self.log.event("global_batch_size", tc.global_batch_size)
+        self.log.event("train_samples", self.train_samples)
+        self.log.event("eval_samples", self.eval_samples)
+        self.log.event("gradient_accumulation_frequency", 1)
+        self.log.hyperparameters(self.workload.hyperparameters())
+
+    # loop -------------------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        self.log.event("cache_clear", True)
+        self.log.start("init_start")
+        self._log_submission()
+        self.setup()
+        self._log_hyperparameters()
+        self.log.end("init_stop")
+        self.env.instance_comm.Barrier()
+        run_start = now_ms()
+        self.log.start("run_start", time_ms=run_start)
+        target = self.workload.target()
+        result = RunResult(status="aborted", instance=self.env.layout.instance, epochs=0, steps=0,
+                           time_to_solution_s=0.0, final_metric=None, metric_key=target.metric_key)
+        train_seconds, samples_total = 0.0, 0
+        tc = self.cfg.train
+        for epoch in range(self.start_epoch, tc.max_epochs + 1):
+            seconds, samples, loss = self._train_epoch(epoch)
+            train_seconds += seconds
+            samples_total += samples
+            result.epochs, result.steps = epoch, int(self.optimizer.step_count.item())
+            result.epoch_losses.append(loss)
+            if self.ckpt_dir is not None and tc.checkpoint_every and epoch % tc.checkpoint_every == 0:
+                ckpt.save(self.ckpt_dir, epoch, self)
+            if epoch % tc.eval_every == 0 or epoch == tc.max_epochs:
+                value = self.evaluate(epoch)
+                result.metrics.append((epoch, value))
+                result.final_metric = value
+                if target.reached(value):
+                    result.status = "success"
+                    break
+        run_stop = now_ms()
+        self.log.end("run_stop", metadata={"status": result.status}, time_ms=run_stop)
+        result.run_start_ms, result.run_stop_ms = run_start, run_stop
+        result.time_to_solution_s = (run_stop - run_start) / 1000.0
+        result.samples_per_s = samples_total / train_seconds if train_seconds > 0 else 0.0
+        result.timers = self.timer.summary()
+        return result
+
+    def _train_epoch(self, epoch: int) -> tuple[float, int, float]:
+        """One epoch; (seconds, samples over the instance, mean loss on this rank)."""
+        self.log.start("epoch_start", metadata={"epoch_num": epoch})
+        t0 = time.perf_counter()
+        self.model.train()
+        self.train_loader.set_epoch(epoch)
+        loss_sum = torch.zeros((), device=self.device)
+        local_samples = steps = 0
+        bar = self._bar(epoch)
+        it = iter(self.train_loader)
+        while True:
+            t_data = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
+            batch = prepare_batch(batch, self.device, self.cfg.train.channels_last)
+            t_step = time.perf_counter()
+            self.timer.add("data_wait", t_step - t_data)
+            loss_sum += self.step_fn(batch)
+            self.timer.add("step", time.perf_counter() - t_step)
+            local_samples += self.workload.batch_size(batch)
+            steps += 1
+            if bar is not None:
+                bar.update(1)
+                if self.cfg.train.log_every and steps % self.cfg.train.log_every == 0:
+                    bar.set_postfix(loss=f"{float(loss_sum) / steps:.4g}")
+        mean_loss = float(loss_sum) / max(1, steps)  # read back once per epoch
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - t0
+        samples = int(self.env.instance_comm.allreduce(local_samples))
+        self.log.end("epoch_stop", metadata={"epoch_num": epoch})
+        self.log.event("tracked_stats", {"throughput": samples / seconds, "train_loss": mean_loss},
+                       metadata={"step": epoch})
+        if bar is not None:
+            bar.set_postfix(loss=f"{mean_loss:.4g}", samples_s=f"{samples / seconds:.1f}")
+            bar.close()
+        return seconds, samples, mean_loss
+
+    def _bar(self, epoch: int) -> Any:
+        if not self.progress:
+            return None
+        from tqdm import tqdm
+
+        return tqdm(total=self.steps_per_epoch, desc=f"{self.workload.name} epoch {epoch}", unit="step",
+                    file=sys.stderr, leave=False, mininterval=1.0)
+
+    @torch.no_grad()
+    def _no_grad_eval(self, batch: Any) -> Any:
+        return self._eval_batch(batch)
+
+    def _eval_batch(self, batch: Any) -> Any:
+        with self.precision.autocast():
+            outputs = self.workload.forward(self.model, batch)
+        return self.workload.eval_sums(outputs, batch)
+
+    def evaluate(self, epoch: int) -> float:
+        """Metric over the whole eval set: sums per rank, summed over the instance, then ``metric``."""
+        with self.timer("eval"):
+            sync_batchnorm_stats(self.model, self.world)
+            self.log.start("eval_start", metadata={"epoch_num": epoch})
+            self.model.eval()
+            self.eval_loader.set_epoch(epoch)
+            sums: dict[str, torch.Tensor] = {}
+            run = self._eval_batch if self.workload.eval_needs_grad else self._no_grad_eval
+            for batch in self.eval_loader:
+                batch = prepare_batch(batch, self.device, self.cfg.train.channels_last)
+                for k, v in run(batch).items():
+                    v = v.detach().to(torch.float64).sum()
+                    sums[k] = sums[k] + v if k in sums else v
+            keys = sorted(set().union(*self.env.instance_comm.allgather(sorted(sums))))
+            packed = torch.stack([sums.get(k, torch.zeros((), dtype=torch.float64, device=self.device)) for k in keys])
+            if self.world > 1:
+                dist.all_reduce(packed)
+            value = float(self.workload.metric(dict(zip(keys, packed.tolist()))))
+            self.log.end("eval_stop", metadata={"epoch_num": epoch})
+            self.log.event(self.workload.metric_key, value, metadata={"epoch_num": epoch})
+            self.model.train()
+        return value
+
+
+def run_training(workload: Workload, env: DistEnv, mllogger: MLPerfLogger, system: SystemDescription,
+                 progress: bool | None = None) -> RunResult:
+    """Train ``workload`` on this instance to its target (or max epochs); see the module docstring."""
+    return Trainer(workload, env, mllogger, system, progress).run()

@@ -1,0 +1,50 @@
+"""The CLI skeleton: help, version, clear errors, lazy imports."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from hpcbench.cli import COMMANDS, main
+from tests.conftest import project_env, run_cli
+
+
+def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert "hpcbench 0.1.0" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for name in COMMANDS:
+        assert name in out
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_subcommand_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    assert "usage: hpcbench " + command in capsys.readouterr().out
+
+
+def test_unknown_workload_lists_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown workload 'nosuch'" in err and "cosmoflow, deepcam, oc20" in err
+
+
+def test_importing_cli_is_light() -> None:
+    code = ("import sys, hpcbench.cli as c; c.build_parser(); "
+            "heavy=[m for m in ('torch','torch_geometric','nvidia.dali','h5py','lmdb','mpi4py') if m in sys.modules]; "
+            "print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], env=project_env(), capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_no_command_prints_help_and_fails() -> None:
+    proc = run_cli([])
+    assert proc.returncode == 2
+    assert "COMMAND" in proc.stdout

@@ -1,0 +1,178 @@
+"""Flat-buffer optimizers against independent references with the same weights and gradients."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+from torch import nn
+
+from common.errors import ConfigError
+from common.flat import FlatParams, expand_segments, segment_sum
+from common.optim import LAMB, Adam, DistributedLAMB, SGD, build_optimizer
+from common.runconfig import OptimConfig
+from tests.conftest import run_mpi
+
+
+def _rows(stdout: str) -> list[dict]:
+    """The JSON line of every rank (ranks' lines may interleave on the shared stdout)."""
+    return [json.loads(m) for m in re.findall(r'\{"rank"[^{}]*\}', stdout)]
+
+
+def _model(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(6, 9), nn.BatchNorm1d(9), nn.ReLU(), nn.Linear(9, 4))
+
+
+def _grads(step: int, like: list[torch.Tensor]) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(step)
+    return [torch.randn(p.shape, generator=g) for p in like]
+
+
+def test_flat_buffer_holds_parameters_as_views_and_grads_accumulate_in_place() -> None:
+    model = _model()
+    before = [p.detach().clone() for p in model.parameters()]
+    flat = FlatParams(model, pad_to=4)
+    assert flat.padded % 4 == 0 and flat.padded >= flat.numel == sum(p.numel() for p in before)
+    for p, b, off in zip(model.parameters(), before, flat.offsets):
+        assert torch.equal(p, b)
+        assert p.data_ptr() == flat.params.data_ptr() + off * 4
+    old = flat.params[0].item()
+    flat.params[0] = 42.0
+    assert next(model.parameters()).reshape(-1)[0].item() == 42.0
+    flat.params[0] = old
+    x = torch.randn(8, 6)
+    model(x).sum().backward()
+    flat.check_grads()
+    ref = _model()
+    ref(x).sum().backward()
+    for p, r, off in zip(model.parameters(), ref.parameters(), flat.offsets):
+        assert p.grad.data_ptr() == flat.grads.data_ptr() + off * 4
+        torch.testing.assert_close(p.grad, r.grad)
+
+
+def test_segment_helpers() -> None:
+    lengths = torch.tensor([2, 0, 3])
+    s = segment_sum(torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0]), lengths)
+    assert s.tolist() == [3.0, 0.0, 12.0]
+    assert expand_segments(torch.tensor([1.0, 2.0, 3.0]), lengths, 5).tolist() == [1, 1, 3, 3, 3]
+
+
+@pytest.mark.parametrize("nesterov,wd", [(False, 0.0), (True, 1e-3)])
+def test_sgd_matches_torch_optim(nesterov: bool, wd: float) -> None:
+    cfg = OptimConfig(name="sgd", lr=0.1, momentum=0.9, nesterov=nesterov, weight_decay=wd)
+    ours, ref = _model(), _model()
+    flat = FlatParams(ours)
+    opt = SGD(flat, cfg)
+    torch_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9, nesterov=nesterov, weight_decay=wd)
+    for step in range(10):
+        lr = 0.1 / (1 + step)
+        for p, g in zip(ref.parameters(), _grads(step, list(ref.parameters()))):
+            p.grad = g
+        for group in torch_opt.param_groups:
+            group["lr"] = lr
+        torch_opt.step()
+        for p, g in zip(ours.parameters(), _grads(step, list(ours.parameters()))):
+            p.grad.copy_(g)
+        opt.step(torch.tensor(lr))
+    for a, b in zip(ours.parameters(), ref.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert opt.step_count.item() == 10
+
+
+@pytest.mark.parametrize("name", ["adam", "adamw"])
+def test_adam_and_adamw_match_torch_optim(name: str) -> None:
+    cfg = OptimConfig(name=name, lr=0.01, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.05)
+    ours, ref = _model(), _model()
+    flat = FlatParams(ours)
+    opt = build_optimizer(flat, cfg)
+    assert isinstance(opt, Adam)
+    cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
+    torch_opt = cls(ref.parameters(), lr=0.01, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.05)
+    for step in range(10):
+        for p, g in zip(ref.parameters(), _grads(step, list(ref.parameters()))):
+            p.grad = g
+        torch_opt.step()
+        for p, g in zip(ours.parameters(), _grads(step, list(ours.parameters()))):
+            p.grad.copy_(g)
+        opt.step(torch.tensor(0.01))
+    for a, b in zip(ours.parameters(), ref.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def _reference_lamb(params: list[torch.Tensor], grads_per_step, cfg: OptimConfig, steps: int) -> list[torch.Tensor]:
+    """LAMB written per tensor, straight from the paper plus the MLPerf options."""
+    b1, b2 = cfg.betas
+    p = [t.detach().clone() for t in params]
+    m = [torch.zeros_like(t) for t in p]
+    v = [torch.zeros_like(t) for t in p]
+    for step in range(steps):
+        g = grads_per_step(step, p)
+        if cfg.max_grad_norm > 0:
+            norm = torch.sqrt(sum((x * x).sum() for x in g))
+            g = [x / max(1.0, float(norm) / cfg.max_grad_norm) for x in g]
+        for i in range(len(p)):
+            m[i] = b1 * m[i] + ((1 - b1) if cfg.grad_averaging else 1.0) * g[i]
+            v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i]
+            mh, vh = m[i], v[i]
+            if cfg.bias_correction:
+                mh, vh = mh / (1 - b1 ** (step + 1)), vh / (1 - b2 ** (step + 1))
+            u = mh / (vh.sqrt() + cfg.eps) + cfg.weight_decay * p[i]
+            pn, un = p[i].norm(), u.norm()
+            ratio = float(pn / un) if pn > 0 and un > 0 else 1.0
+            p[i] = p[i] - cfg.lr * ratio * u
+    return p
+
+
+@pytest.mark.parametrize("clip,bias_correction,grad_averaging", [(0.0, True, True), (1.0, True, False), (0.5, False, True)])
+def test_flat_lamb_matches_per_tensor_reference(clip: float, bias_correction: bool, grad_averaging: bool) -> None:
+    cfg = OptimConfig(name="lamb", lr=0.02, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01, max_grad_norm=clip,
+                      bias_correction=bias_correction, grad_averaging=grad_averaging)
+    model = _model()
+    expected = _reference_lamb(list(model.parameters()), lambda s, like: _grads(s, like), cfg, 10)
+    flat = FlatParams(model, pad_to=3)
+    for dist_cls in (LAMB, DistributedLAMB):  # 1-rank DistributedLAMB runs the sharded code path
+        flat.params[: flat.numel].copy_(torch.cat([t.reshape(-1) for t in _model().parameters()]))
+        opt = dist_cls(flat, cfg)
+        for step in range(10):
+            for p, g in zip(model.parameters(), _grads(step, list(model.parameters()))):
+                p.grad.copy_(g)
+            opt.step(torch.tensor(cfg.lr))
+        for a, b in zip(model.parameters(), expected):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_skipped_step_changes_nothing() -> None:
+    flat = FlatParams(_model())
+    opt = LAMB(flat, OptimConfig(name="lamb", weight_decay=0.01))
+    flat.grads.normal_()
+    opt.step(torch.tensor(0.1))
+    before = [flat.params.clone(), opt.step_count.clone(), *[v.clone() for v in opt.state.values()]]
+    flat.grads.normal_()
+    opt.step(torch.tensor(0.1), skip=torch.tensor(1.0))
+    after = [flat.params, opt.step_count, *opt.state.values()]
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+
+
+def test_unknown_optimizer_and_non_fp32_model_are_config_errors() -> None:
+    cfg = OptimConfig()
+    cfg.name = "rmsprop"  # type: ignore[assignment]
+    with pytest.raises(ConfigError, match="optim.name"):
+        build_optimizer(FlatParams(_model()), cfg)
+    with pytest.raises(ConfigError, match="fp32"):
+        FlatParams(_model().double())
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_distributed_lamb_equals_single_process_lamb(ranks: int) -> None:
+    proc = run_mpi(ranks, ["tests/mpi_scripts/harness_lamb.py", "10"], timeout=120)
+    rows = _rows(proc.stdout)
+    assert len(rows) == ranks
+    for row in rows:
+        assert row["moved"] > 0.1  # the parameters really changed
+        assert row["max_diff"] <= 1e-6
+        # each rank holds ~1/N of the moments (the padding adds < N elements per moment)
+        assert row["state"] == 2 * -(-row["numel"] // ranks)
+        assert row["state"] <= row["ref_state"] / ranks + 2 * ranks

@@ -1,0 +1,55 @@
+"""Learning-rate schedules on a device step tensor against their closed forms."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from common.errors import ConfigError
+from common.runconfig import OptimConfig
+from common.schedule import Schedule
+
+
+def test_warmup_then_multistep_in_epochs() -> None:
+    cfg = OptimConfig(lr=0.4, schedule="multistep", unit="epochs", warmup=2, milestones=(4, 6), decay_factor=0.5)
+    s = Schedule.from_config(cfg, steps_per_epoch=10, max_epochs=8)
+    for step in range(80):
+        if step < 20:
+            expected = 0.4 * (step + 1) / 20
+        else:
+            expected = 0.4 * 0.5 ** ((step >= 40) + (step >= 60))
+        assert s.value(step) == pytest.approx(expected, rel=1e-12), step
+
+
+def test_warmup_factor_starts_at_lr_over_factor() -> None:
+    cfg = OptimConfig(lr=1.0, schedule="constant", unit="steps", warmup=100, warmup_factor=4.0)
+    s = Schedule.from_config(cfg, steps_per_epoch=7, max_epochs=3)
+    assert s.value(0) == pytest.approx(0.25)
+    assert s.value(50) == pytest.approx(0.25 + 0.75 * 0.5)
+    assert s.value(100) == s.value(1000) == pytest.approx(1.0)
+
+
+def test_warmup_then_cosine_in_steps() -> None:
+    cfg = OptimConfig(lr=0.1, schedule="cosine", unit="steps", warmup=10, total=110, min_lr=0.001)
+    s = Schedule.from_config(cfg, steps_per_epoch=3, max_epochs=99)
+    for step in (10, 35, 60, 85, 109, 110, 500):
+        t = min(1.0, (step - 10) / 100)
+        assert s.value(step) == pytest.approx(0.001 + 0.099 * 0.5 * (1 + math.cos(math.pi * t)), rel=1e-9)
+    assert s.value(4) == pytest.approx(0.1 * 5 / 10)
+
+
+def test_cosine_defaults_to_run_length_and_evaluates_batched_on_device_tensors() -> None:
+    cfg = OptimConfig(lr=1.0, schedule="cosine", unit="epochs")
+    s = Schedule.from_config(cfg, steps_per_epoch=5, max_epochs=4)
+    assert s.total_steps == 20
+    steps = torch.arange(0, 21, dtype=torch.float32)
+    values = s(steps)  # one tensor op, no host loop: the step counter can live on the GPU
+    assert values.shape == steps.shape
+    torch.testing.assert_close(values, 0.5 * (1 + torch.cos(math.pi * steps / 20)))
+
+
+def test_cosine_shorter_than_warmup_is_a_config_error() -> None:
+    cfg = OptimConfig(schedule="cosine", unit="steps", warmup=10, total=5)
+    with pytest.raises(ConfigError, match="optim.total"):
+        Schedule.from_config(cfg, steps_per_epoch=1, max_epochs=1)
