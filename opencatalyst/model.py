@@ -8,9 +8,10 @@ Same maths as the published DimeNet++ (and torch_geometric's ``DimeNetPlusPlus``
 * ``lin_kj`` and ``lin_ji`` share their input: one GEMM;
 * the embedding's ``Linear(3H, H)`` over [x_i, x_j, rbf] is split so the atom parts are projected
   per atom and then gathered (N rows instead of E);
-* the spherical basis is projected to the blocks' 8-wide bases per *edge* (radial part x weights),
-  and each triplet only contracts 7 angular values with its edge's result: no per-triplet
-  multiplication of the 42-wide basis by the weights;
+* per-edge work stays on edges: the spherical Bessel part is evaluated per edge, angles come from
+  the edge vectors (cos only, no atan2), ``x_kj * rbf`` and ``lin_down`` run before gathering to
+  triplets, and the blocks' first spherical projections are one GEMM over the triplets (projecting
+  per edge first was measured slower on CPU: it widens 42 values to 7x24 before the gather);
 * the 4 output blocks run after the last interaction as one batched GEMM chain (bmm/baddbmm).
 """
 from __future__ import annotations
@@ -155,15 +156,16 @@ class DimeNetPP(nn.Module):
         rbf_blocks = proj[:, : nb * h].view(-1, nb, h)
         rbf_out = proj[:, nb * h: (2 * nb + 1) * h].view(-1, nb + 1, h)
         rbf_emb = F.silu(proj[:, (2 * nb + 1) * h:] + self.emb_rbf.bias)
-        # spherical basis: project the radial part per edge, contract with the angle per triplet
-        rad = self.sbf.radial(x, env)  # [E, S, R]
-        w1 = torch.cat([blk.sbf1 for blk in self.blocks], 0).view(-1, c.num_spherical, c.num_radial)
-        per_edge = torch.einsum("esr,csr->esc", rad, w1)  # [E, S, B*8]
+        # spherical basis: radial part per edge, angle (via cos, from edge vectors) per triplet, and
+        # the blocks' first sbf projections fused into one GEMM over the triplets
+        s_r = c.num_spherical * c.num_radial
+        rad = self.sbf.radial(x, env).reshape(-1, s_r)  # [E, S*R]
         cos = (vec.index_select(0, idx_ji) * vec.index_select(0, idx_kj)).sum(-1) / (
             dist.index_select(0, idx_ji) * dist.index_select(0, idx_kj))
         cbf = self.sbf.angular(cos)  # [T, S]
-        sbf8 = torch.bmm(cbf.unsqueeze(1), per_edge.index_select(0, idx_kj)).squeeze(1)  # [T, B*8]
-        sbf8 = sbf8.view(-1, nb, c.basis_emb)
+        sbf = (rad.index_select(0, idx_kj).view(-1, c.num_spherical, c.num_radial) * cbf.unsqueeze(-1)).view(-1, s_r)
+        w1 = torch.cat([blk.sbf1 for blk in self.blocks], 0)  # [B*8, S*R]
+        sbf8 = (sbf @ w1.t()).view(-1, nb, c.basis_emb)  # [T, B, 8]
         # embedding: atom parts projected per atom, then gathered to edges
         wi, wj, wr = self.emb_lin.weight.split(h, dim=1)
         a = self.emb(z)
