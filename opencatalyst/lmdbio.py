@@ -22,6 +22,13 @@ from . import record
 
 METADATA = "metadata.npz"
 _MAP_SIZE = 1 << 36  # sparse file on Linux; only written pages use disk
+_OPEN: dict[tuple[str, int], lmdb.Environment] = {}
+
+
+def close_all() -> None:
+    """Close this process's cached read environments (e.g. before replacing a file)."""
+    for key in [k for k in _OPEN if k[1] == os.getpid()]:
+        _OPEN.pop(key).close()
 
 
 def shard_name(index: int) -> str:
@@ -43,6 +50,10 @@ def write_shard(path: str | os.PathLike[str], samples: Iterable[Mapping[str, Any
         env.sync()
         env.close()
         Shard(tmp)  # verify: opens, length key agrees with the entries
+        for stale in (tmp, dest):
+            env = _OPEN.pop((str(stale.resolve()), os.getpid()), None)
+            if env is not None:
+                env.close()
         os.replace(tmp, dest)
     finally:
         for p in (tmp, Path(f"{tmp}-lock")):
@@ -58,12 +69,22 @@ class Shard:
         self.trust_pickle = trust_pickle
         if not self.path.is_file():
             raise DataError(f"{self.path}: no such LMDB file")
-        try:
-            self.env = lmdb.open(str(self.path), subdir=False, readonly=True, lock=False,
-                                 readahead=False, meminit=False, max_readers=64)
-        except lmdb.Error as exc:
-            raise DataError(f"{self.path}: not a readable LMDB file ({exc})") from None
         self.length = self._read_length()
+
+    @property
+    def env(self) -> lmdb.Environment:
+        """The process's read-only environment for this file (LMDB allows one per path and
+        process; a forked loader worker opens its own)."""
+        key = (str(self.path.resolve()), os.getpid())
+        env = _OPEN.get(key)
+        if env is None:
+            try:
+                env = lmdb.open(key[0], subdir=False, readonly=True, lock=False, readahead=False,
+                                meminit=False, max_readers=64)
+            except lmdb.Error as exc:
+                raise DataError(f"{self.path}: not a readable LMDB file ({exc})") from None
+            _OPEN[key] = env
+        return env
 
     def _get(self, key: str) -> bytes:
         try:
