@@ -80,7 +80,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--cutoff", type=float, default=6.0)
     ap.add_argument("--max-neighbors", type=int, default=50)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     from torch_geometric.nn import DimeNetPlusPlus
 
     torch.manual_seed(0)

@@ -153,9 +153,9 @@ class DimeNetPP(nn.Module):
         rbf = self.rbf(x, env)  # [E, R]
         # all radial projections in one GEMM
         proj = rbf @ self._fused_rbf_weight().t()  # [E, (2B+2) H]
-        rbf_blocks = proj[:, : nb * h].view(-1, nb, h)
-        rbf_out = proj[:, nb * h: (2 * nb + 1) * h].view(-1, nb + 1, h)
-        rbf_emb = F.silu(proj[:, (2 * nb + 1) * h:] + self.emb_rbf.bias)
+        *rbf_blocks, rbf_out, rbf_emb = proj.split([h] * nb + [(nb + 1) * h, h], dim=1)
+        rbf_out = rbf_out.view(-1, nb + 1, h)
+        rbf_emb = F.silu(rbf_emb + self.emb_rbf.bias)
         # spherical basis: radial part per edge, angle (via cos, from edge vectors) per triplet, and
         # the blocks' first sbf projections fused into one GEMM over the triplets
         s_r = c.num_spherical * c.num_radial
@@ -165,7 +165,7 @@ class DimeNetPP(nn.Module):
         cbf = self.sbf.angular(cos)  # [T, S]
         sbf = (rad.index_select(0, idx_kj).view(-1, c.num_spherical, c.num_radial) * cbf.unsqueeze(-1)).view(-1, s_r)
         w1 = torch.cat([blk.sbf1 for blk in self.blocks], 0)  # [B*8, S*R]
-        sbf8 = (sbf @ w1.t()).view(-1, nb, c.basis_emb)  # [T, B, 8]
+        sbf8 = (sbf @ w1.t()).split(c.basis_emb, dim=1)  # B x [T, 8]
         # embedding: atom parts projected per atom, then gathered to edges
         wi, wj, wr = self.emb_lin.weight.split(h, dim=1)
         a = self.emb(z)
@@ -173,7 +173,7 @@ class DimeNetPP(nn.Module):
                     + torch.addmm(self.emb_lin.bias, rbf_emb, wr.t()))
         states = [xe]
         for b, blk in enumerate(self.blocks):
-            states.append(blk(states[-1], rbf_blocks[:, b], sbf8[:, b], idx_kj, idx_ji))
+            states.append(blk(states[-1], rbf_blocks[b], sbf8[b], idx_kj, idx_ji))
         atom_energy = self.out(torch.stack(states, 1), rbf_out, dst, pos.size(0))
         return atom_energy.new_zeros(num_graphs).index_add_(0, batch, atom_energy)
 
