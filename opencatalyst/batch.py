@@ -73,7 +73,7 @@ class GraphLoader:
         return len(self.sampler)
 
     def __iter__(self) -> Iterator[GraphBatch]:
-        lists = [idx for idx in self.sampler]
+        lists = [idx for idx in self.sampler if idx]  # a short last eval batch may leave a rank nothing
         if self.workers > 0:
             from torch.utils.data import DataLoader
 

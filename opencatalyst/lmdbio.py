@@ -98,13 +98,16 @@ class Shard:
 
     def _read_length(self) -> int:
         raw = self._get("length")
-        if record.is_pickled(raw):
+        if record.is_pickled(raw) or (self.trust_pickle and not raw.strip().isdigit()):
             if not self.trust_pickle:
                 raise DataError(f"{self.path}: key 'length' is pickled (original OC20 encoding); unpickling runs "
                                 "code from the file. Use `hpcbench convert oc20 --trust-pickle` or --trust-pickle")
             import pickle
 
-            length = pickle.loads(raw)  # noqa: S301 - opt-in
+            try:
+                length = pickle.loads(raw)  # noqa: S301 - the user opted in
+            except Exception as exc:  # any unpickling failure is a problem of this file
+                raise DataError(f"{self.path}: cannot unpickle key 'length' ({type(exc).__name__})") from None
         else:
             try:
                 length = int(raw.decode("ascii"))
@@ -124,7 +127,7 @@ class Shard:
             raise IndexError(idx)
         raw = self._get(str(idx))
         where = f"{self.path} key '{idx}'"
-        if self.trust_pickle and record.is_pickled(raw):
+        if self.trust_pickle and not raw.startswith(record.MAGIC):
             return record.decode_pickled(raw, where)
         return record.decode(raw, where)
 

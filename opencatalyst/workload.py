@@ -117,7 +117,8 @@ class OC20Workload(Workload[OC20Config]):
         # start the instance-wide free-atom count now; it completes while the model runs
         free_total = batch.free.sum().to(torch.float32)
         handle = None
-        if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+        # (training only: every rank runs the same number of training steps; eval batches may differ)
+        if model.training and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
             handle = torch.distributed.all_reduce(free_total, async_op=True)
         energy, forces = energy_and_forces(model, batch.z, batch.pos, batch.edge_index, batch.shift, batch.idx_kj,
                                            batch.idx_ji, batch.batch, batch.num_graphs,

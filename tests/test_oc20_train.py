@@ -11,7 +11,7 @@ from tests.conftest import run_cli, run_mpi
 def test_datagen_then_train_two_ranks(tmp_path: Path) -> None:
     data = tmp_path / "data"
     proc = run_cli(["datagen", "oc20", "--out", str(data), "--seed", "3", "--workers", "1", "--train", "8",
-                    "--val", "4", "--size", "2,2,2", "--cutoff", "4", "--max-neighbors", "10", "--per-shard", "4",
+                    "--val", "5", "--size", "2,2,2", "--cutoff", "4", "--max-neighbors", "10", "--per-shard", "4",
                     "--no-progress"])
     assert proc.returncode == 0, proc.stderr
     train = SplitDataset(data / "train")
@@ -32,5 +32,5 @@ def test_datagen_then_train_two_ranks(tmp_path: Path) -> None:
              if ":::MLLOG" in x]
     keys = {x["key"]: x for x in lines}
     assert keys["opt_name"]["value"] == "AdamW" and keys["submission_benchmark"]["value"] == "oc20"
-    assert keys["train_samples"]["value"] == 8 and keys["eval_samples"]["value"] == 4
+    assert keys["train_samples"]["value"] == 8 and keys["eval_samples"]["value"] == 5  # last eval batch: 1 sample, 2 ranks
     assert 0 < keys["eval_error"]["value"] < 10 and keys["run_stop"]["metadata"]["status"] == "success"
