@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("report", "scores, tables and plots from MLPerf result logs"),
     "run": ("run", "the embedded default end to end: datagen -> pack -> stage -> train -> report"),
     "jobs": ("jobs", "render Slurm job scripts for strong and weak scaling"),
+    "convert": ("convert", "convert original datasets to the project's safe formats (oc20: pickled LMDB)"),
 }
 
 

@@ -1,0 +1,109 @@
+"""Training step (energy + forces with create_graph, backward) of opencatalyst's fused DimeNet++
+vs torch_geometric's DimeNetPlusPlus with the same (mapped) weights, on the same OC20-sized graphs.
+
+PyG needs pyg-lib (radius_graph) and torch-sparse (triplets), which do not install here: both are
+patched to return our precomputed graph and triplets (tests/oc20_pyg.py). PyG measures distances
+from raw positions, so the systems are non-periodic metal clusters with adsorbates sized like OC20
+(~70 atoms, 6 A cutoff, <= 50 neighbours). Runs are interleaved (ours, pyg, ours, ...) so machine
+contention hits both; prints the median time per step and the ratio.
+
+    python benchmarks/oc20_model_step.py --systems 4 --repeats 5
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from oc20_pyg import patched_pyg_graph  # noqa: E402
+
+from opencatalyst import graph, pyg_map  # noqa: E402
+from opencatalyst.model import energy_and_forces  # noqa: E402
+
+
+def cluster(seed: int, cutoff: float, max_nb: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    from ase.build import bulk
+
+    rng = np.random.default_rng(seed)
+    metal = ["Cu", "Pt", "Au", "Ni"][seed % 4]
+    atoms = bulk(metal, cubic=True).repeat((3, 3, 2))  # 72 atoms
+    top = atoms.positions[:, 2].max()
+    ads = np.array([[rng.uniform(2, 6), rng.uniform(2, 6), top + 1.8]])
+    pos = np.concatenate([atoms.positions, ads]) + rng.normal(0, 0.05, (len(atoms) + 1, 3))
+    z = np.concatenate([atoms.numbers, [8]])
+    ei, off = graph.radius_graph_pbc(pos, np.eye(3) * 1000.0, cutoff, max_nb, (False, False, False))
+    return pos.astype(np.float32), z, ei, off
+
+
+def make_batch(n_sys: int, cutoff: float, max_nb: int) -> dict[str, torch.Tensor]:
+    parts, shift = [], 0
+    for s in range(n_sys):
+        pos, z, ei, off = cluster(s, cutoff, max_nb)
+        parts.append((pos, z, ei + shift, off, np.full(len(z), s)))
+        shift += len(z)
+    pos = torch.from_numpy(np.concatenate([p[0] for p in parts]))
+    z = torch.from_numpy(np.concatenate([p[1] for p in parts]))
+    ei = torch.from_numpy(np.concatenate([p[2] for p in parts], axis=1))
+    off = torch.from_numpy(np.concatenate([p[3] for p in parts]))
+    batch = torch.from_numpy(np.concatenate([p[4] for p in parts]))
+    kj, ji = graph.triplets(ei, off, len(z))
+    return {"pos": pos, "z": z, "edge_index": ei, "idx_kj": kj, "idx_ji": ji, "batch": batch, "n": n_sys}
+
+
+def step_ours(model: torch.nn.Module, b: dict) -> float:
+    t = time.perf_counter()
+    e, f = energy_and_forces(model, b["z"], b["pos"], b["edge_index"], None, b["idx_kj"], b["idx_ji"],
+                             b["batch"], b["n"], create_graph=True)
+    (f.abs().mean() + 0.0 * e.sum()).backward()
+    return time.perf_counter() - t
+
+
+def step_pyg(model: torch.nn.Module, b: dict) -> float:
+    t = time.perf_counter()
+    with patched_pyg_graph(b["edge_index"], b["idx_kj"], b["idx_ji"]):
+        pos = b["pos"].clone().requires_grad_(True)
+        e = model(b["z"], pos, b["batch"]).view(-1)
+        f = -torch.autograd.grad(e.sum(), pos, create_graph=True)[0]
+    (f.abs().mean() + 0.0 * e.sum()).backward()
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--systems", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--cutoff", type=float, default=6.0)
+    ap.add_argument("--max-neighbors", type=int, default=50)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from torch_geometric.nn import DimeNetPlusPlus
+
+    torch.manual_seed(0)
+    pyg = DimeNetPlusPlus(192, 1, 3, 64, 8, 192, 7, 6, cutoff=args.cutoff, max_num_neighbors=args.max_neighbors,
+                          output_initializer="glorot_orthogonal")
+    ours = pyg_map.from_pyg(pyg)
+    b = make_batch(args.systems, args.cutoff, args.max_neighbors)
+    n, e, t = b["z"].numel(), b["edge_index"].shape[1], b["idx_kj"].numel()
+    print(f"batch: {args.systems} systems, {n} atoms, {e} edges ({e / args.systems:.0f}/system), "
+          f"{t} triplets ({t / args.systems:.0f}/system); torch threads {torch.get_num_threads()}")
+    step_ours(ours, b), step_pyg(pyg, b)  # warm-up
+    to, tp = [], []
+    for _ in range(args.repeats):
+        to.append(step_ours(ours, b))
+        tp.append(step_pyg(pyg, b))
+    mo, mp = statistics.median(to), statistics.median(tp)
+    print(f"torch_geometric DimeNetPlusPlus (baseline): median {mp:.3f} s/step  runs {[round(x, 3) for x in tp]}")
+    print(f"opencatalyst fused DimeNetPP             : median {mo:.3f} s/step  runs {[round(x, 3) for x in to]}")
+    print(f"speedup (baseline / ours): {mp / mo:.2f}x   (goal >= 2x, moonshot 4x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Collation of OC20 samples into one disjoint-union graph batch, and the per-rank loader."""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import graph
+from .sampler import BalancedBatchSampler
+
+
+@dataclass
+class GraphBatch:
+    z: torch.Tensor  # [N] atomic numbers
+    pos: torch.Tensor  # [N, 3]
+    batch: torch.Tensor  # [N] graph of each atom
+    edge_index: torch.Tensor  # [2, E] (j, i), global atom indices
+    shift: torch.Tensor  # [E, 3] cell_offsets @ cell, Angstrom
+    idx_kj: torch.Tensor  # [T] triplets as edge pairs
+    idx_ji: torch.Tensor
+    force: torch.Tensor  # [N, 3] reference forces
+    free: torch.Tensor  # [N] bool, atoms not fixed
+    energy: torch.Tensor  # [G]
+    num_graphs: int
+
+    def to(self, device: torch.device | str) -> "GraphBatch":
+        moved = {f.name: getattr(self, f.name) for f in fields(self)}
+        for k, v in moved.items():
+            if isinstance(v, torch.Tensor):
+                moved[k] = v.to(device, non_blocking=True)
+        return GraphBatch(**moved)
+
+    def __len__(self) -> int:
+        return self.num_graphs
+
+
+def collate(samples: Sequence[dict[str, Any]]) -> GraphBatch:
+    natoms = np.array([int(s["natoms"]) for s in samples])
+    starts = np.concatenate([[0], np.cumsum(natoms)[:-1]])
+    ei = np.concatenate([np.asarray(s["edge_index"]) + a for s, a in zip(samples, starts)], axis=1)
+    shift = np.concatenate([np.asarray(s["cell_offsets"], np.float32) @ np.asarray(s["cell"], np.float32).reshape(3, 3)
+                            for s in samples])
+    offsets = np.concatenate([np.asarray(s["cell_offsets"], np.float32) for s in samples])
+    n = int(natoms.sum())
+    ei_t = torch.from_numpy(ei.astype(np.int64))
+    kj, ji = graph.triplets(ei_t, torch.from_numpy(offsets), n)
+    return GraphBatch(
+        z=torch.from_numpy(np.concatenate([np.asarray(s["atomic_numbers"], np.int64) for s in samples])),
+        pos=torch.from_numpy(np.concatenate([np.asarray(s["pos"], np.float32) for s in samples])),
+        batch=torch.from_numpy(np.repeat(np.arange(len(samples)), natoms)),
+        edge_index=ei_t, shift=torch.from_numpy(shift), idx_kj=kj, idx_ji=ji,
+        force=torch.from_numpy(np.concatenate([np.asarray(s["force"], np.float32) for s in samples])),
+        free=torch.from_numpy(np.concatenate([np.asarray(s["fixed"]) == 0 for s in samples])),
+        energy=torch.tensor([float(s["y"]) for s in samples], dtype=torch.float32),
+        num_graphs=len(samples),
+    )
+
+
+class GraphLoader:
+    """This rank's batches for one epoch (an ``EpochLoader``): the sampler's index lists, collated
+    (optionally in worker processes) and moved to the device."""
+
+    def __init__(self, dataset: Any, sampler: BalancedBatchSampler, device: torch.device, workers: int = 0) -> None:
+        self.dataset, self.sampler, self.device, self.workers = dataset, sampler, device, workers
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self) -> Iterator[GraphBatch]:
+        lists = [idx for idx in self.sampler if idx]  # a short last eval batch may leave a rank nothing
+        if self.workers > 0:
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(self.dataset, batch_sampler=lists, collate_fn=collate, num_workers=self.workers)
+            for b in loader:
+                yield b.to(self.device)
+        else:
+            for idx in lists:
+                yield collate([self.dataset[i] for i in idx]).to(self.device)

@@ -1,0 +1,164 @@
+"""Pickle-free encoding of one OC20 sample: a typed array container.
+
+Layout of one encoded value::
+
+    b"HPCBOC20" | uint8 version | uint32 header length (little endian) | JSON header | array bytes
+
+The JSON header maps each field name to ``{"dtype", "shape", "offset"}`` (offset into the array
+bytes) or, for scalars, ``{"value"}``. Decoding never executes code from the file: only numpy
+dtypes from a fixed allow-list are accepted, and every array's byte range is checked.
+
+The original OC20 encoding (a pickled ``torch_geometric.data.Data``) is read by
+:func:`decode_pickled`, which callers may use only after an explicit ``--trust-pickle`` opt-in.
+"""
+from __future__ import annotations
+
+import json
+import pickle
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from common.errors import DataError
+
+MAGIC = b"HPCBOC20"
+VERSION = 1
+_ALLOWED = {"float32", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"}
+#: field -> (dtype, shape with "N" atoms / "E" edges); the S2EF fields of DESIGN.md section 4
+ARRAY_FIELDS: dict[str, tuple[str, tuple[str | int, ...]]] = {
+    "pos": ("float32", ("N", 3)),
+    "atomic_numbers": ("int64", ("N",)),
+    "cell": ("float32", (1, 3, 3)),
+    "edge_index": ("int64", (2, "E")),
+    "cell_offsets": ("float32", ("E", 3)),
+    "force": ("float32", ("N", 3)),
+    "fixed": ("int8", ("N",)),
+    "tags": ("int64", ("N",)),
+}
+SCALAR_FIELDS = ("natoms", "y", "sid", "fid")
+PICKLE_PREFIXES = (b"\x80",)  # pickle protocol 2+ opcode PROTO
+
+
+def encode(sample: Mapping[str, Any]) -> bytes:
+    """Encode a sample dict (numpy arrays and python/numpy scalars) without pickle."""
+    header: dict[str, dict[str, Any]] = {}
+    chunks: list[bytes] = []
+    offset = 0
+    for name, value in sample.items():
+        arr = np.asarray(value)
+        if arr.ndim == 0 and name in SCALAR_FIELDS:
+            header[name] = {"value": arr.item()}
+            continue
+        arr = np.ascontiguousarray(arr)
+        if arr.dtype.name not in _ALLOWED:
+            raise DataError(f"field '{name}': dtype {arr.dtype} is not storable; allowed: {sorted(_ALLOWED)}")
+        raw = arr.tobytes()
+        header[name] = {"dtype": arr.dtype.name, "shape": list(arr.shape), "offset": offset}
+        chunks.append(raw)
+        offset += len(raw)
+    head = json.dumps(header, separators=(",", ":")).encode()
+    return MAGIC + struct.pack("<BI", VERSION, len(head)) + head + b"".join(chunks)
+
+
+def is_pickled(value: bytes) -> bool:
+    return value[:1] in PICKLE_PREFIXES
+
+
+def decode(value: bytes, where: str) -> dict[str, Any]:
+    """Decode one value written by :func:`encode`; ``where`` names the file and key in errors."""
+    if not value.startswith(MAGIC):
+        if is_pickled(value):
+            raise DataError(f"{where}: value is a pickled object (original OC20 encoding); unpickling runs "
+                            "code from the file. Convert it once with `hpcbench convert oc20 --trust-pickle` "
+                            "or pass --trust-pickle (data.trust_pickle=true) if you trust its source")
+        raise DataError(f"{where}: not an hpcbench OC20 record (expected magic {MAGIC!r}, got {value[:8]!r})")
+    fixed = len(MAGIC) + 5
+    if len(value) < fixed:
+        raise DataError(f"{where}: truncated record header ({len(value)} bytes)")
+    version, hlen = struct.unpack("<BI", value[len(MAGIC):fixed])
+    if version != VERSION:
+        raise DataError(f"{where}: record version {version} is not supported (expected {VERSION})")
+    if fixed + hlen > len(value):
+        raise DataError(f"{where}: truncated record: header says {hlen} bytes, {len(value) - fixed} present")
+    try:
+        header = json.loads(value[fixed:fixed + hlen])
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"{where}: corrupt record header ({exc})") from None
+    body = memoryview(value)[fixed + hlen:]
+    out: dict[str, Any] = {}
+    for name, spec in header.items():
+        if "value" in spec:
+            out[name] = spec["value"]
+            continue
+        dtype, shape, off = spec.get("dtype"), spec.get("shape"), spec.get("offset")
+        if dtype not in _ALLOWED or not isinstance(shape, list) or not isinstance(off, int):
+            raise DataError(f"{where}: field '{name}' has a bad header entry {spec!r}")
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if off < 0 or off + nbytes > len(body):
+            raise DataError(f"{where}: field '{name}' needs bytes {off}..{off + nbytes}, record body has {len(body)}")
+        out[name] = np.frombuffer(body[off:off + nbytes], dtype=dtype).reshape(shape)
+    validate(out, where)
+    return out
+
+
+def validate(sample: Mapping[str, Any], where: str) -> None:
+    """Check the S2EF fields are present with consistent shapes."""
+    missing = [f for f in (*ARRAY_FIELDS, "natoms", "y") if f not in sample]
+    if missing:
+        raise DataError(f"{where}: missing field(s) {missing}; an OC20 S2EF sample needs {list(ARRAY_FIELDS)} "
+                        "and natoms, y")
+    n = int(sample["natoms"])
+    e = int(np.shape(sample["edge_index"])[-1]) if np.ndim(sample["edge_index"]) == 2 else -1
+    for name, (_, dims) in ARRAY_FIELDS.items():
+        want = tuple(n if d == "N" else e if d == "E" else d for d in dims)
+        got = tuple(np.shape(sample[name]))
+        if got != want:
+            raise DataError(f"{where}: field '{name}' has shape {list(got)}, expected {list(want)} "
+                            f"(natoms={n}, edges={e})")
+    ei = np.asarray(sample["edge_index"])
+    if ei.size and (ei.min() < 0 or ei.max() >= n):
+        raise DataError(f"{where}: edge_index refers to atoms outside 0..{n - 1}")
+
+
+def _to_numpy(value: Any) -> Any:
+    if hasattr(value, "detach"):  # torch tensor
+        value = value.detach().cpu().numpy()
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return value.item()
+    return value
+
+
+def from_data_object(obj: Any, where: str) -> dict[str, Any]:
+    """A plain dict of numpy arrays from a (trusted) unpickled OC20 ``Data`` object or dict."""
+    if isinstance(obj, Mapping):
+        raw = dict(obj)
+    elif hasattr(obj, "to_dict"):
+        raw = obj.to_dict()
+    elif hasattr(obj, "__dict__"):  # Data pickled by old torch_geometric versions
+        raw = {k: v for k, v in vars(obj).items() if not k.startswith("_")}
+    else:
+        raise DataError(f"{where}: unpickled a {type(obj).__name__}, expected a torch_geometric Data or dict")
+    out: dict[str, Any] = {}
+    for name, value in raw.items():
+        value = _to_numpy(value)
+        if name in ARRAY_FIELDS:
+            out[name] = np.asarray(value, dtype=ARRAY_FIELDS[name][0])
+        elif name in SCALAR_FIELDS:
+            out[name] = float(value) if name == "y" else int(value)
+    if "natoms" not in out and "pos" in out:
+        out["natoms"] = int(out["pos"].shape[0])
+    if "fixed" not in out and "pos" in out:
+        out["fixed"] = np.zeros(out["natoms"], np.int8)
+    validate(out, where)
+    return out
+
+
+def decode_pickled(value: bytes, where: str) -> dict[str, Any]:
+    """Decode an original OC20 value. Runs pickle: call only after the user opted in."""
+    try:
+        obj = pickle.loads(value)  # noqa: S301 - explicit --trust-pickle opt-in by the caller
+    except Exception as exc:  # any unpickling failure is a data problem of this file
+        raise DataError(f"{where}: cannot unpickle value ({type(exc).__name__}: {exc})") from None
+    return from_data_object(obj, where)

@@ -1,0 +1,129 @@
+"""OC20 LMDB format: pickle-free round trip, pickle opt-in, converter, corrupt files."""
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import lmdb
+import numpy as np
+import pytest
+import torch
+
+from common.errors import ConfigError, DataError
+from opencatalyst import datagen, graph, lmdbio, record
+from tests.conftest import run_cli
+
+
+def sample(seed: int = 0) -> dict:
+    return datagen.make_sample(datagen.GenSpec(size=(2, 2, 2), cutoff=5.0, max_neighbors=20), seed, "train", seed)
+
+
+def assert_same(a: dict, b: dict) -> None:
+    assert set(record.ARRAY_FIELDS) <= set(b)
+    for k in record.ARRAY_FIELDS:
+        np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b[k]), err_msg=k)
+    assert int(a["natoms"]) == int(b["natoms"]) and float(a["y"]) == pytest.approx(float(b["y"]))
+
+
+def test_record_round_trip_and_fields() -> None:
+    s = sample()
+    out = record.decode(record.encode(s), "mem")
+    assert_same(s, out)
+    assert out["sid"] == s["sid"] and out["pos"].dtype == np.float32 and out["edge_index"].dtype == np.int64
+    assert s["tags"].max() == 2 and (s["fixed"][s["tags"] == 0] == 1).all()  # adsorbate tag, sub-surface fixed
+
+
+def test_record_corruption_is_named() -> None:
+    raw = record.encode(sample())
+    with pytest.raises(DataError, match="truncated|needs bytes"):
+        record.decode(raw[: len(raw) - 40], "f.lmdb key '3'")
+    with pytest.raises(DataError, match="f.lmdb key '3'.*magic"):
+        record.decode(b"garbage" * 4, "f.lmdb key '3'")
+    bad = dict(sample())
+    bad["force"] = bad["force"][:-1]
+    with pytest.raises(DataError, match="'force' has shape"):
+        record.decode(record.encode(bad), "x")
+
+
+def write_pickled_oc20(path: Path, samples: list[dict]) -> None:
+    """An original-style OC20 LMDB: pickled torch_geometric Data values and a pickled length."""
+    from torch_geometric.data import Data
+
+    env = lmdb.open(str(path), subdir=False, map_size=1 << 30, lock=False)
+    with env.begin(write=True) as txn:
+        for i, s in enumerate(samples):
+            d = Data(pos=torch.from_numpy(s["pos"]), atomic_numbers=torch.from_numpy(s["atomic_numbers"]).float(),
+                     cell=torch.from_numpy(s["cell"]), natoms=s["natoms"], edge_index=torch.from_numpy(s["edge_index"]),
+                     cell_offsets=torch.from_numpy(s["cell_offsets"]), y=s["y"], force=torch.from_numpy(s["force"]),
+                     fixed=torch.from_numpy(s["fixed"]).float(), tags=torch.from_numpy(s["tags"]), sid=s["sid"], fid=0)
+            txn.put(str(i).encode(), pickle.dumps(d, protocol=4))
+        txn.put(b"length", pickle.dumps(len(samples), protocol=4))
+    env.close()
+
+
+def test_pickle_needs_opt_in_and_converter(tmp_path: Path) -> None:
+    src = tmp_path / "orig" / "train"
+    src.mkdir(parents=True)
+    samples = [sample(k) for k in range(3)]
+    write_pickled_oc20(src / "data.0000.lmdb", samples)
+    with pytest.raises(DataError, match="pickled.*--trust-pickle"):
+        lmdbio.Shard(src / "data.0000.lmdb")
+    trusted = lmdbio.Shard(src / "data.0000.lmdb", trust_pickle=True)
+    assert_same(samples[1], trusted[1])
+    # the CLI refuses without the opt-in, converts with it
+    proc = run_cli(["convert", "oc20", "--src", str(tmp_path / "orig"), "--out", str(tmp_path / "safe")])
+    assert proc.returncode == 2 and "--trust-pickle" in proc.stderr
+    proc = run_cli(["convert", "oc20", "--src", str(tmp_path / "orig"), "--out", str(tmp_path / "safe"),
+                    "--trust-pickle", "--no-progress"])
+    assert proc.returncode == 0, proc.stderr
+    ds = lmdbio.SplitDataset(tmp_path / "safe" / "train")
+    assert len(ds) == 3
+    for k in range(3):
+        assert_same(samples[k], ds[k])
+    meta = ds.sizes()
+    assert meta["natoms"].tolist() == [s["natoms"] for s in samples]
+    assert meta["triplets"][0] == graph.count_triplets(samples[0]["edge_index"], samples[0]["cell_offsets"],
+                                                       samples[0]["natoms"])
+    lmdbio.close_all()  # LMDB allows one open environment per file and process
+    with lmdb.open(str(tmp_path / "safe" / "train" / "data.0000.lmdb"), subdir=False, readonly=True, lock=False) as env:
+        with env.begin() as txn:
+            assert all(not record.is_pickled(v) for _, v in txn.cursor())
+
+
+def test_corrupt_and_inconsistent_lmdb(tmp_path: Path) -> None:
+    split = tmp_path / "train"
+    split.mkdir()
+    junk = split / "data.0000.lmdb"
+    junk.write_bytes(b"\x00not an lmdb file" * 500)
+    with pytest.raises(DataError, match="data.0000.lmdb"):
+        lmdbio.SplitDataset(split)
+    junk.unlink()
+    lmdbio.write_shard(split / "data.0000.lmdb", [sample(0), sample(1)])
+    env = lmdb.open(str(split / "data.0000.lmdb"), subdir=False, lock=False)
+    with env.begin(write=True) as txn:
+        txn.put(b"length", b"5")
+    env.close()
+    with pytest.raises(DataError, match="'length' says 5 samples"):
+        lmdbio.Shard(split / "data.0000.lmdb")
+    with pytest.raises(DataError, match="metadata is missing"):
+        lmdbio.read_metadata(split, 2)
+    assert not list(split.glob("*.tmp")) and not list(split.glob(".*"))  # no partial files left
+
+
+def test_preload_matches_lazy(tmp_path: Path) -> None:
+    for i in range(2):
+        lmdbio.write_shard(tmp_path / lmdbio.shard_name(i), [sample(2 * i), sample(2 * i + 1)])
+    lazy, pre = lmdbio.SplitDataset(tmp_path), lmdbio.SplitDataset(tmp_path)
+    pre.preload(workers=2)
+    assert len(pre) == 4
+    for k in range(4):
+        assert_same(lazy[k], pre[k])
+
+
+def test_convert_errors(tmp_path: Path) -> None:
+    from opencatalyst.convert import convert
+
+    with pytest.raises(ConfigError, match="does not exist"):
+        convert(tmp_path / "nope", tmp_path / "out", trust_pickle=True)
+    with pytest.raises(ConfigError, match="no data.NNNN.lmdb"):
+        convert(tmp_path, tmp_path / "out", trust_pickle=True)
