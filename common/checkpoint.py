@@ -23,6 +23,7 @@ import torch
 
 from .atomic import atomic_write, atomic_write_text
 from .errors import ConfigError, DataError
+from .step import tree_map
 
 if TYPE_CHECKING:  # pragma: no cover
     from .trainer import Trainer
@@ -88,7 +89,7 @@ def save(root: Path, epoch: int, tr: "Trainer") -> Path:
         _save(tmp / "model.pt", {"format": FORMAT, "epoch": epoch, "world": tr.world, "numel": tr.flat.numel,
                                  "names": tr.flat.names, "params": tr.flat.params.cpu()})
     _save(tmp / f"rank_{rank}.pt", {
-        "optimizer": {k: v.cpu() for k, v in tr.optimizer.state_dict().items()},
+        "optimizer": tree_map(lambda t: t.cpu(), tr.optimizer.state_dict()),
         "buffers": {k: v.cpu() for k, v in tr.model.named_buffers()},
         "precision": {k: v.cpu() for k, v in tr.precision.state_dict().items()},
         "rng": _rng_state(),
@@ -122,7 +123,7 @@ def load_latest(root: Path, tr: "Trainer") -> int | None:
                           f"has {tr.world}; resume with the same number of ranks")
     tr.flat.params[: tr.flat.numel].copy_(model["params"][: tr.flat.numel])
     state = _load(path / f"rank_{tr.rank}.pt")
-    tr.optimizer.load_state_dict({k: v.to(tr.device) for k, v in state["optimizer"].items()})
+    tr.optimizer.load_state_dict(tree_map(lambda t: t.to(tr.device), state["optimizer"]))
     buffers = dict(tr.model.named_buffers())
     for k, v in state["buffers"].items():
         buffers[k].copy_(v)

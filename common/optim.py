@@ -180,6 +180,11 @@ class DistributedLAMB(LAMB):
 
     sharded = True
 
+    def __init__(self, flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0) -> None:
+        if flat.padded % world:
+            raise ConfigError(f"DistributedLAMB over {world} ranks needs FlatParams(..., pad_to={world})")
+        super().__init__(flat, cfg, world, rank)
+
     def _local_size(self) -> int:
         return self.flat.padded // self.world
 
@@ -208,8 +213,18 @@ class DistributedLAMB(LAMB):
         self.step_count.add_(1.0 if skip is None else 1.0 - skip)
 
 
-def build_optimizer(flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0) -> FlatOptimizer:
-    """The optimizer ``cfg.name`` over ``flat`` (``distributed = true`` shards LAMB's state)."""
+def build_optimizer(flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0,
+                    allow_apex: bool = True) -> FlatOptimizer:
+    """The optimizer ``cfg.name`` over ``flat`` (``distributed = true`` shards LAMB's state;
+    ``apex = true`` picks apex's fused LAMB where it is importable on CUDA, see common.apex_optim)."""
+    if cfg.name == "lamb" and cfg.apex and not cfg.distributed and allow_apex:
+        from .apex_optim import ApexLAMB, apex_lamb_available
+
+        ok, why = apex_lamb_available(flat.device)
+        if ok:
+            return ApexLAMB(flat, cfg, world, rank)
+        if rank == 0:
+            print(f"hpcbench: optim.apex requested but not used: {why}; using the built-in LAMB", flush=True)
     if cfg.name == "sgd":
         return SGD(flat, cfg, world, rank)
     if cfg.name in ("adam", "adamw"):

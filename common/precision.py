@@ -76,3 +76,11 @@ def to_channels_last(x: torch.Tensor) -> torch.Tensor:
     if x.is_floating_point() and x.dim() == 5:
         return x.contiguous(memory_format=torch.channels_last_3d)
     return x
+
+
+def module_to_channels_last(model: "torch.nn.Module") -> "torch.nn.Module":
+    """2-D conv weights channels-last, 3-D conv weights channels-last-3d (``Module.to`` accepts only
+    one of the two and fails on the other rank)."""
+    for p in model.parameters():
+        p.data = to_channels_last(p.data)
+    return model

@@ -24,6 +24,7 @@ class OptimConfig:
     grad_averaging: bool = True  # lamb
     max_grad_norm: float = 0.0  # clip by global norm; 0 disables
     distributed: bool = False  # lamb: shard optimizer state across the instance's ranks
+    apex: bool = False  # lamb: NVIDIA apex's fused kernel where importable on CUDA (not with fp16)
     # schedule, in epochs or steps (``unit``)
     schedule: Literal["constant", "multistep", "cosine"] = "constant"
     unit: Literal["epochs", "steps"] = "epochs"

@@ -3,13 +3,15 @@
 ``lr(step)`` with ``step`` the 0-based optimizer step as a float tensor, all lengths converted to
 steps once at build time (``unit = "epochs"`` multiplies by the steps per epoch):
 
-* warmup over ``W`` steps (``W > 0``): with ``warmup_factor <= 1`` the rate rises linearly from
-  ``lr/W`` to ``lr`` (``lr * (step + 1) / W``); with ``warmup_factor = f > 1`` it rises linearly
-  from ``lr / f`` to ``lr`` (the MLPerf "warmup multiplier" style, ``lr`` being the peak);
+* warmup over ``W`` steps (``W > 0``), always ending at the peak ``lr``: with ``warmup_factor = 1``
+  the rate rises linearly from ``lr/W`` (``lr * (step + 1) / W``); with ``f = warmup_factor > 1`` it
+  rises linearly from ``lr / f`` (the MLPerf "scale the base rate up by f" style); with ``f < 1`` it
+  rises linearly from ``lr * f``;
 * ``constant``: ``lr`` after warmup;
 * ``multistep``: ``lr * decay_factor ** (number of milestones <= step)``;
 * ``cosine``: ``min_lr + (lr - min_lr) * (1 + cos(pi * (step - W) / (T - W))) / 2``, held at
-  ``min_lr`` after ``T`` (``total``, or the run's length when 0).
+  ``min_lr`` after ``T`` (``total``, or the run's length when 0; an explicit ``total`` must exceed
+  the warmup, a run shorter than its warmup just ends at ``min_lr``).
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ class Schedule:
     def from_config(cls, cfg: OptimConfig, steps_per_epoch: int, max_epochs: int) -> "Schedule":
         scale = float(steps_per_epoch) if cfg.unit == "epochs" else 1.0
         total = cfg.total * scale if cfg.total > 0 else float(max_epochs * steps_per_epoch)
-        if cfg.schedule == "cosine" and total <= cfg.warmup * scale:
+        if cfg.schedule == "cosine" and cfg.total > 0 and total <= cfg.warmup * scale:
             raise ConfigError(
                 f"config key 'optim.total': the cosine length ({total:g} steps) must exceed the warmup "
                 f"({cfg.warmup * scale:g} steps)"
@@ -59,10 +61,10 @@ class Schedule:
         if self.warmup_steps <= 0:
             return base
         w = self.warmup_steps
-        if self.warmup_factor > 1.0:
-            frac = torch.clamp(step / w, max=1.0)
-            start = self.lr / self.warmup_factor
-            warm = start + (self.lr - start) * frac
+        f = self.warmup_factor
+        if f != 1.0:
+            start = self.lr / f if f > 1.0 else self.lr * f
+            warm = start + (self.lr - start) * torch.clamp(step / w, max=1.0)
         else:
             warm = self.lr * torch.clamp((step + 1.0) / w, max=1.0)
         return torch.where(step < w, warm, base)
@@ -77,7 +79,7 @@ class Schedule:
             passed = sum((step >= m).to(step.dtype) for m in self.milestones)
             return self.lr * torch.pow(torch.full_like(step, self.decay_factor), passed)
         if self.kind == "cosine":
-            span = self.total_steps - self.warmup_steps
+            span = max(self.total_steps - self.warmup_steps, 1.0)  # a run shorter than its warmup
             t = torch.clamp((step - self.warmup_steps) / span, 0.0, 1.0)
             return self.min_lr + (self.lr - self.min_lr) * 0.5 * (1.0 + torch.cos(math.pi * t))
         raise ConfigError(f"config key 'optim.schedule': unknown schedule {self.kind!r}")

@@ -43,7 +43,7 @@ from .errors import ConfigError, DataError
 from .flat import FlatParams
 from .mllog import MLPerfLogger
 from .optim import build_optimizer
-from .precision import Precision
+from .precision import Precision, module_to_channels_last
 from .schedule import Schedule
 from .step import TrainStep, prepare_batch
 from .system import SystemDescription
@@ -128,15 +128,15 @@ class Trainer:
         self.seed = tc.seed + self.env.layout.instance
         torch.manual_seed(self.seed)
         model = self.workload.build_model().to(self.device)
-        if tc.channels_last:  # 3-D convolutions (5-D weights) need the _3d memory format
-            volumetric = any(p.dim() == 5 for p in model.parameters())
-            model = model.to(memory_format=torch.channels_last_3d if volumetric else torch.channels_last)
+        if tc.channels_last:
+            model = module_to_channels_last(model)
         self.model = model
         self.sharded = cfg.optim.name == "lamb" and cfg.optim.distributed
         self.flat = FlatParams(model, pad_to=self.world if self.sharded else 1)
         _broadcast_model(model, self.flat, self.world)
         torch.manual_seed(self.seed * 1000 + self.rank)  # per-rank randomness (dropout) from here on
-        self.optimizer = build_optimizer(self.flat, cfg.optim, self.world, self.rank)
+        self.optimizer = build_optimizer(self.flat, cfg.optim, self.world, self.rank,
+                                         allow_apex=tc.precision != "fp16")
         shard = DataShard(rank=self.rank, size=self.world, seed=self.seed,
                           local_batch_size=tc.global_batch_size // self.world, device=self.device)
         self.train_loader = self.workload.train_loader(shard)

@@ -183,3 +183,58 @@ def test_distributed_lamb_equals_single_process_lamb(ranks: int) -> None:
         # each rank holds ~1/N of the moments (the padding adds < N elements per moment)
         assert row["state"] == 2 * -(-row["numel"] // ranks)
         assert row["state"] <= row["ref_state"] / ranks + 2 * ranks
+
+
+def test_apex_request_falls_back_to_the_built_in_lamb_without_cuda_apex(capsys: pytest.CaptureFixture[str]) -> None:
+    opt = build_optimizer(FlatParams(_model()), OptimConfig(name="lamb", apex=True))
+    assert type(opt) is LAMB
+    if not torch.cuda.is_available():
+        assert "apex LAMB needs a CUDA device" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="apex's fused LAMB runs on CUDA only")
+def test_apex_lamb_matches_built_in_lamb_on_gpu() -> None:
+    from common.apex_optim import ApexLAMB, apex_lamb_available
+
+    if not apex_lamb_available(torch.device("cuda"))[0]:
+        pytest.skip("apex with CUDA extensions is not installed")
+    cfg = OptimConfig(name="lamb", lr=0.01, weight_decay=0.01, max_grad_norm=1.0, eps=1e-6)
+    a, b = FlatParams(_model().cuda()), FlatParams(_model().cuda())
+    ours, apex = LAMB(a, cfg), ApexLAMB(b, cfg)
+    for step in range(10):
+        g = torch.randn(a.padded, generator=torch.Generator().manual_seed(step)).cuda()
+        a.grads.copy_(g)
+        b.grads.copy_(g)
+        ours.step(torch.tensor(0.01, device="cuda"))
+        apex.step(torch.tensor(0.01, device="cuda"))
+    torch.testing.assert_close(a.params, b.params, atol=1e-5, rtol=1e-4)
+
+
+def test_channels_last_parameters_keep_their_layout_in_the_flat_buffer() -> None:
+    def conv() -> nn.Module:
+        torch.manual_seed(3)
+        return nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3))
+
+    model = conv().to(memory_format=torch.channels_last)
+    flat = FlatParams(model)
+    weight = model[0].weight
+    assert weight.is_contiguous(memory_format=torch.channels_last) and not weight.is_contiguous()
+    assert weight.data_ptr() == flat.params.data_ptr()
+    x = torch.randn(2, 3, 10, 10)
+    model(x.contiguous(memory_format=torch.channels_last)).square().mean().backward()
+    flat.check_grads()
+    ref = conv()
+    ref(x).square().mean().backward()
+    for p, r, off in zip(model.parameters(), ref.parameters(), flat.offsets):
+        assert p.grad.data_ptr() == flat.grads.data_ptr() + off * 4  # accumulated in the flat buffer
+        torch.testing.assert_close(p.grad, r.grad, atol=1e-6, rtol=1e-5)
+
+
+def test_channels_last_3d_conv_weights() -> None:
+    from common.precision import module_to_channels_last
+
+    model = module_to_channels_last(nn.Sequential(nn.Conv3d(4, 8, 3), nn.Conv2d(8, 8, 1), nn.Linear(8, 2)))
+    flat = FlatParams(model)
+    assert model[0].weight.is_contiguous(memory_format=torch.channels_last_3d)
+    assert model[1].weight.is_contiguous(memory_format=torch.channels_last)
+    assert all(p.data_ptr() == flat.params.data_ptr() + o * 4 for p, o in zip(model.parameters(), flat.offsets))

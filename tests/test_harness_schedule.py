@@ -22,12 +22,14 @@ def test_warmup_then_multistep_in_epochs() -> None:
         assert s.value(step) == pytest.approx(expected, rel=1e-12), step
 
 
-def test_warmup_factor_starts_at_lr_over_factor() -> None:
+def test_warmup_factor_sets_the_starting_rate() -> None:
     cfg = OptimConfig(lr=1.0, schedule="constant", unit="steps", warmup=100, warmup_factor=4.0)
     s = Schedule.from_config(cfg, steps_per_epoch=7, max_epochs=3)
     assert s.value(0) == pytest.approx(0.25)
     assert s.value(50) == pytest.approx(0.25 + 0.75 * 0.5)
     assert s.value(100) == s.value(1000) == pytest.approx(1.0)
+    low = Schedule.from_config(OptimConfig(lr=1.0, unit="steps", warmup=100, warmup_factor=0.1), 7, 3)
+    assert [low.value(k) for k in (0, 50, 100)] == pytest.approx([0.1, 0.55, 1.0])
 
 
 def test_warmup_then_cosine_in_steps() -> None:

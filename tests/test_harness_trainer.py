@@ -167,3 +167,27 @@ def test_cuda_graph_replay_equals_eager_for_20_steps() -> None:
 
     out = compare(steps=20)
     assert out["max_diff"] <= 1e-5 and out["loss_diff"] <= 1e-5
+
+
+class _ForceToy(ToyWorkload):
+    """Outputs that need autograd inside forward (like OC20 forces = -dE/dpos)."""
+
+    eval_needs_grad = True
+
+    def forward(self, model, batch):  # noqa: ANN001, ANN201
+        x = batch["x"].clone().requires_grad_(True)
+        out = model(x)
+        force = torch.autograd.grad(out.sum(), x, create_graph=True)[0]
+        return out + 0.0 * force.sum()
+
+
+def test_eval_keeps_autograd_for_workloads_that_need_it(env) -> None:  # noqa: ANN001
+    cfg = ToyWorkload.load_config("mini", ["train.max_epochs=1", "data.train=64"])
+    result = Trainer(_ForceToy(cfg), env, MLPerfLogger(None), SystemDescription(), progress=False).run()
+    assert result.final_metric is not None and result.final_metric > 0
+    _ForceToy.eval_needs_grad = False  # the same workload under the default no_grad evaluation fails
+    try:
+        with pytest.raises(RuntimeError, match="does not require grad|grad_fn"):
+            Trainer(_ForceToy(cfg), env, MLPerfLogger(None), SystemDescription(), progress=False).run()
+    finally:
+        _ForceToy.eval_needs_grad = True
