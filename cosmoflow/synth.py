@@ -75,7 +75,7 @@ def _write_one(job: tuple[str, int, str, int, int, bool, int]) -> int:
 def generate(out: str | Path, n_train: int, n_val: int, size: int, seed: int = 0,
              workers: int = 1, compress: bool = True, level: int = 6, progress: bool = True) -> int:
     """Write ``out/train`` and ``out/validation``; returns the uncompressed bytes written.
-    Existing complete files are rewritten identically (deterministic), so a rerun resumes safely."""
+    Each file is written atomically, and a rerun with the same seed rewrites the same bytes."""
     from tqdm import tqdm
 
     jobs = [(str(out), seed, split, i, size, compress, level)
