@@ -94,12 +94,17 @@ class MLPerfLogger:
 def check_log(path: Path, ruleset: str = RULESET) -> tuple[bool, str]:
     """Run the official compliance checker on one log; (passed, its output)."""
     import subprocess
+    import tempfile
 
-    proc = subprocess.run(
-        [sys.executable, "-m", "mlperf_logging.compliance_checker", str(path), "--usage", USAGE, "--ruleset", ruleset],
-        capture_output=True,
-        text=True,
-        cwd=Path(path).parent,  # the checker writes compliance_checker.log into its working directory
-    )
+    # the checker writes compliance_checker.log into its working directory: keep that out of the
+    # user's folders
+    with tempfile.TemporaryDirectory(prefix="hpcbench-checker-") as scratch:
+        proc = subprocess.run(
+            [sys.executable, "-m", "mlperf_logging.compliance_checker", str(Path(path).resolve()),
+             "--usage", USAGE, "--ruleset", ruleset],
+            capture_output=True,
+            text=True,
+            cwd=scratch,
+        )
     output = proc.stdout + proc.stderr
     return proc.returncode == 0 and "SUCCESS" in output, output

@@ -115,6 +115,11 @@ class DeepCAMWorkload(Workload[DeepCAMConfig]):
         datagen.add_args(parser)
 
     @classmethod
+    def embedded_datagen_args(cls) -> list[str]:
+        """The dataset the ``mini`` preset is tuned on (see configs/mini.toml)."""
+        return ["--samples", "384", "--eval-samples", "64", "--height", "96", "--width", "144"]
+
+    @classmethod
     def datagen(cls, args: argparse.Namespace) -> None:
         datagen.run(args)
 

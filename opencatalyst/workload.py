@@ -166,6 +166,13 @@ class OC20Workload(Workload[OC20Config]):
         datagen.add_args(parser)
 
     @classmethod
+    def embedded_datagen_args(cls) -> list[str]:
+        """The dataset the ``mini`` preset is tuned on (see configs/mini.toml)."""
+        return ["--train", "320", "--val", "64", "--size", "2,2,3", "--metals", "Cu,Pt",
+                "--adsorbates", "O,H,N,C", "--relax-steps", "150", "--rattle", "0.018", "--cutoff", "4",
+                "--max-neighbors", "12"]
+
+    @classmethod
     def datagen(cls, args: argparse.Namespace) -> None:
         from . import datagen
 
