@@ -52,3 +52,11 @@ def run_cli(args: list[str], timeout: float = 300, cwd: Path | None = None,
     """Run ``python -m hpcbench ARGS...`` in a child process (no check; tests look at the result)."""
     return subprocess.run([sys.executable, "-m", "hpcbench", *args], cwd=cwd or ROOT, env=env or project_env(),
                           capture_output=True, text=True, timeout=timeout)
+
+
+def result_log(results: Path, instance: int = 0) -> Path:
+    """The one ``result_<instance>.txt`` under a ``--results`` folder (official layout:
+    ``results/<system>/{strong,weak}/<benchmark>/``)."""
+    found = sorted(results.rglob(f"result_{instance}.txt"))
+    assert len(found) == 1, f"expected one result_{instance}.txt under {results}, found {found}"
+    return found[0]

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from opencatalyst.lmdbio import SplitDataset
-from tests.conftest import run_cli, run_mpi
+from tests.conftest import run_cli, run_mpi, result_log
 
 
 def test_datagen_then_train_two_ranks(tmp_path: Path) -> None:
@@ -28,7 +28,7 @@ def test_datagen_then_train_two_ranks(tmp_path: Path) -> None:
             "--set", "train.global_batch_size=4", "--set", "model.hidden=16", "--set", "model.out_emb=16",
             "--set", "model.int_emb=8", "--set", "model.blocks=1", "--set", "model.cutoff=4.0"]
     run_mpi(2, args, timeout=300)
-    lines = [json.loads(x.split(":::MLLOG ", 1)[1]) for x in (results / "result_0.txt").read_text().splitlines()
+    lines = [json.loads(x.split(":::MLLOG ", 1)[1]) for x in result_log(results).read_text().splitlines()
              if ":::MLLOG" in x]
     keys = {x["key"]: x for x in lines}
     assert keys["opt_name"]["value"] == "AdamW" and keys["submission_benchmark"]["value"] == "oc20"

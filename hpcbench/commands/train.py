@@ -15,6 +15,8 @@ from ._common import add_config_args, add_layout_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = ("exit status: 0 when every instance reached its quality target; 4 when an instance "
+                     "stopped without it (aborted at max_epochs) or failed; 2 for bad input")
     parser.add_argument("workload", help=f"one of: {', '.join(registry.names())}")
     add_config_args(parser)
     add_layout_args(parser)
