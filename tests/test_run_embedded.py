@@ -1,0 +1,39 @@
+"""`hpcbench run`, the README's main command, end to end on the embedded default."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+
+@pytest.mark.slow
+def test_run_embedded_default_reaches_target_and_reports(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    proc = run_cli(["run", "--workdir", str(work)], timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "hpcbench run finished" in proc.stdout
+    logs = sorted((work / "results" / "results").rglob("result_*.txt"))
+    assert [p.name for p in logs] == ["result_0.txt", "result_1.txt"]
+    assert all(p.parent.parent.name == "weak" for p in logs)  # results/<system>/weak/cosmoflow/
+    report = json.loads((work / "results" / "report" / "report.json").read_text())
+    (group,) = report["groups"]
+    score = group["score"]
+    assert (score["mode"], score["benchmark"], score["division"]) == ("weak", "cosmoflow", "open")
+    assert [r["status"] for r in score["runs"]] == ["success", "success"]
+    assert all(r["final_metric"] <= 0.124 and r["staging_s"] > 0 for r in score["runs"])
+    assert score["M_prime"] == 2 and score["T"] == 2 and score["S"] == 1
+    assert score["models_per_min"] == pytest.approx(2 / score["ttta_min"])
+    official = group["official"]
+    assert official["compliance"] == {"result_0.txt": True, "result_1.txt": True}
+    assert official["number_of_models"] == 2
+    assert official["score_min"] == pytest.approx(score["ttta_min"], rel=1e-6)
+    assert list((work / "results" / "report").glob("*timeline.png"))
+    # the packed shards are what staging read; the node-local copies hold every original file
+    manifest = json.loads((work / "packed" / "manifest.json").read_text())
+    assert manifest
+    staged = sorted(p.name for p in (work / "local" / "node0" / "train").iterdir() if not p.name.startswith("."))
+    raw = sorted(p.name for p in (work / "raw" / "train").iterdir() if not p.name.startswith("."))
+    assert staged == raw and len(raw) == 4096
