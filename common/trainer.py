@@ -100,8 +100,9 @@ def _broadcast_model(model: nn.Module, flat: FlatParams, world: int) -> None:
 
 class Trainer:
     def __init__(self, workload: Workload, env: DistEnv, mllogger: MLPerfLogger, system: SystemDescription,
-                 progress: bool | None = None) -> None:
+                 progress: bool | None = None, data_per_node: bool = False) -> None:
         self.workload, self.env, self.log, self.system = workload, env, mllogger, system
+        self.data_per_node = data_per_node
         self.cfg = workload.cfg
         self.world = env.layout.instance_size
         self.rank = env.layout.instance_rank
@@ -137,26 +138,63 @@ class Trainer:
         torch.manual_seed(self.seed * 1000 + self.rank)  # per-rank randomness (dropout) from here on
         self.optimizer = build_optimizer(self.flat, cfg.optim, self.world, self.rank,
                                          allow_apex=tc.precision != "fp16")
-        shard = DataShard(rank=self.rank, size=self.world, seed=self.seed,
+        shard_rank, shard_size, node_leader = self._data_shard()
+        shard = DataShard(rank=shard_rank, size=shard_size, seed=self.seed,
                           local_batch_size=tc.global_batch_size // self.world, device=self.device)
-        self.train_loader = self.workload.train_loader(shard)
-        self.eval_loader = self.workload.eval_loader(shard)
-        self.steps_per_epoch = len(self.train_loader)
-        counts = self.env.instance_comm.allgather(self.steps_per_epoch)
-        if len(set(counts)) != 1 or self.steps_per_epoch < 1:
+        counts = self._agree_on_loaders(shard)
+        if self.data_per_node and min(counts) >= 1:
+            # nodes hold different shard-sets, which may differ by a few batches: all ranks run the
+            # smallest count (like drop_last), so collectives stay matched
+            self.steps_per_epoch = min(counts)
+        elif len(set(counts)) != 1 or counts[0] < 1:
             raise DataError(f"ranks of instance {self.env.layout.instance} have different or zero batches per "
                             f"epoch ({counts}); every rank must run the same number of steps")
+        else:
+            self.steps_per_epoch = counts[0]
         self.schedule = Schedule.from_config(cfg.optim, self.steps_per_epoch, tc.max_epochs)
         self.precision = Precision(tc.precision, self.device, self.world)
         self.step_fn = TrainStep(self.workload, model, self.flat, self.optimizer, self.schedule,
                                  self.precision, tc.graph)
         self.train_samples, self.eval_samples = self.workload.dataset_sizes()
+        if self.data_per_node:  # each node sees its own part: the dataset is the sum over nodes
+            parts = self.env.instance_comm.allgather((self.train_samples, self.eval_samples) if node_leader else (0, 0))
+            self.train_samples, self.eval_samples = (sum(p[0] for p in parts), sum(p[1] for p in parts))
         self.start_epoch = 1
         self.ckpt_dir = ckpt.instance_dir(tc.checkpoint_dir, self.env.layout.instance) if tc.checkpoint_dir else None
         if tc.resume and self.ckpt_dir is not None:
             done = ckpt.load_latest(self.ckpt_dir, self)
             if done is not None:
                 self.start_epoch = done + 1
+
+    def _agree_on_loaders(self, shard: DataShard) -> list[int]:
+        """Build this rank's loaders and exchange batch counts. A rank that cannot build its loaders
+        (e.g. a node that received no data) makes every rank of the instance raise the same error,
+        instead of leaving its peers blocked in the next collective."""
+        try:
+            self.train_loader = self.workload.train_loader(shard)
+            self.eval_loader = self.workload.eval_loader(shard)
+            mine: int | str = len(self.train_loader)
+        except Exception as exc:  # noqa: BLE001 - re-raised on every rank below
+            mine = f"{type(exc).__name__}: {exc}"
+        found = self.env.instance_comm.allgather(mine)
+        errors = [(r, e) for r, e in enumerate(found) if isinstance(e, str)]
+        if errors:
+            rank, message = errors[0]
+            where = f" (node {self.env.layout.node_index})" if rank == self.rank else ""
+            raise DataError(f"instance {self.env.layout.instance}, rank {rank}{where}: cannot load its data: {message}")
+        return found
+
+    def _data_shard(self) -> tuple[int, int, bool]:
+        """(rank, size) of this rank's data shard and whether it speaks for its node's data.
+
+        Normally the instance's ranks split one dataset. With ``data_per_node`` (data staged to
+        node-local storage, node j of the instance holding shard-set j) the ranks of the instance
+        on this node split this node's files."""
+        if not self.data_per_node:
+            return self.rank, self.world, True
+        nodes = self.env.instance_comm.allgather(self.env.layout.node_index)
+        peers = [r for r, n in enumerate(nodes) if n == self.env.layout.node_index]
+        return peers.index(self.rank), len(peers), peers[0] == self.rank
 
     def _log_hyperparameters(self) -> None:
         tc = self.cfg.train
@@ -216,7 +254,7 @@ class Trainer:
         local_samples = steps = 0
         bar = self._bar(epoch)
         it = iter(self.train_loader)
-        while True:
+        while steps < self.steps_per_epoch:
             t_data = time.perf_counter()
             try:
                 batch = next(it)
@@ -289,6 +327,7 @@ class Trainer:
 
 
 def run_training(workload: Workload, env: DistEnv, mllogger: MLPerfLogger, system: SystemDescription,
-                 progress: bool | None = None) -> RunResult:
-    """Train ``workload`` on this instance to its target (or max epochs); see the module docstring."""
-    return Trainer(workload, env, mllogger, system, progress).run()
+                 progress: bool | None = None, data_per_node: bool = False) -> RunResult:
+    """Train ``workload`` on this instance to its target (or max epochs); see the module docstring.
+    ``data_per_node``: the data root holds only this node's part (node-local staging)."""
+    return Trainer(workload, env, mllogger, system, progress, data_per_node).run()

@@ -137,7 +137,10 @@ def run_instances(env: DistEnv, benchmark: str, make_workload: Callable[[str | N
         if train_fn is None:
             from common.trainer import run_training
 
-            result = run_training(workload, env, mllogger, opts.system, progress=opts.progress)
+            # staged data: node j of the instance holds shard-set j only
+            per_node = data_root is not None and env.layout.nodes_per_instance > 1
+            result = run_training(workload, env, mllogger, opts.system, progress=opts.progress,
+                                  data_per_node=per_node)
         else:
             result = train_fn(workload, env, mllogger, opts.system)
         outcome["status"] = getattr(result, "status", "success")

@@ -58,7 +58,7 @@ POLICIES: dict[str, Policy] = {
                "validation": KnownSplit(15_158, _DEEPCAM_SAMPLE, 0.6)},
     ),
     "oc20": Policy(
-        "oc20", ("*.lmdb",), None,
+        "oc20", ("*.lmdb",), None, replicate=("*/metadata.npz",),
         known={"train": KnownSplit(80, 1_200 * MiB, 0.5), "val_id": KnownSplit(1, 1_000 * MiB, 0.5)},
     ),
     "generic": Policy("generic", ("*",), None),
