@@ -5,7 +5,9 @@ PyG needs pyg-lib (radius_graph) and torch-sparse (triplets), which do not insta
 patched to return our precomputed graph and triplets (tests/oc20_pyg.py). PyG measures distances
 from raw positions, so the systems are non-periodic metal clusters with adsorbates sized like OC20
 (~70 atoms, 6 A cutoff, <= 50 neighbours). Runs are interleaved (ours, pyg, ours, ...) so machine
-contention hits both; prints the median time per step and the ratio.
+contention hits both; prints the median time per step and the ratio. ``--malloc tuned`` (default,
+as the OC20 workload does) raises glibc's mmap/trim thresholds for the whole process, so it applies
+to both models; ``--malloc default`` leaves glibc as it is.
 
     python benchmarks/oc20_model_step.py --systems 4 --repeats 5
 """
@@ -24,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from oc20_pyg import patched_pyg_graph  # noqa: E402
 
 from opencatalyst import graph, pyg_map  # noqa: E402
+from opencatalyst.cpualloc import keep_freed_memory  # noqa: E402
 from opencatalyst.model import energy_and_forces  # noqa: E402
 
 
@@ -81,7 +84,10 @@ def main() -> None:
     ap.add_argument("--cutoff", type=float, default=6.0)
     ap.add_argument("--max-neighbors", type=int, default=50)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--malloc", choices=("tuned", "default"), default="tuned",
+                    help="tuned: keep freed large blocks in the heap (both models, whole process)")
     args = ap.parse_args()
+    tuned = args.malloc == "tuned" and keep_freed_memory()
     if args.threads:
         torch.set_num_threads(args.threads)
     from torch_geometric.nn import DimeNetPlusPlus
@@ -93,7 +99,8 @@ def main() -> None:
     b = make_batch(args.systems, args.cutoff, args.max_neighbors)
     n, e, t = b["z"].numel(), b["edge_index"].shape[1], b["idx_kj"].numel()
     print(f"batch: {args.systems} systems, {n} atoms, {e} edges ({e / args.systems:.0f}/system), "
-          f"{t} triplets ({t / args.systems:.0f}/system); torch threads {torch.get_num_threads()}")
+          f"{t} triplets ({t / args.systems:.0f}/system); torch threads {torch.get_num_threads()}; "
+          f"malloc {'tuned' if tuned else 'default'}")
     step_ours(ours, b), step_pyg(pyg, b)  # warm-up
     to, tp = [], []
     for _ in range(args.repeats):

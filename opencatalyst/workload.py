@@ -106,8 +106,10 @@ class OC20Workload(Workload[OC20Config]):
     def build_model(self) -> torch.nn.Module:
         from dataclasses import fields as dc_fields
 
+        from .cpualloc import keep_freed_memory
         from .model import DimeNetPP
 
+        keep_freed_memory()  # the step's large per-triplet temporaries: reuse pages, no re-faulting
         m = self.cfg.model
         return DimeNetPP(DimeNetPPConfig(**{f.name: getattr(m, f.name) for f in dc_fields(DimeNetPPConfig)}))
 
