@@ -2,6 +2,7 @@
 the gradient average the same gradient as the whole global batch on one process."""
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -42,7 +43,10 @@ def main(data: str) -> None:
     (f - full.force).abs()[full.free].mean().backward()
     ref = torch.cat([p.grad.flatten() for p in model.parameters()])
     err = float((grads - ref).norm() / ref.norm())
-    print(f"rank {rank}: samples {len(mine)} rel_grad_err {err:.2e}", flush=True)
+    # one write(2) per line: ranks share the pipe, and print() writes the text and the newline
+    # separately, so lines of different ranks could interleave
+    sys.stdout.flush()
+    os.write(1, f"rank {rank}: samples {len(mine)} rel_grad_err {err:.2e}\n".encode())
     assert err < 1e-5, err
     assert sorted(everything) == sorted(sampler.global_batches()[0].tolist())
     env.close()
