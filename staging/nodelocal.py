@@ -85,33 +85,33 @@ class FileAssembly:
         """Decompress, check and write one frame; True when this finished the file (renamed)."""
         if self.failed:
             return False
-        try:
+        with self._abort_on_error():
             raw = decompress_frame(buf, fr, shard, self.entry.name)
             _pwrite_all(self.fd, raw, fr.raw_offset)
-        except OSError as exc:
-            self.abort()
-            raise _disk_error(exc, self.path, self.node) from None
-        except BaseException:
-            self.abort()
-            raise
         with self.lock:
             self.left -= 1
             if self.left or self.failed:
                 return False
-        try:
+        with self._abort_on_error():
             os.fsync(self.fd)
             os.close(self.fd)
             self.fd = -1
             if self.tmp.stat().st_size != self.entry.size:
                 raise DataError(f"shard {shard}: member {self.entry.name} assembled to the wrong size")
             os.replace(self.tmp, self.path)
+        return True
+
+    @contextlib.contextmanager
+    def _abort_on_error(self):  # noqa: ANN202 - a context manager
+        """Any failure removes the temporary file; OS errors become a disk error naming the file."""
+        try:
+            yield
         except OSError as exc:
             self.abort()
             raise _disk_error(exc, self.path, self.node) from None
         except BaseException:
             self.abort()
             raise
-        return True
 
     def abort(self) -> None:
         with self.lock:
