@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import crc32c
+
 from common.errors import DataError
 
 MAGIC = b"HPCBSHD1"
@@ -147,3 +149,12 @@ def decode_header(data: bytes | memoryview, where: str) -> list[FileEntry]:
     for f in files:
         safe_relpath(f.name, where)
     return files
+
+
+def file_crc(path: Path) -> int:
+    """crc32c of a whole file, read in 8 MiB chunks (the checksum the manifest records per member)."""
+    crc = 0
+    with open(path, "rb", buffering=0) as fh:
+        while chunk := fh.read(8 << 20):
+            crc = crc32c.crc32c(chunk, crc)
+    return crc

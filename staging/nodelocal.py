@@ -18,7 +18,7 @@ import zstandard
 from common.atomic import atomic_write_text
 from common.errors import DataError
 
-from .manifest import FileEntry, Frame, ShardInfo, safe_relpath
+from .manifest import FileEntry, Frame, ShardInfo, file_crc, safe_relpath
 
 STATE_DIR = ".hpcbench"
 JOURNAL = "staged.jsonl"
@@ -181,14 +181,6 @@ def sweep_temporaries(dest: Path) -> int:
             p.unlink(missing_ok=True)
             n += 1
     return n
-
-
-def file_crc(path: Path) -> int:
-    crc = 0
-    with open(path, "rb", buffering=0) as fh:
-        while chunk := fh.read(8 << 20):
-            crc = crc32c.crc32c(chunk, crc)
-    return crc
 
 
 def verify_journal(j: Journal, threads: int = 2) -> tuple[int, int, list[str]]:

@@ -22,7 +22,7 @@ import zstandard
 from common.atomic import atomic_write, atomic_write_text
 from common.errors import DataError
 
-from .manifest import MANIFEST, FileEntry, Frame, Manifest, ShardInfo, SplitInfo, encode_header
+from .manifest import MANIFEST, FileEntry, Frame, Manifest, ShardInfo, SplitInfo, encode_header, file_crc
 from .policy import REPLICATED, Policy, scan
 
 _local = threading.local()
@@ -99,7 +99,7 @@ class Packer:
                 bar.update(raw_len)
             entries.append(FileEntry(name, size, 0, frames))
         for e in entries:  # whole-file crc32c: the frame's for one frame, else stream the file once more
-            e.crc32c = e.frames[0].crc32c if len(e.frames) == 1 else _file_crc(self.source / e.name)
+            e.crc32c = e.frames[0].crc32c if len(e.frames) == 1 else file_crc(self.source / e.name)
         hdr = encode_header(rel, entries)  # offsets are patched below; the header length does not change
         off = len(hdr)
         i = 0
@@ -192,14 +192,6 @@ def _fix_header(rel: str, entries: list[FileEntry], guess: int, blobs: list[byte
         if len(hdr) == guess:
             return hdr
         guess = len(hdr)
-
-
-def _file_crc(path: Path) -> int:
-    crc = 0
-    with open(path, "rb", buffering=0) as fh:
-        while chunk := fh.read(8 << 20):
-            crc = crc32c.crc32c(chunk, crc)
-    return crc
 
 
 def _load_done(done: Path, shard: Path, sig: list[list]) -> ShardInfo | None:

@@ -60,3 +60,17 @@ def result_log(results: Path, instance: int = 0) -> Path:
     found = sorted(results.rglob(f"result_{instance}.txt"))
     assert len(found) == 1, f"expected one result_{instance}.txt under {results}, found {found}"
     return found[0]
+
+
+def packed_tiny_dataset(tmp_path: Path) -> Path:
+    """A packed CosmoFlow-layout dataset of a few small files (train: 4, validation: 2), made with
+    ``hpcbench pack``; returns the packed folder ``tmp_path/packed`` (raw files in ``tmp_path/raw``)."""
+    raw = tmp_path / "raw"
+    for split, n in (("train", 4), ("validation", 2)):
+        (raw / split).mkdir(parents=True)
+        for i in range(n):
+            (raw / split / f"s{i}.tfrecord").write_bytes(bytes(range(256)) * (40 + i))
+    proc = run_cli(["pack", "--dataset", "cosmoflow", "--source", str(raw), "--dest", str(tmp_path / "packed"),
+                    "--no-progress"], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return tmp_path / "packed"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import project_env, run_cli, run_mpi
+from conftest import packed_tiny_dataset, project_env, run_cli, run_mpi
 from hpcbench import results_layout as rl
 
 JOB = "tests/runner_toy_job.py"
@@ -97,17 +97,10 @@ def test_layout_next_free_index_and_names(tmp_path: Path) -> None:
 def test_staging_inside_the_job_is_logged_and_reported(tmp_path: Path) -> None:
     """--stage-from/--stage-to: the real staging layer distributes a packed dataset to each (emulated)
     node's folder first; each instance logs staging_start/stop, and the report shows the time."""
-    raw = tmp_path / "raw"
-    for split, n in (("train", 4), ("validation", 2)):
-        (raw / split).mkdir(parents=True)
-        for i in range(n):
-            (raw / split / f"s{i}.tfrecord").write_bytes(bytes(range(256)) * (40 + i))
-    pack = run_cli(["pack", "--dataset", "cosmoflow", "--source", str(raw), "--dest", str(tmp_path / "packed"),
-                    "--no-progress"], timeout=120)
-    assert pack.returncode == 0, pack.stderr
+    packed = packed_tiny_dataset(tmp_path)
     dest = str(tmp_path / "local" / "node{node}")
     run_mpi(2, [*TRAIN, "--instances", "2", "--results", str(tmp_path / "sub"),
-                "--stage-from", str(tmp_path / "packed"), "--stage-to", dest], timeout=240)
+                "--stage-from", str(packed), "--stage-to", dest], timeout=240)
     for node in (0, 1):
         staged = tmp_path / "local" / f"node{node}"
         assert (staged / "train").is_dir() and (staged / "validation").is_dir()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, project_env, run_cli
+from conftest import ROOT, packed_tiny_dataset, project_env
 from hpcbench.jobs import JobSpec, render
 from slurm_local import LocalSlurm, available
 
@@ -30,25 +30,13 @@ def slurm(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
         s.stop()
 
 
-def _packed_dataset(tmp_path: Path) -> Path:
-    raw = tmp_path / "raw"
-    for split, n in (("train", 4), ("validation", 2)):
-        (raw / split).mkdir(parents=True)
-        for i in range(n):
-            (raw / split / f"s{i}.tfrecord").write_bytes(bytes(range(256)) * (30 + i))
-    proc = run_cli(["pack", "--dataset", "cosmoflow", "--source", str(raw), "--dest", str(tmp_path / "packed"),
-                    "--no-progress"], timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return tmp_path / "packed"
-
-
 def test_rendered_weak_job_stages_trains_and_reports(slurm: LocalSlurm, tmp_path: Path) -> None:
     """The toy workload trains (cosmoflow mini needs minutes per instance on 2 cores); staging of a
     packed dataset to each emulated node's folder is real and runs inside the job."""
     results = tmp_path / "sub"
     script = render(JobSpec(system="local", workload="tests.harness_toy:ToyWorkload", mode="weak", instances=2,
                             nodes_per_instance=2, config="tests/harness_configs/mini.toml", results=str(results),
-                            stage_from=str(_packed_dataset(tmp_path)), stage_to=str(tmp_path / "local" / "node{node}"),
+                            stage_from=str(packed_tiny_dataset(tmp_path)), stage_to=str(tmp_path / "local" / "node{node}"),
                             time="00:10:00"))
     job = tmp_path / "job.sh"
     job.write_text(script)
