@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from common.errors import HpcbenchError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from common.data.layout import FileLayout
     from common.workload import Workload
 
 
@@ -18,17 +19,21 @@ class WorkloadEntry:
     target: str  # "module:Class"
     benchmark: str  # MLPerf benchmark key
     summary: str
+    data_module: str = ""  # module with the dataset's LAYOUT (light to import: no torch, no model)
 
 
 WORKLOADS: dict[str, WorkloadEntry] = {
     e.name: e
     for e in (
         WorkloadEntry("cosmoflow", "cosmoflow.workload:CosmoFlowWorkload", "cosmoflow",
-                      "3D CNN regressing 4 cosmological parameters from dark-matter density cubes"),
+                      "3D CNN regressing 4 cosmological parameters from dark-matter density cubes",
+                      "cosmoflow.dataset"),
         WorkloadEntry("deepcam", "deepcam.workload:DeepCAMWorkload", "deepcam",
-                      "DeepLabv3+ segmentation of cyclones and atmospheric rivers in climate fields"),
+                      "DeepLabv3+ segmentation of cyclones and atmospheric rivers in climate fields",
+                      "deepcam.dataset"),
         WorkloadEntry("oc20", "opencatalyst.workload:OC20Workload", "oc20",
-                      "DimeNet++ energies and forces of catalyst slabs with adsorbates (OC20 S2EF)"),
+                      "DimeNet++ energies and forces of catalyst slabs with adsorbates (OC20 S2EF)",
+                      "opencatalyst.dataset"),
     )
 }
 ALIASES = {"opencatalyst": "oc20", "oc": "oc20"}
@@ -59,3 +64,22 @@ def get(name: str) -> "type[Workload]":
             raise HpcbenchError(f"workload '{e.name}' is registered but not implemented yet ({module_name} is missing)") from None
         raise
     return getattr(module, attr)
+
+
+def dataset_names() -> list[str]:
+    """Names ``pack``/``stage --dataset`` accept: every workload's dataset, and ``generic``."""
+    return [*WORKLOADS, "generic"]
+
+
+def layout(name: str) -> "FileLayout":
+    """The file layout of a dataset, from its workload's data module (``generic``: every file)."""
+    from common.data.layout import GENERIC
+
+    if name == GENERIC.name:
+        return GENERIC
+    key = ALIASES.get(name, name)
+    if key not in WORKLOADS:
+        from common.errors import ConfigError
+
+        raise ConfigError(f"--dataset: unknown dataset {name!r}; expected one of {', '.join(dataset_names())}")
+    return importlib.import_module(WORKLOADS[key].data_module).LAYOUT
