@@ -45,6 +45,21 @@ class OptimConfig:
 
 
 @dataclass
+class DataConfig:
+    """The data options every workload shares; a workload's ``data`` section subclasses it."""
+
+    root: str = ""  # dataset folder (``--data DIR``)
+    node_local: bool = False  # root holds this node's part only (node-local staging; set by the runner)
+    threads: int = 2  # reader threads per rank (0: read in the training thread)
+    prefetch: int = 2  # batches in flight per reader thread
+
+    def validate(self) -> None:
+        if self.threads < 0 or self.prefetch < 1:
+            raise ConfigError(f"config keys 'data.threads' >= 0 and 'data.prefetch' >= 1, got "
+                              f"{self.threads} and {self.prefetch}")
+
+
+@dataclass
 class TrainConfig:
     division: Literal["open", "closed"] = "open"
     target: float = 0.0  # quality target threshold for the workload's metric
@@ -56,7 +71,7 @@ class TrainConfig:
     channels_last: bool = False
     graph: Literal["eager", "compile", "cuda_graph"] = "eager"
     loader: Literal["torch", "dali"] = "torch"
-    loader_workers: int = 0
+    bn_group_size: int = 1  # >1: SyncBatchNorm over groups of this many ranks of the instance (CUDA)
     checkpoint_dir: str = ""
     checkpoint_every: int = 0  # epochs; 0 disables
     resume: bool = False  # continue from the latest checkpoint in checkpoint_dir, if there is one
@@ -69,6 +84,8 @@ class TrainConfig:
             raise ConfigError(f"config key 'train.max_epochs': must be >= 1, got {self.max_epochs}")
         if self.eval_every < 1:
             raise ConfigError(f"config key 'train.eval_every': must be >= 1, got {self.eval_every}")
+        if self.bn_group_size < 1:
+            raise ConfigError(f"config key 'train.bn_group_size': must be >= 1, got {self.bn_group_size}")
 
 
 @dataclass

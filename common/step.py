@@ -62,8 +62,10 @@ class TrainStep:
     """Callable ``step(batch) -> loss tensor`` for the configured graph mode."""
 
     def __init__(self, workload: Any, model: nn.Module, flat: FlatParams, optimizer: FlatOptimizer,
-                 schedule: Schedule, precision: Precision, mode: str = "eager", warmup_iters: int = 3) -> None:
+                 schedule: Schedule, precision: Precision, mode: str = "eager", warmup_iters: int = 3,
+                 world: int = 1) -> None:
         self.workload, self.model, self.flat = workload, model, flat
+        self.world = world
         self.optimizer, self.schedule, self.precision = optimizer, schedule, precision
         self.mode = mode
         self.warmup_iters = warmup_iters
@@ -88,10 +90,30 @@ class TrainStep:
         outputs = self.workload.forward(self.model, batch)
         return self.workload.loss(outputs, batch)
 
+    def _loss_count(self, batch: Any) -> tuple[torch.Tensor | None, Any]:
+        """The workload's loss count summed over the instance, started before the forward pass so
+        the all-reduce overlaps it: (count, pending handle)."""
+        count = self.workload.loss_count(batch)
+        if count is None:
+            return None, None
+        count = count.detach().to(self.flat.device, torch.float32).reshape(())
+        handle = None
+        if self.world > 1:
+            import torch.distributed as dist
+
+            handle = dist.all_reduce(count, async_op=True)
+        return count, handle
+
     def eager(self, batch: Any) -> torch.Tensor:
         self.flat.zero_grad()
+        count, handle = self._loss_count(batch)
         with self.precision.autocast():
             loss = self._fwd_loss(batch)
+        if count is not None:
+            if handle is not None:
+                handle.wait()
+            # gradients are averaged over the ranks: scale so the result is the global mean
+            loss = loss.float() * self.world / count.clamp(min=1.0)
         self.precision.backward(loss)
         self.flat.check_grads()
         skip = self.precision.unscale_(self.flat.grads)

@@ -48,7 +48,8 @@ from .schedule import Schedule
 from .step import TrainStep, prepare_batch
 from .system import SystemDescription
 from .timing import PhaseTimer, now_ms
-from .workload import DataShard, Workload
+from .data.instance import InstanceData, agree, reader_group
+from .workload import DataShard, DataSizes, Workload
 
 
 @dataclass
@@ -100,9 +101,8 @@ def _broadcast_model(model: nn.Module, flat: FlatParams, world: int) -> None:
 
 class Trainer:
     def __init__(self, workload: Workload, env: DistEnv, mllogger: MLPerfLogger, system: SystemDescription,
-                 progress: bool | None = None, data_per_node: bool = False) -> None:
+                 progress: bool | None = None) -> None:
         self.workload, self.env, self.log, self.system = workload, env, mllogger, system
-        self.data_per_node = data_per_node
         self.cfg = workload.cfg
         self.world = env.layout.instance_size
         self.rank = env.layout.instance_rank
@@ -128,7 +128,10 @@ class Trainer:
                               f"the instance's {self.world} ranks; use a multiple of {self.world}")
         self.seed = tc.seed + self.env.layout.instance
         torch.manual_seed(self.seed)
-        model = self.workload.build_model().to(self.device)
+        model = self.workload.build_model()
+        if tc.bn_group_size > 1:
+            model = group_batchnorm(model, tc.bn_group_size, self.world, self.device)
+        model = model.to(self.device)
         if tc.channels_last:
             model = module_to_channels_last(model)
         self.model = model
@@ -138,27 +141,15 @@ class Trainer:
         torch.manual_seed(self.seed * 1000 + self.rank)  # per-rank randomness (dropout) from here on
         self.optimizer = build_optimizer(self.flat, cfg.optim, self.world, self.rank,
                                          allow_apex=tc.precision != "fp16")
-        shard_rank, shard_size, node_leader = self._data_shard()
-        shard = DataShard(rank=shard_rank, size=shard_size, seed=self.seed,
-                          local_batch_size=tc.global_batch_size // self.world, device=self.device)
-        counts = self._agree_on_loaders(shard)
-        if self.data_per_node and min(counts) >= 1:
-            # nodes hold different shard-sets, which may differ by a few batches: all ranks run the
-            # smallest count (like drop_last), so collectives stay matched
-            self.steps_per_epoch = min(counts)
-        elif len(set(counts)) != 1 or counts[0] < 1:
-            raise DataError(f"ranks of instance {self.env.layout.instance} have different or zero batches per "
-                            f"epoch ({counts}); every rank must run the same number of steps")
-        else:
-            self.steps_per_epoch = counts[0]
+        self.data = self._data()
+        self.train_loader, self.eval_loader = self.data.train, self.data.eval
+        self.steps_per_epoch = self.data.steps_per_epoch
+        self.train_samples, self.eval_samples = self.data.train_samples, self.data.eval_samples
+        self.workload.sizes = DataSizes(self.train_samples, self.eval_samples, self.steps_per_epoch)
         self.schedule = Schedule.from_config(cfg.optim, self.steps_per_epoch, tc.max_epochs)
         self.precision = Precision(tc.precision, self.device, self.world)
         self.step_fn = TrainStep(self.workload, model, self.flat, self.optimizer, self.schedule,
-                                 self.precision, tc.graph)
-        self.train_samples, self.eval_samples = self.workload.dataset_sizes()
-        if self.data_per_node:  # each node sees its own part: the dataset is the sum over nodes
-            parts = self.env.instance_comm.allgather((self.train_samples, self.eval_samples) if node_leader else (0, 0))
-            self.train_samples, self.eval_samples = (sum(p[0] for p in parts), sum(p[1] for p in parts))
+                                 self.precision, tc.graph, world=self.world)
         self.start_epoch = 1
         self.ckpt_dir = ckpt.instance_dir(tc.checkpoint_dir, self.env.layout.instance) if tc.checkpoint_dir else None
         if tc.resume and self.ckpt_dir is not None:
@@ -166,35 +157,18 @@ class Trainer:
             if done is not None:
                 self.start_epoch = done + 1
 
-    def _agree_on_loaders(self, shard: DataShard) -> list[int]:
-        """Build this rank's loaders and exchange batch counts. A rank that cannot build its loaders
-        (e.g. a node that received no data) makes every rank of the instance raise the same error,
-        instead of leaving its peers blocked in the next collective."""
-        try:
-            self.train_loader = self.workload.train_loader(shard)
-            self.eval_loader = self.workload.eval_loader(shard)
-            mine: int | str = len(self.train_loader)
-        except Exception as exc:  # noqa: BLE001 - re-raised on every rank below
-            mine = f"{type(exc).__name__}: {exc}"
-        found = self.env.instance_comm.allgather(mine)
-        errors = [(r, e) for r, e in enumerate(found) if isinstance(e, str)]
-        if errors:
-            rank, message = errors[0]
-            where = f" (node {self.env.layout.node_index})" if rank == self.rank else ""
-            raise DataError(f"instance {self.env.layout.instance}, rank {rank}{where}: cannot load its data: {message}")
-        return found
+    def _data(self) -> InstanceData:
+        """Loaders and sizes of the instance's data (:mod:`common.data.instance`)."""
+        node_local = bool(getattr(getattr(self.cfg, "data", None), "node_local", False))
+        group = reader_group(self.env, node_local)
+        shard = DataShard(rank=group.rank, size=group.size, seed=self.seed,
+                          local_batch_size=self.cfg.train.global_batch_size // self.world, device=self.device)
 
-    def _data_shard(self) -> tuple[int, int, bool]:
-        """(rank, size) of this rank's data shard and whether it speaks for its node's data.
+        def build() -> tuple[Any, Any, tuple[int, int]]:
+            return (self.workload.train_loader(shard), self.workload.eval_loader(shard),
+                    self.workload.dataset_sizes())
 
-        Normally the instance's ranks split one dataset. With ``data_per_node`` (data staged to
-        node-local storage, node j of the instance holding shard-set j) the ranks of the instance
-        on this node split this node's files."""
-        if not self.data_per_node:
-            return self.rank, self.world, True
-        nodes = self.env.instance_comm.allgather(self.env.layout.node_index)
-        peers = [r for r, n in enumerate(nodes) if n == self.env.layout.node_index]
-        return peers.index(self.rank), len(peers), peers[0] == self.rank
+        return agree(self.env, group, build)
 
     def _log_hyperparameters(self) -> None:
         tc = self.cfg.train
@@ -313,7 +287,7 @@ class Trainer:
             for batch in self.eval_loader:
                 batch = prepare_batch(batch, self.device, self.cfg.train.channels_last)
                 for k, v in run(batch).items():
-                    v = v.detach().to(torch.float64).sum()
+                    v = torch.as_tensor(v).detach().to(self.device, torch.float64).sum()
                     sums[k] = sums[k] + v if k in sums else v
             keys = sorted(set().union(*self.env.instance_comm.allgather(sorted(sums))))
             packed = torch.stack([sums.get(k, torch.zeros((), dtype=torch.float64, device=self.device)) for k in keys])
@@ -326,8 +300,20 @@ class Trainer:
         return value
 
 
+def group_batchnorm(model: nn.Module, group_size: int, world: int, device: torch.device) -> nn.Module:
+    """BatchNorm layers synchronized over consecutive groups of ``group_size`` ranks of the instance
+    (``train.bn_group_size``; torch SyncBatchNorm, CUDA only)."""
+    if device.type != "cuda":
+        raise ConfigError(f"config key 'train.bn_group_size' = {group_size} needs CUDA (torch SyncBatchNorm); "
+                          "use 1 on CPU")
+    if world % group_size:
+        raise ConfigError(f"config key 'train.bn_group_size' = {group_size} must divide the instance's {world} ranks")
+    group, _ = dist.new_subgroups(group_size)
+    return nn.SyncBatchNorm.convert_sync_batchnorm(model, process_group=group)
+
+
 def run_training(workload: Workload, env: DistEnv, mllogger: MLPerfLogger, system: SystemDescription,
-                 progress: bool | None = None, data_per_node: bool = False) -> RunResult:
+                 progress: bool | None = None) -> RunResult:
     """Train ``workload`` on this instance to its target (or max epochs); see the module docstring.
-    ``data_per_node``: the data root holds only this node's part (node-local staging)."""
-    return Trainer(workload, env, mllogger, system, progress, data_per_node).run()
+    Where the data is (shared, or node-local with ``data.node_local``) is the data layer's concern."""
+    return Trainer(workload, env, mllogger, system, progress).run()

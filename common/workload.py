@@ -23,6 +23,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
     from torch import nn
 
+    from .data.spec import DatasetSpec, SampleSource
+
 C = TypeVar("C", bound=RunConfig)
 
 
@@ -45,6 +47,16 @@ class DataShard:
     seed: int
     local_batch_size: int
     device: "torch.device"
+
+
+@dataclass(frozen=True)
+class DataSizes:
+    """What the harness learnt about the instance's data (set on the workload before
+    :meth:`Workload.hyperparameters` is called)."""
+
+    train_samples: int
+    eval_samples: int
+    steps_per_epoch: int
 
 
 @dataclass(frozen=True)
@@ -73,6 +85,8 @@ class Workload(ABC, Generic[C]):
 
     def __init__(self, cfg: C) -> None:
         self.cfg = cfg
+        self.sizes: DataSizes | None = None  # set by the harness once the loaders exist
+        self._sources: dict[str, "SampleSource"] = {}
 
     # configuration ------------------------------------------------------------------------
     @classmethod
@@ -88,17 +102,52 @@ class Workload(ABC, Generic[C]):
         return QualityTarget(self.metric_key, self.higher_is_better, self.cfg.train.target)
 
     # data ---------------------------------------------------------------------------------
-    @abstractmethod
-    def dataset_sizes(self) -> tuple[int, int]:
-        """(train samples, eval samples) of the dataset the config points at."""
+    def dataset(self) -> "DatasetSpec":
+        """The workload's dataset spec, built from its config (see :mod:`common.data.spec`)."""
+        from .errors import HpcbenchError
 
-    @abstractmethod
+        raise HpcbenchError(f"workload '{self.name}' declares no dataset spec")
+
+    def data_root(self) -> Path:
+        root = getattr(getattr(self.cfg, "data", None), "root", "")
+        if not root:
+            from .errors import ConfigError
+
+            raise ConfigError(f"config key 'data.root' is empty; pass --data DIR (write a dataset with "
+                              f"`hpcbench datagen {self.name} --out DIR`)")
+        return Path(root)
+
+    def source(self, split: str) -> "SampleSource":
+        """The validated samples of ``split`` under the data root (opened once)."""
+        if split not in self._sources:
+            self._sources[split] = self.dataset().open(self.data_root(), split)
+        return self._sources[split]
+
+    def dataset_sizes(self) -> tuple[int, int]:
+        """(train samples, eval samples) under this rank's data root."""
+        spec = self.dataset()
+        return len(self.source(spec.train_split)), len(self.source(spec.eval_split))
+
     def train_loader(self, shard: DataShard) -> EpochLoader:
         """This rank's training batches, shuffled per epoch from ``shard.seed``."""
+        return self._loader(self.dataset().train_split, shard, train=True)
 
-    @abstractmethod
     def eval_loader(self, shard: DataShard) -> EpochLoader:
         """This rank's disjoint part of the validation set (every sample seen once in total)."""
+        return self._loader(self.dataset().eval_split, shard, train=False)
+
+    def _loader(self, split: str, shard: DataShard, train: bool) -> EpochLoader:
+        from .data.dali import DaliLoader
+        from .data.loader import Loader
+        from .data.sampler import EpochSampler
+
+        spec, source = self.dataset(), self.source(split)
+        costs = source.costs() if spec.partition == "balanced" else None
+        sampler = EpochSampler(len(source), shard.local_batch_size, shard.rank, shard.size, shard.seed,
+                               spec.partition, train=train, costs=costs)
+        d = self.cfg.data  # type: ignore[attr-defined]
+        cls = DaliLoader if self.cfg.train.loader == "dali" else Loader
+        return cls(spec, source, sampler, shard.device, threads=d.threads, prefetch=d.prefetch)
 
     # model and maths ----------------------------------------------------------------------
     @abstractmethod
@@ -111,7 +160,15 @@ class Workload(ABC, Generic[C]):
 
     @abstractmethod
     def loss(self, outputs: Any, batch: Any) -> "torch.Tensor":
-        """Scalar training loss for this rank's batch."""
+        """The training loss of this rank's batch as a *sum* over its terms (pixels, samples, force
+        components); the harness divides by the instance-wide :meth:`loss_count`, so the gradient
+        is that of the global mean whatever each rank holds. A workload that returns None from
+        :meth:`loss_count` returns a per-rank mean here instead (averaged over ranks)."""
+
+    def loss_count(self, batch: Any) -> "torch.Tensor | None":
+        """How many terms :meth:`loss` sums over in this batch, as a device tensor (the harness
+        sums it over the instance while the forward pass runs). None: ``loss`` is already a mean."""
+        return None
 
     @abstractmethod
     def eval_sums(self, outputs: Any, batch: Any) -> Mapping[str, "torch.Tensor"]:
@@ -123,7 +180,8 @@ class Workload(ABC, Generic[C]):
         """The quality metric from the summed statistics."""
 
     def hyperparameters(self) -> dict[str, Any]:
-        """The benchmark's MLPerf hyperparameter keys (opt_*, scheduler_*, ...) with values."""
+        """The benchmark's MLPerf hyperparameter keys (opt_*, scheduler_*, ...) with values;
+        ``self.sizes`` (samples and steps per epoch of the instance) is set when this is called."""
         return {}
 
     def batch_size(self, batch: Any) -> int:

@@ -106,7 +106,8 @@ def _prepare(env: DistEnv, opts: RunnerOptions, benchmark: str) -> tuple[Path, i
 
 def stage_in_job(env: DistEnv, source: Path, dest: str, mllogger: MLPerfLogger) -> str:
     """Stage a packed dataset to node-local storage inside the job (logged as staging_start/stop);
-    returns this node's data root."""
+    returns this node's data root, which holds this node's part only (``make_workload`` is told so
+    and sets ``data.node_local``)."""
     try:
         from staging.stage import StageOptions, stage
     except ImportError:
@@ -137,10 +138,7 @@ def run_instances(env: DistEnv, benchmark: str, make_workload: Callable[[str | N
         if train_fn is None:
             from common.trainer import run_training
 
-            # staged data: node j of the instance holds shard-set j only
-            per_node = data_root is not None and env.layout.nodes_per_instance > 1
-            result = run_training(workload, env, mllogger, opts.system, progress=opts.progress,
-                                  data_per_node=per_node)
+            result = run_training(workload, env, mllogger, opts.system, progress=opts.progress)
         else:
             result = train_fn(workload, env, mllogger, opts.system)
         outcome["status"] = getattr(result, "status", "success")

@@ -43,9 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def resolve_config(args: argparse.Namespace, data_root: str | None = None):  # noqa: ANN201
     cls = registry.get(args.workload)
     overrides = list(args.overrides)
-    root = data_root or args.data
-    if root:
-        overrides.insert(0, f"data.root={root}")
+    if data_root:  # staged inside the job: this node's part of the dataset
+        overrides[:0] = [f"data.root={data_root}", "data.node_local=true"]
+    elif args.data:
+        overrides.insert(0, f"data.root={args.data}")
     return cls, cls.load_config(args.config, overrides)
 
 

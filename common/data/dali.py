@@ -1,0 +1,101 @@
+"""DALI behind the same loader: the reader threads read and *validate* samples exactly as the torch
+loader does (a corrupt file fails with its name either way) and feed a DALI pipeline through an
+external source; the pipeline runs the workload's transform (on the GPU on clusters, on the CPU
+here). DALI is imported only when this loader is chosen."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from common.errors import ConfigError
+
+from .loader import Loader
+from .prefetch import prefetch_map
+from .spec import DaliGraph
+
+
+def dali_available() -> bool:
+    try:
+        import nvidia.dali  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def tensor_to_torch(tl: Any, device: torch.device) -> torch.Tensor:
+    """A DALI TensorList (CPU or GPU) as one dense torch tensor on ``device``."""
+    dense = tl.as_tensor()
+    if device.type == "cuda":
+        from nvidia.dali.plugin.pytorch import feed_ndarray, to_torch_type
+
+        out = torch.empty(dense.shape(), dtype=to_torch_type[dense.dtype], device=device)
+        feed_ndarray(dense, out, cuda_stream=torch.cuda.current_stream(device))
+        return out
+    return torch.from_numpy(np.array(dense))
+
+
+class DaliLoader(Loader):
+    """:class:`Loader` whose transform is a DALI pipeline built from the spec's :class:`DaliGraph`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        graph = self.spec.dali()
+        if graph is None:
+            raise ConfigError(f"config key 'train.loader': the {self.spec.layout.name} dataset has no DALI "
+                              "pipeline; use loader = \"torch\"")
+        if not dali_available():
+            raise ConfigError("config key 'train.loader' = \"dali\" needs NVIDIA DALI (nvidia-dali-cuda120), "
+                              "which is not installed; use loader = \"torch\"")
+        self.graph: DaliGraph = graph
+        self._source: Iterator[list[list[np.ndarray]]] = iter(())
+        self._error: BaseException | None = None
+
+    def _next(self) -> list[list[np.ndarray]]:
+        try:
+            return next(self._source)  # StopIteration ends DALI's epoch
+        except StopIteration:
+            raise
+        except BaseException as exc:  # re-raised as itself by __iter__ (DALI would wrap it)
+            self._error = exc
+            raise
+
+    def _pipeline(self) -> Any:
+        from nvidia.dali import fn, pipeline_def
+
+        g, gpu = self.graph, self.cuda
+
+        @pipeline_def(batch_size=self.sampler.local_batch, num_threads=max(1, self.threads),
+                      prefetch_queue_depth=max(1, self.prefetch),
+                      device_id=(self.device.index or 0) if gpu else None, exec_dynamic=True)
+        def pipe():  # noqa: ANN202
+            inputs = fn.external_source(source=self._next, num_outputs=len(g.layouts()), batch=True,
+                                        layout=g.layouts(), dtype=g.dtypes())
+            if gpu:
+                inputs = [x.gpu() for x in inputs]
+            return tuple(g.graph(list(inputs), "gpu" if gpu else "cpu"))
+
+        p = pipe()
+        p.build()
+        return p
+
+    def __iter__(self) -> Iterator[Any]:
+        raw = lambda idx: self.graph.inputs([self.source[int(i)] for i in idx])  # noqa: E731
+        self._source = prefetch_map(raw, self.sampler.batches(), self.threads, self.prefetch)
+        self._error = None
+        pipe = self._pipeline()
+        try:
+            while True:
+                try:
+                    outs = pipe.run()
+                except StopIteration:
+                    return
+                except Exception:
+                    if self._error is not None:
+                        raise self._error from None
+                    raise
+                yield self.graph.to_batch([tensor_to_torch(o, self.device) for o in outs])
+        finally:
+            del pipe

@@ -1,0 +1,65 @@
+"""The one prefetching loader: a sampler's index batches, read and collated by GIL-releasing
+threads into a bounded queue, pinned and copied to the device without blocking.
+
+``transform`` (the spec's torch batch transform) runs in the reader thread on the CPU and after the
+non-blocking copy on a GPU, so what crosses the bus is the storage dtype (e.g. int16 counts).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from .prefetch import prefetch_map
+from .sampler import EpochSampler
+from .spec import DatasetSpec, SampleSource
+
+
+def tree_apply(fn: Any, batch: Any) -> Any:
+    """``fn`` on every tensor of nested tuples/lists/dicts; objects with ``.to`` move themselves."""
+    if isinstance(batch, torch.Tensor):
+        return fn(batch)
+    if isinstance(batch, dict):
+        return {k: tree_apply(fn, v) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(tree_apply(fn, v) for v in batch)
+    return batch
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """Non-blocking copy of a (pinned) host batch to ``device``."""
+    if device.type == "cpu":
+        return batch
+    if hasattr(batch, "to") and not isinstance(batch, (torch.Tensor, dict, list, tuple)):
+        return batch.to(device)
+    return tree_apply(lambda t: t.to(device, non_blocking=True), batch)
+
+
+def pin(batch: Any) -> Any:
+    return tree_apply(lambda t: t.pin_memory(), batch)
+
+
+class Loader:
+    """An :class:`~common.workload.EpochLoader` over one split for one rank."""
+
+    def __init__(self, spec: DatasetSpec, source: SampleSource, sampler: EpochSampler, device: torch.device,
+                 threads: int = 2, prefetch: int = 2) -> None:
+        self.spec, self.source, self.sampler, self.device = spec, source, sampler, device
+        self.threads, self.prefetch = threads, prefetch
+        self.cuda = device.type == "cuda"
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def read(self, idx: Sequence[int]) -> Any:
+        """One host batch: validated samples, collated (pinned on a GPU, transformed on the CPU)."""
+        batch = self.spec.collate([self.source[int(i)] for i in idx])
+        return pin(batch) if self.cuda else self.spec.transform(batch)
+
+    def __iter__(self) -> Iterator[Any]:
+        for host in prefetch_map(self.read, self.sampler.batches(), self.threads, self.prefetch):
+            yield self.spec.transform(to_device(host, self.device)) if self.cuda else host

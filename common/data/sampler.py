@@ -1,0 +1,112 @@
+"""Which samples a data-parallel rank reads in an epoch: one sampler, three partition rules.
+
+Every rule starts from the same order on every rank, seeded from ``(seed, epoch)`` (training) or
+the natural order (evaluation), so no communication is needed:
+
+* ``contiguous``: the permutation is cut into ``size`` equal contiguous parts (the remainder that
+  does not fill a part is left out this epoch, a different one each epoch); each rank drops its
+  incomplete last batch so all ranks take the same number of steps.
+* ``strided``: the permutation, cut to a multiple of ``size``, is dealt round-robin.
+* ``balanced``: the permutation is cut into global batches of ``local_batch * size``; each global
+  batch is split by greedy longest-processing-time on a per-sample cost (largest first, each to the
+  least-loaded rank), so ranks get different sample counts but similar work.
+
+Evaluation (``train=False``) never shuffles or drops: over the ranks every sample is seen exactly
+once (``contiguous`` and ``strided`` deal round-robin, ``balanced`` splits each global batch).
+"""
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from typing import Literal, get_args
+
+import numpy as np
+
+from common.errors import ConfigError
+
+Partition = Literal["contiguous", "strided", "balanced"]
+PARTITIONS: tuple[str, ...] = get_args(Partition)
+
+
+def lpt_partition(costs: Sequence[float] | np.ndarray, parts: int) -> list[list[int]]:
+    """Indices into ``costs`` split into ``parts`` lists by greedy LPT (deterministic ties)."""
+    costs = np.asarray(costs, dtype=np.float64)
+    order = np.lexsort((np.arange(costs.size), -costs))  # descending cost, then index
+    heap = [(0.0, r) for r in range(parts)]  # (load, rank): ties go to the lowest rank
+    out: list[list[int]] = [[] for _ in range(parts)]
+    for idx in order:
+        load, r = heapq.heappop(heap)
+        out[r].append(int(idx))
+        heapq.heappush(heap, (load + float(costs[idx]), r))
+    return out
+
+
+class EpochSampler:
+    """This rank's batches of sample indices for each epoch (``set_epoch`` then ``batches()``)."""
+
+    def __init__(self, n: int, local_batch: int, rank: int, size: int, seed: int,
+                 partition: Partition = "contiguous", train: bool = True,
+                 costs: np.ndarray | None = None) -> None:
+        if partition not in PARTITIONS:
+            raise ConfigError(f"unknown partition {partition!r}; expected one of {', '.join(PARTITIONS)}")
+        if not 0 <= rank < size or local_batch < 1:
+            raise ValueError(f"rank {rank} of {size} with local batch {local_batch}")
+        if partition == "balanced" and (costs is None or len(costs) != n):
+            raise ValueError(f"the balanced partition needs one cost per sample ({n})")
+        self.n, self.local_batch, self.rank, self.size, self.seed = n, local_batch, rank, size, seed
+        self.partition, self.train = partition, train
+        self.costs = None if costs is None else np.asarray(costs, dtype=np.float64)
+        self.epoch = 0
+        if train and len(self) < 1:
+            raise ConfigError(f"{n} training samples cannot fill one batch of {local_batch} on each of {size} "
+                              "ranks; lower train.global_batch_size or generate more samples")
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def order(self) -> np.ndarray:
+        if self.train:
+            return np.random.default_rng([self.seed, self.epoch]).permutation(self.n)
+        return np.arange(self.n)
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank (the same on every rank when training)."""
+        n, b, s = self.n, self.local_batch, self.size
+        if self.partition == "balanced":
+            return n // (b * s) if self.train else -(-n // (b * s))
+        if self.train:
+            return (n // s) // b
+        mine = len(range(self.rank, n, s))
+        return -(-mine // b)
+
+    def indices(self) -> np.ndarray:
+        """This rank's samples this epoch, in reading order."""
+        batches = self.batches()
+        return np.concatenate(batches) if batches else np.zeros(0, np.int64)
+
+    def batches(self) -> list[np.ndarray]:
+        order, b = self.order(), self.local_batch
+        if self.partition == "balanced":
+            return [part for part in (self._split(g) for g in self._global_batches(order)) if part.size]
+        if not self.train:
+            mine = order[self.rank::self.size]
+        elif self.partition == "contiguous":
+            per_rank = self.n // self.size
+            mine = order[self.rank * per_rank:(self.rank + 1) * per_rank]
+        else:  # strided
+            mine = order[: (self.n // self.size) * self.size][self.rank::self.size]
+        if self.train:
+            mine = mine[: len(self) * b]
+        return [mine[i:i + b] for i in range(0, len(mine), b)]
+
+    def _global_batches(self, order: np.ndarray) -> list[np.ndarray]:
+        g = self.local_batch * self.size
+        stop = self.n - self.n % g if self.train else self.n
+        return [order[i:i + g] for i in range(0, stop, g)]
+
+    def _split(self, batch: np.ndarray) -> np.ndarray:
+        if batch.size < self.size:
+            return batch[self.rank::self.size]
+        assert self.costs is not None
+        part = lpt_partition(self.costs[batch], self.size)[self.rank]
+        return batch[np.asarray(part, dtype=np.int64)]

@@ -1,0 +1,98 @@
+"""The contract between a workload's data and the shared data layer.
+
+A workload declares one :class:`DatasetSpec` (built from its config): its :class:`FileLayout`
+(splits, sample file patterns, files every node needs), how to open a split as a
+:class:`SampleSource` whose items are *validated* samples (format, checksums, feature presence,
+dtype, shape: a bad file raises :class:`~common.errors.DataError` naming the file and what was
+expected), how to collate samples into a batch, the batch transform that may run on the device,
+the partition rule its training batches use, and (optionally) the same transform as a DALI graph.
+Everything else (sampling, threads, prefetch, pinned copies, DALI plumbing, sizes over nodes,
+datagen) lives once in :mod:`common.data`.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+from .layout import FileLayout
+from .sampler import Partition
+
+
+class SampleSource(Protocol):
+    """The samples of one split that this rank can see; items are validated samples."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int) -> Any: ...
+
+    def costs(self) -> np.ndarray:
+        """Per-sample cost for the balanced partition (float, one per sample)."""
+        ...
+
+
+class FileSamples:
+    """One sample per file: item ``i`` is ``read(files[i])``; uniform costs."""
+
+    def __init__(self, files: Sequence[Path], read: Callable[[Path], Any]) -> None:
+        self.files, self.read = list(files), read
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.read(self.files[i])
+
+    def costs(self) -> np.ndarray:
+        return np.ones(len(self.files))
+
+
+class DaliGraph(Protocol):
+    """A workload's batch transform as a DALI graph (see :mod:`common.data.dali`)."""
+
+    def inputs(self, samples: Sequence[Any]) -> list[list[np.ndarray]]:
+        """Per external-source output, one array per sample (raw, as read and validated)."""
+        ...
+
+    def layouts(self) -> list[str]: ...
+
+    def dtypes(self) -> list[Any]:  # nvidia.dali.types.DALIDataType per input
+        ...
+
+    def graph(self, inputs: list[Any], device: str) -> list[Any]:
+        """DALI ops from the external-source nodes to the outputs (``device``: cpu or gpu)."""
+        ...
+
+    def to_batch(self, outputs: list[Any]) -> Any:
+        """The torch tensors of the pipeline's outputs as the batch the workload expects."""
+        ...
+
+
+class DatasetSpec(ABC):
+    """What the data layer needs to know about one workload's dataset."""
+
+    layout: ClassVar[FileLayout]
+    partition: ClassVar[Partition] = "contiguous"  # how training batches are split over ranks
+    train_split: str = "train"
+    eval_split: str = "validation"
+
+    @abstractmethod
+    def open(self, root: Path, split: str) -> SampleSource:
+        """The split's samples under ``root`` (lists files, checks files every node needs)."""
+
+    @abstractmethod
+    def collate(self, samples: Sequence[Any]) -> Any:
+        """A host batch (tensors) from validated samples; runs in a reader thread."""
+
+    def transform(self, batch: Any) -> Any:
+        """Batch transform in torch ops (e.g. ``log1p``, a layout change). It runs in the reader
+        thread when training on the CPU and on the device after the copy on a GPU, so the storage
+        dtype crosses the bus."""
+        return batch
+
+    def dali(self) -> DaliGraph | None:
+        """The DALI form of :meth:`transform` (``train.loader = "dali"``); None: not offered."""
+        return None
