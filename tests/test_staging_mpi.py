@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks.synth_data import write_cosmoflow, write_deepcam, write_lmdb
+from hpcbench import registry
 from staging.manifest import MANIFEST, FileEntry, Frame, Manifest, decode_header, encode_header
 from staging.pack import Packer
-from staging.policy import get_policy
 from tests.conftest import mpiexec_path, project_env, run_mpi
 
 import sys
@@ -25,7 +25,7 @@ MiB = 1 << 20
 def cosmo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("cosmo")
     write_cosmoflow(root / "raw", 12, 5, size=16)
-    Packer(root / "raw", root / "packed", get_policy("cosmoflow"), int(0.07 * MiB), threads=2, progress=False).run()
+    Packer(root / "raw", root / "packed", registry.layout("cosmoflow"), int(0.07 * MiB), threads=2, progress=False).run()
     return root / "raw", root / "packed"
 
 
@@ -179,9 +179,9 @@ def test_several_ranks_per_node_deepcam_and_lmdb(tmp_path: Path) -> None:
     write_deepcam(tmp_path / "raw", 5, 2)
     oc = tmp_path / "oc"
     write_lmdb(oc / "raw" / "train" / "data.0000.lmdb", 100, 2000)
-    Packer(tmp_path / "raw", tmp_path / "packed", get_policy("deepcam"), int(0.06 * MiB), threads=2,
+    Packer(tmp_path / "raw", tmp_path / "packed", registry.layout("deepcam"), int(0.06 * MiB), threads=2,
            chunk_bytes=32 * 1024, progress=False).run()
-    Packer(oc / "raw", oc / "packed", get_policy("oc20"), MiB, chunk_bytes=32 * 1024,
+    Packer(oc / "raw", oc / "packed", registry.layout("oc20"), MiB, chunk_bytes=32 * 1024,
            threads=2, progress=False).run()
     # 4 ranks, 2 instances, 2 ranks per node: one node per instance, so each node gets everything
     args = ["--ranks-per-node", "2"]
