@@ -3,7 +3,9 @@ importing the CLI never imports torch-geometric, DALI or a workload's model code
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common.errors import ConfigError, HpcbenchError
@@ -11,6 +13,9 @@ from common.errors import ConfigError, HpcbenchError
 if TYPE_CHECKING:  # pragma: no cover
     from common.data.layout import FileLayout
     from common.workload import Workload
+
+#: ``hpcbench convert FORMAT``: (src, out, trust_pickle, progress) -> samples converted per split
+Converter = Callable[[Path, Path, bool, bool], dict[str, int]]
 
 
 @dataclass(frozen=True)
@@ -21,6 +26,7 @@ class WorkloadEntry:
     summary: str
     data_module: str = ""  # module with the dataset's LAYOUT (light to import: no torch, no model)
     required_runs: int = 5  # runs the MLPerf HPC rules require per result (mlperf_logging.benchmark_meta)
+    converter: str = ""  # "module:function" (a Converter) behind `hpcbench convert NAME`; "" for none
 
 
 WORKLOADS: dict[str, WorkloadEntry] = {
@@ -34,7 +40,7 @@ WORKLOADS: dict[str, WorkloadEntry] = {
                       "deepcam.dataset", required_runs=5),
         WorkloadEntry("oc20", "opencatalyst.workload:OC20Workload", "oc20",
                       "DimeNet++ energies and forces of catalyst slabs with adsorbates (OC20 S2EF)",
-                      "opencatalyst.dataset", required_runs=5),
+                      "opencatalyst.dataset", required_runs=5, converter="opencatalyst.convert:convert"),
     )
 }
 ALIASES = {"opencatalyst": "oc20", "oc": "oc20"}
@@ -78,6 +84,20 @@ def get(name: str) -> "type[Workload]":
 def required_runs(benchmark: str) -> int:
     """Runs (strong) or converged models (weak) the rules require for a result of ``benchmark``."""
     return REQUIRED_RUNS.get(benchmark, DEFAULT_REQUIRED_RUNS)
+
+
+def converter_names() -> list[str]:
+    """Formats ``hpcbench convert`` accepts: the workloads that have a converter."""
+    return [e.name for e in WORKLOADS.values() if e.converter]
+
+
+def converter(name: str) -> Converter:
+    """The converter of format ``name``, imported now."""
+    e = WORKLOADS.get(ALIASES.get(name, name))
+    if e is None or not e.converter:
+        raise ConfigError(f"unknown format {name!r}; expected one of {', '.join(converter_names())}")
+    module_name, _, attr = e.converter.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
 
 
 def dataset_names() -> list[str]:
