@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.synth_data import cosmo_counts, example, tfrecord_frame  # noqa: E402
 from common.dist import init_distributed  # noqa: E402
+from hpcbench import registry  # noqa: E402
 from staging.exchange import barrier  # noqa: E402
 from staging.pack import Packer  # noqa: E402
-from staging.policy import get_policy  # noqa: E402
 from staging.stage import StageOptions, stage  # noqa: E402
 
 MiB = 1 << 20
@@ -82,7 +82,7 @@ def main() -> None:
     if lay.world_rank == 0:
         files, gen_s = make_data(raw, a.gib, a.size)
         t0 = time.perf_counter()
-        man = Packer(raw, packed, get_policy("cosmoflow"), int(a.shard_mb * MiB), threads=a.threads,
+        man = Packer(raw, packed, registry.layout("cosmoflow"), int(a.shard_mb * MiB), threads=a.threads,
                      progress=False).run()
         info = {"files": files, "gen_s": gen_s, "pack_s": time.perf_counter() - t0,
                 "raw_bytes": sum(s.raw_bytes for s in man.splits.values()),
@@ -98,9 +98,9 @@ def main() -> None:
                 evict(raw)
                 evict(packed)
             barrier(env.comm, FOREVER, "cleaning before a run")
-            opts = StageOptions(raw if method == "copy" else packed, str(dest / "node{node}"), "cosmoflow",
-                                method=method, chunk_mb=a.chunk_mb, threads=a.threads, timeout_s=600,
-                                shard_bytes=int(a.shard_mb * MiB))
+            opts = StageOptions(raw if method == "copy" else packed, str(dest / "node{node}"),
+                                registry.layout("cosmoflow"), method=method, chunk_mb=a.chunk_mb,
+                                threads=a.threads, timeout_s=600, shard_bytes=int(a.shard_mb * MiB))
             t0 = time.perf_counter()
             rep_ = stage(env, opts)
             wall = time.perf_counter() - t0

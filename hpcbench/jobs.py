@@ -111,13 +111,13 @@ def _values(spec: JobSpec, sysd: dict[str, Any]) -> dict[str, str]:
     if spec.mode == "weak" and spec.launch == "one-srun":
         train += ["--set", f"train.seed={spec.seed}"]
     results = spec.results or (paths["results"] if spec.mode == "strong" else f"{paths['results']}/weak-${{SLURM_JOB_ID}}")
-    from hpcbench.report.scoring import REQUIRED_RUNS
+    from hpcbench import registry
 
     return {
         "workload": shlex.quote(spec.workload), "benchmark": bench, "system": str(sysd["name"]),
         "nodes": str(nodes), "instances": str(spec.instances), "nodes_per_instance": str(spec.nodes_per_instance),
         "tasks": str(tasks), "tasks_per_instance": str(per_instance), "seed": str(spec.seed),
-        "required_runs": str(REQUIRED_RUNS.get(bench, 5)), "command": spec.command or "hpcbench jobs render",
+        "required_runs": str(registry.required_runs(bench)), "command": spec.command or "hpcbench jobs render",
         "sbatch_lines": "\n".join(lines), "setup": "\n".join(env["setup"]), "workdir": '"${SLURM_SUBMIT_DIR:-$PWD}"',
         "results": _dq(results), "srun_flags": slurm["srun_flags"], "per_node_step": per_node,
         "all_tasks_step": all_step, "instance_step": inst_step, "cache_drop": shlex.quote(env["cache_drop"]),

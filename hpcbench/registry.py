@@ -3,14 +3,19 @@ importing the CLI never imports torch-geometric, DALI or a workload's model code
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from common.errors import HpcbenchError
+from common.errors import ConfigError, HpcbenchError
 
 if TYPE_CHECKING:  # pragma: no cover
     from common.data.layout import FileLayout
     from common.workload import Workload
+
+#: ``hpcbench convert FORMAT``: (src, out, trust_pickle, progress) -> samples converted per split
+Converter = Callable[[Path, Path, bool, bool], dict[str, int]]
 
 
 @dataclass(frozen=True)
@@ -20,6 +25,8 @@ class WorkloadEntry:
     benchmark: str  # MLPerf benchmark key
     summary: str
     data_module: str = ""  # module with the dataset's LAYOUT (light to import: no torch, no model)
+    required_runs: int = 5  # runs the MLPerf HPC rules require per result (mlperf_logging.benchmark_meta)
+    converter: str = ""  # "module:function" (a Converter) behind `hpcbench convert NAME`; "" for none
 
 
 WORKLOADS: dict[str, WorkloadEntry] = {
@@ -27,16 +34,24 @@ WORKLOADS: dict[str, WorkloadEntry] = {
     for e in (
         WorkloadEntry("cosmoflow", "cosmoflow.workload:CosmoFlowWorkload", "cosmoflow",
                       "3D CNN regressing 4 cosmological parameters from dark-matter density cubes",
-                      "cosmoflow.dataset"),
+                      "cosmoflow.dataset", required_runs=10),
         WorkloadEntry("deepcam", "deepcam.workload:DeepCAMWorkload", "deepcam",
                       "DeepLabv3+ segmentation of cyclones and atmospheric rivers in climate fields",
-                      "deepcam.dataset"),
+                      "deepcam.dataset", required_runs=5),
         WorkloadEntry("oc20", "opencatalyst.workload:OC20Workload", "oc20",
                       "DimeNet++ energies and forces of catalyst slabs with adsorbates (OC20 S2EF)",
-                      "opencatalyst.dataset"),
+                      "opencatalyst.dataset", required_runs=5, converter="opencatalyst.convert:convert"),
     )
 }
 ALIASES = {"opencatalyst": "oc20", "oc": "oc20"}
+
+#: benchmarks of the MLPerf HPC rules that no workload here implements yet: the runs they require
+UPCOMING_REQUIRED_RUNS = {"openfold": 10}
+#: runs per benchmark key demanded by the rules (same table as mlperf_logging.benchmark_meta, hpc)
+REQUIRED_RUNS: dict[str, int] = {**{e.benchmark: e.required_runs for e in WORKLOADS.values()},
+                                 **UPCOMING_REQUIRED_RUNS}
+#: for a benchmark the rules do not list (an out-of-tree workload)
+DEFAULT_REQUIRED_RUNS = 5
 
 
 def names() -> list[str]:
@@ -66,6 +81,25 @@ def get(name: str) -> "type[Workload]":
     return getattr(module, attr)
 
 
+def required_runs(benchmark: str) -> int:
+    """Runs (strong) or converged models (weak) the rules require for a result of ``benchmark``."""
+    return REQUIRED_RUNS.get(benchmark, DEFAULT_REQUIRED_RUNS)
+
+
+def converter_names() -> list[str]:
+    """Formats ``hpcbench convert`` accepts: the workloads that have a converter."""
+    return [e.name for e in WORKLOADS.values() if e.converter]
+
+
+def converter(name: str) -> Converter:
+    """The converter of format ``name``, imported now."""
+    e = WORKLOADS.get(ALIASES.get(name, name))
+    if e is None or not e.converter:
+        raise ConfigError(f"unknown format {name!r}; expected one of {', '.join(converter_names())}")
+    module_name, _, attr = e.converter.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
 def dataset_names() -> list[str]:
     """Names ``pack``/``stage --dataset`` accept: every workload's dataset, and ``generic``."""
     return [*WORKLOADS, "generic"]
@@ -79,7 +113,5 @@ def layout(name: str) -> "FileLayout":
         return GENERIC
     key = ALIASES.get(name, name)
     if key not in WORKLOADS:
-        from common.errors import ConfigError
-
         raise ConfigError(f"--dataset: unknown dataset {name!r}; expected one of {', '.join(dataset_names())}")
     return importlib.import_module(WORKLOADS[key].data_module).LAYOUT

@@ -46,6 +46,7 @@ class RunnerOptions:
     system: SystemDescription
     stage_from: Path | None = None  # packed dataset on shared storage
     stage_to: str | None = None  # node-local destination; may contain {node}
+    dataset: str | None = None  # registered dataset the workload reads: the packed manifest must be of it
     overwrite: bool = False  # weak scaling: replace an earlier job's result files
     straggler_grace_s: float = 120.0
     progress: bool | None = None
@@ -104,16 +105,20 @@ def _prepare(env: DistEnv, opts: RunnerOptions, benchmark: str) -> tuple[Path, i
     return folder, index
 
 
-def stage_in_job(env: DistEnv, source: Path, dest: str, mllogger: MLPerfLogger) -> str:
+def stage_in_job(env: DistEnv, source: Path, dest: str, mllogger: MLPerfLogger, dataset: str | None = None) -> str:
     """Stage a packed dataset to node-local storage inside the job (logged as staging_start/stop);
-    returns this node's data root, which holds this node's part only (``make_workload`` is told so
-    and sets ``data.node_local``)."""
+    returns this node's data root, which holds this node's part only (``make_workload`` sets
+    ``data.node_local``). ``dataset`` (a name from ``registry.dataset_names()``, None: any)
+    must be the packed manifest's dataset."""
     try:
         from staging.stage import StageOptions, stage
     except ImportError:
         raise ConfigError("--stage-from needs the staging layer (staging/stage.py), which is not in this "
                           "installation; stage first with `hpcbench stage` and pass --data") from None
-    stage(env, StageOptions(source=Path(source), dest=dest), mllog=mllogger)
+    from . import registry
+
+    layout = registry.layout(dataset) if dataset else None
+    stage(env, StageOptions(source=Path(source), dest=dest, layout=layout), mllog=mllogger)
     return dest.replace("{node}", str(env.layout.node_index))
 
 
@@ -130,7 +135,7 @@ def run_instances(env: DistEnv, benchmark: str, make_workload: Callable[[str | N
     if opts.stage_from is not None:
         if not opts.stage_to:
             raise ConfigError("--stage-from needs --stage-to (node-local destination, may contain {node})")
-        data_root = stage_in_job(env, opts.stage_from, opts.stage_to, mllogger)
+        data_root = stage_in_job(env, opts.stage_from, opts.stage_to, mllogger, opts.dataset)
     outcome: dict[str, Any] = {"rank": lay.world_rank, "instance": lay.instance, "log": str(log_path),
                                "status": None, "error": None, "result": None}
     try:

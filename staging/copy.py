@@ -9,19 +9,19 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from common.atomic import atomic_write
+from common.data.layout import REPLICATED, FileLayout, scan
 from common.errors import DataError
 
 from .distribute import Stats
 from .manifest import ShardInfo
 from .nodelocal import _disk_error, target
 from .pack import group_files
-from .policy import REPLICATED, Policy, scan
 
 
-def raw_shards(source: Path, policy: Policy, shard_bytes: int) -> dict[str, tuple[list[ShardInfo], list[list[tuple[str, int]]]]]:
+def raw_shards(source: Path, layout: FileLayout, shard_bytes: int) -> dict[str, tuple[list[ShardInfo], list[list[tuple[str, int]]]]]:
     """Per split: virtual shards (for the planner) and their member files, from the raw dataset."""
     out = {}
-    for sp, names in scan(source, policy).items():
+    for sp, names in scan(source, layout).items():
         groups = group_files([(n, (source / n).stat().st_size) for n in names], shard_bytes)
         infos = [ShardInfo(f"{sp}/raw-{i:05d}", sum(s for _, s in g), sum(s for _, s in g), len(g), 0, 0)
                  for i, g in enumerate(groups)]

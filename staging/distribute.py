@@ -18,7 +18,7 @@ from typing import Any
 from common.dist import mpi
 from common.errors import DataError
 
-from .exchange import agree, fault_point, wait
+from .exchange import agree, wait
 from .manifest import FileEntry, ShardInfo, decode_header, header_size
 from .nodelocal import FileAssembly, Journal, target
 from .plan import SplitPlan
@@ -233,7 +233,6 @@ class SplitExchange:
             if self.rounds:
                 nxt = io.submit(reader.read, 0, count(self.member, 0))
             for r in range(self.rounds):
-                fault_point(r)
                 err = self._pending_error()
                 piece = b""
                 if err is None:

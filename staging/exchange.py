@@ -6,7 +6,6 @@ instead of hanging until the allocation runs out. Polling also keeps idle ranks 
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import Any
@@ -49,16 +48,3 @@ def agree(comm: Any, error: str | None, timeout_s: float, what: str) -> None:
         msgs = [m for m in comm.allgather(error) if m]
         raise DataError(msgs[0] if len(set(msgs)) == 1 else "; ".join(dict.fromkeys(msgs)))
 
-
-def fault_point(stage_round: int) -> None:
-    """Test hook: ``HPCBENCH_STAGE_FAULT=exit|hang:RANK:ROUND`` makes one rank die or hang there."""
-    spec = os.environ.get("HPCBENCH_STAGE_FAULT")
-    if not spec:
-        return
-    kind, rank, rnd = spec.split(":")
-    if mpi().COMM_WORLD.Get_rank() == int(rank) and stage_round == int(rnd):
-        sys.stderr.write(f"rank {rank}: injected fault '{kind}' at round {rnd}\n")
-        sys.stderr.flush()
-        if kind == "exit":
-            os._exit(17)
-        time.sleep(3600)

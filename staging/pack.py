@@ -20,10 +20,10 @@ import crc32c
 import zstandard
 
 from common.atomic import atomic_write, atomic_write_text
+from common.data.layout import REPLICATED, FileLayout, scan
 from common.errors import DataError
 
 from .manifest import MANIFEST, FileEntry, Frame, Manifest, ShardInfo, SplitInfo, encode_header, file_crc
-from .policy import REPLICATED, Policy, scan
 
 _local = threading.local()
 
@@ -66,13 +66,13 @@ def _signature(root: Path, group: list[tuple[str, int]]) -> list[list]:
 
 
 class Packer:
-    def __init__(self, source: Path, dest: Path, policy: Policy, shard_bytes: int, level: int = 3,
+    def __init__(self, source: Path, dest: Path, layout: FileLayout, shard_bytes: int, level: int = 3,
                  threads: int | None = None, chunk_bytes: int | None = None, progress: bool = True) -> None:
         if source.resolve() == dest.resolve() or dest.resolve().is_relative_to(source.resolve()):
             raise DataError(f"--dest {dest} must not be inside the source folder {source}")
-        self.source, self.dest, self.policy = source, dest, policy
+        self.source, self.dest, self.layout = source, dest, layout
         self.shard_bytes, self.level = shard_bytes, level
-        self.chunk_bytes = chunk_bytes or policy.chunk_bytes
+        self.chunk_bytes = chunk_bytes or layout.chunk_bytes
         self.threads = threads or max(1, len(os.sched_getaffinity(0)))
         self.progress = progress
         self.reused = 0
@@ -120,7 +120,7 @@ class Packer:
         return ShardInfo(rel, total, sum(s for _, s in group), len(group), len(hdr), crc)
 
     def run(self) -> Manifest:
-        listing = scan(self.source, self.policy)
+        listing = scan(self.source, self.layout)
         sized = {sp: [(n, (self.source / n).stat().st_size) for n in names] for sp, names in listing.items()}
         plan: list[tuple[str, str, list[tuple[str, int]]]] = []
         for sp, files in sized.items():
@@ -148,7 +148,7 @@ class Packer:
                 self.written += 1
         for sp in splits.values():
             sp.shards.sort(key=lambda s: s.name)
-        man = Manifest(self.policy.name, splits, self.chunk_bytes, self.level, str(self.source.resolve()))
+        man = Manifest(self.layout.name, splits, self.chunk_bytes, self.level, str(self.source.resolve()))
         self._write_listing(man)
         atomic_write_text(self.dest / MANIFEST, man.to_json())
         return man

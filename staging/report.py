@@ -4,9 +4,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from common.data.layout import REPLICATED, FileLayout
+
 from .manifest import ShardInfo
 from .plan import plan_split
-from .policy import REPLICATED, Policy
 
 GB = 1e9
 
@@ -44,9 +45,9 @@ def format_report(rep: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def known_shards(policy: Policy, split: str, shard_bytes: int) -> list[ShardInfo]:
+def known_shards(layout: FileLayout, split: str, shard_bytes: int) -> list[ShardInfo]:
     """Shards the real dataset would pack into, from its published size (no data needed)."""
-    k = policy.known[split]
+    k = layout.known[split]
     per = max(1, shard_bytes // k.raw_bytes_per_file)
     out = []
     for i in range(math.ceil(k.files / per)):

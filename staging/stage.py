@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.data.layout import GENERIC, REPLICATED, FileLayout
 from common.dist import DistEnv, mpi
 from common.errors import ConfigError, DataError, HpcbenchError
 
@@ -20,7 +21,6 @@ from .exchange import agree, barrier
 from .manifest import MANIFEST, Manifest
 from .nodelocal import Journal, sweep_temporaries, verify_journal
 from .plan import plan_split
-from .policy import REPLICATED, get_policy
 
 MiB = 1 << 20
 FOREVER = 7 * 24 * 3600.0
@@ -30,7 +30,9 @@ FOREVER = 7 * 24 * 3600.0
 class StageOptions:
     source: Path
     dest: str  # may contain {node}
-    dataset: str | None = None
+    # the dataset's layout, resolved by the caller (e.g. hpcbench.registry.layout(name)). packed: the
+    # manifest must be of this dataset (None: any); copy: which files to copy (None: GENERIC, every file)
+    layout: FileLayout | None = None
     splits: list[str] | None = None
     replicate: list[str] = field(default_factory=list)
     method: str = "packed"
@@ -61,15 +63,15 @@ def _load_plan_input(opts: StageOptions, env: DistEnv) -> dict[str, Any]:
         try:
             if opts.method == "packed":
                 man = Manifest.load(opts.source / MANIFEST)
-                if opts.dataset and man.dataset != opts.dataset:
+                if opts.layout is not None and man.dataset != opts.layout.name:
                     raise DataError(f"{opts.source / MANIFEST}: packed dataset is {man.dataset!r}, "
-                                    f"not --dataset {opts.dataset!r}")
+                                    f"not --dataset {opts.layout.name!r}")
                 data = {"dataset": man.dataset,
                         "splits": {n: (s.replicate, s.shards, None) for n, s in man.splits.items()}}
             else:
-                policy = get_policy(opts.dataset or "generic")
-                raw = raw_shards(opts.source, policy, opts.shard_bytes)
-                data = {"dataset": policy.name,
+                layout = opts.layout or GENERIC
+                raw = raw_shards(opts.source, layout, opts.shard_bytes)
+                data = {"dataset": layout.name,
                         "splits": {n: (n == REPLICATED, infos, groups) for n, (infos, groups) in raw.items()}}
         except Exception as exc:  # noqa: BLE001 - all ranks wait for this answer
             err = _describe(exc, 0)

@@ -11,7 +11,8 @@ import pytest
 from common.errors import DataError
 from hpcbench.report.build import build
 from hpcbench.report.logs import parse_log
-from hpcbench.report.scoring import REQUIRED_RUNS, olympic_mean
+from hpcbench.registry import REQUIRED_RUNS
+from hpcbench.report.scoring import olympic_mean
 from mllog_synth import SynthRun, write_benchmark, write_log
 from conftest import run_cli
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks.synth_data import write_cosmoflow, write_deepcam, write_lmdb
+from hpcbench import registry
 from staging.manifest import MANIFEST, FileEntry, Frame, Manifest, decode_header, encode_header
 from staging.pack import Packer
-from staging.policy import get_policy
 from tests.conftest import mpiexec_path, project_env, run_mpi
 
 import sys
@@ -25,7 +25,7 @@ MiB = 1 << 20
 def cosmo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("cosmo")
     write_cosmoflow(root / "raw", 12, 5, size=16)
-    Packer(root / "raw", root / "packed", get_policy("cosmoflow"), int(0.07 * MiB), threads=2, progress=False).run()
+    Packer(root / "raw", root / "packed", registry.layout("cosmoflow"), int(0.07 * MiB), threads=2, progress=False).run()
     return root / "raw", root / "packed"
 
 
@@ -179,9 +179,9 @@ def test_several_ranks_per_node_deepcam_and_lmdb(tmp_path: Path) -> None:
     write_deepcam(tmp_path / "raw", 5, 2)
     oc = tmp_path / "oc"
     write_lmdb(oc / "raw" / "train" / "data.0000.lmdb", 100, 2000)
-    Packer(tmp_path / "raw", tmp_path / "packed", get_policy("deepcam"), int(0.06 * MiB), threads=2,
+    Packer(tmp_path / "raw", tmp_path / "packed", registry.layout("deepcam"), int(0.06 * MiB), threads=2,
            chunk_bytes=32 * 1024, progress=False).run()
-    Packer(oc / "raw", oc / "packed", get_policy("oc20"), MiB, chunk_bytes=32 * 1024,
+    Packer(oc / "raw", oc / "packed", registry.layout("oc20"), MiB, chunk_bytes=32 * 1024,
            threads=2, progress=False).run()
     # 4 ranks, 2 instances, 2 ranks per node: one node per instance, so each node gets everything
     args = ["--ranks-per-node", "2"]
@@ -200,12 +200,13 @@ def test_several_ranks_per_node_deepcam_and_lmdb(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", ["exit", "hang"])
 def test_a_rank_dying_or_hanging_ends_the_job_in_bounded_time(cosmo: tuple[Path, Path], tmp_path: Path, kind: str) -> None:
-    cmd = [mpiexec_path(), "-n", "4", sys.executable, "-m", "hpcbench", "stage", "--source", str(cosmo[1]),
+    # tests/stage_fault_job.py makes rank 1 die or hang at round 0 of its reads, then runs `hpcbench stage`
+    cmd = [mpiexec_path(), "-n", "4", sys.executable, str(Path(__file__).with_name("stage_fault_job.py")),
+           f"{kind}:1:0", "stage", "--source", str(cosmo[1]),
            "--dest", f"{tmp_path}/st/node{{node}}", "--instances", "2", "--ranks-per-node", "1",
-           "--chunk-mb", "0.01" if False else "1", "--timeout", "4"]
+           "--chunk-mb", "1", "--timeout", "4"]
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, env=project_env(HPCBENCH_STAGE_FAULT=f"{kind}:1:0"), capture_output=True,
-                          text=True, timeout=90)
+    proc = subprocess.run(cmd, env=project_env(), capture_output=True, text=True, timeout=90)
     took = time.monotonic() - t0
     assert proc.returncode != 0
     assert took < 60

@@ -1,4 +1,4 @@
-"""pack: real shards round-trip to the original bytes; resume; policies for all three datasets; plan."""
+"""pack: real shards round-trip to the original bytes; resume; file layouts of all three datasets; plan."""
 from __future__ import annotations
 
 import json
@@ -8,11 +8,12 @@ import pytest
 import zstandard
 
 from benchmarks.synth_data import write_cosmoflow, write_deepcam, write_lmdb
+from common.data.layout import REPLICATED
 from common.errors import DataError
+from hpcbench import registry
 from staging.manifest import MANIFEST, Manifest, decode_header, safe_relpath
 from staging.pack import Packer, group_files
 from staging.plan import balance, node_volume, plan_split
-from staging.policy import REPLICATED, get_policy
 from tests.conftest import run_cli
 
 MiB = 1 << 20
@@ -34,7 +35,7 @@ def unpack_all(packed: Path) -> dict[str, bytes]:
 
 
 def pack(src: Path, dst: Path, dataset: str, shard_mb: float = 0.1, chunk: int | None = None) -> Packer:
-    p = Packer(src, dst, get_policy(dataset), int(shard_mb * MiB), chunk_bytes=chunk, threads=2, progress=False)
+    p = Packer(src, dst, registry.layout(dataset), int(shard_mb * MiB), chunk_bytes=chunk, threads=2, progress=False)
     p.run()
     return p
 

@@ -5,17 +5,17 @@ import argparse
 import time
 from pathlib import Path
 
-from staging.policy import POLICIES
+from hpcbench import registry
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", required=True, choices=sorted(POLICIES),
-                        help="dataset policy: which files are samples, split folders, replicated files")
+    parser.add_argument("--dataset", required=True, choices=sorted(registry.dataset_names()),
+                        help="dataset layout: which files are samples, split folders, replicated files")
     parser.add_argument("--source", required=True, type=Path, help="the raw dataset folder (e.g. on Lustre)")
     parser.add_argument("--dest", required=True, type=Path, help="folder for shards + manifest.json")
     parser.add_argument("--shard-mb", type=float, default=256, help="raw MiB per shard (default 256)")
     parser.add_argument("--chunk-mb", type=float, default=None,
-                        help="cut files bigger than this into separately compressed frames (default: policy, 64)")
+                        help="cut files bigger than this into separately compressed frames (default: the layout's, 64)")
     parser.add_argument("--level", type=int, default=3, help="zstd level (default 3)")
     parser.add_argument("--threads", type=int, default=None, help="compression threads (default: all CPUs)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -24,12 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from common.errors import ConfigError
     from staging.pack import Packer
-    from staging.policy import get_policy
 
     if args.shard_mb <= 0 or (args.chunk_mb is not None and args.chunk_mb <= 0):
         raise ConfigError("--shard-mb and --chunk-mb must be positive")
+    layout = registry.layout(args.dataset)
     t0 = time.perf_counter()
-    packer = Packer(args.source, args.dest, get_policy(args.dataset), int(args.shard_mb * 2**20), args.level,
+    packer = Packer(args.source, args.dest, layout, int(args.shard_mb * 2**20), args.level,
                     args.threads, int(args.chunk_mb * 2**20) if args.chunk_mb else None,
                     progress=not args.no_progress)
     man = packer.run()

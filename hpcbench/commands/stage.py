@@ -4,13 +4,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from hpcbench import registry
 from hpcbench.commands._common import add_layout_args
-from staging.policy import POLICIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", choices=sorted(POLICIES), default=None,
-                        help="dataset (checked against the manifest; picks the policy for --method copy/--dry-run)")
+    parser.add_argument("--dataset", choices=sorted(registry.dataset_names()), default=None,
+                        help="dataset (checked against the manifest; picks the file layout for --method copy "
+                             "(default: every file) and --dry-run)")
     parser.add_argument("--source", type=Path, help="packed folder (manifest.json), or the raw folder for --method copy")
     parser.add_argument("--dest", help="node-local folder; '{node}' is replaced by the node index "
                                        "(needed when nodes are emulated on one host, e.g. /tmp/st/node{node})")
@@ -47,8 +48,9 @@ def run(args: argparse.Namespace) -> int:
     from staging.report import format_report
     from staging.stage import StageOptions, stage
 
+    layout = registry.layout(args.dataset) if args.dataset else None
     env = init_distributed(args.instances, args.ranks_per_node, torch_backend=None)
-    opts = StageOptions(args.source, args.dest, args.dataset, _csv(args.splits) or None, _csv(args.replicate),
+    opts = StageOptions(args.source, args.dest, layout, _csv(args.splits) or None, _csv(args.replicate),
                         args.method, args.verify, args.chunk_mb, args.threads, args.timeout,
                         int(args.reserve_mb * 2**20), int(args.shard_mb * 2**20), args.report)
     rep = stage(env, opts)
@@ -60,7 +62,6 @@ def run(args: argparse.Namespace) -> int:
 def _dry_run(args: argparse.Namespace) -> int:
     from common.errors import ConfigError
     from staging.manifest import MANIFEST, Manifest
-    from staging.policy import get_policy
     from staging.report import dry_run, known_shards
 
     nodes = args.nodes
@@ -72,10 +73,10 @@ def _dry_run(args: argparse.Namespace) -> int:
     else:
         if args.dataset is None:
             raise ConfigError("--dry-run without --source needs --dataset (to use its known full size)")
-        pol = get_policy(args.dataset)
-        if not pol.known:
+        layout = registry.layout(args.dataset)
+        if not layout.known:
             raise ConfigError(f"dataset {args.dataset!r} has no known size; pass --source PACKED_DIR")
-        splits = {sp: (False, known_shards(pol, sp, int(args.shard_mb * 2**20))) for sp in pol.known}
+        splits = {sp: (False, known_shards(layout, sp, int(args.shard_mb * 2**20))) for sp in layout.known}
     sel = _csv(args.splits)
     if sel:
         splits = {k: v for k, v in splits.items() if k in sel}

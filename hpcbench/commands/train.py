@@ -71,6 +71,7 @@ def train(args: argparse.Namespace) -> int:
     env = init_distributed(args.instances, args.ranks_per_node)
     opts = RunnerOptions(results=Path(args.results), system=system,
                          stage_from=Path(args.stage_from) if args.stage_from else None, stage_to=args.stage_to,
+                         dataset=None if ":" in args.workload else registry.entry(args.workload).name,
                          overwrite=args.overwrite, straggler_grace_s=args.straggler_grace,
                          progress=False if args.no_progress else None, mode=args.mode,
                          instance_offset=args.instance_offset, system_nodes=args.system_nodes)

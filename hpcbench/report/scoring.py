@@ -2,24 +2,24 @@
 
 Strong scaling: score = olympic mean of the runs' time to solution (run_stop - run_start): sort,
 drop the fastest and the slowest, average the rest. A run that did not converge counts as the
-dropped slowest one; more than one such run means no valid score. The rules ask for
-``REQUIRED_RUNS`` runs per benchmark; with fewer the mean is still shown but marked incomplete.
+dropped slowest one; more than one such run means no valid score. The rules ask for a number of
+runs per benchmark (``registry.required_runs``); with fewer the mean is still shown but marked incomplete.
 
 Weak scaling: M' models (instances) of scale S converge in a system of scale T; TTTa is
 max(run_stop) - min(run_start) over all instances of the job (an instance that failed still held
 its nodes); throughput = M' / TTTa in models per minute. The official summarizer scores a weak
-result only when at least ``REQUIRED_RUNS`` models converged.
+result only when at least that many models converged.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpcbench import registry
+
 from .discover import Group
 from .logs import RunLog
 
-#: runs per benchmark demanded by the rules (same table as mlperf_logging.benchmark_meta, hpc)
-REQUIRED_RUNS = {"cosmoflow": 10, "deepcam": 5, "oc20": 5, "openfold": 10}
 MAX_FAILED_RUNS = 1
 
 
@@ -94,7 +94,7 @@ def _division(group: Group) -> str | None:
 
 def score_strong(group: Group) -> Score:
     runs = group.runs
-    required = REQUIRED_RUNS.get(group.benchmark, 5)
+    required = registry.required_runs(group.benchmark)
     s = Score(group.system, "strong", group.benchmark, _division(group), required, [RunRow.of(r, None) for r in runs])
     ok = [r.time_to_solution_s for r in runs if r.converged]
     failed = len(runs) - len(ok)
@@ -117,7 +117,7 @@ def score_strong(group: Group) -> Score:
 
 def score_weak(group: Group) -> Score:
     runs = group.runs
-    required = REQUIRED_RUNS.get(group.benchmark, 5)
+    required = registry.required_runs(group.benchmark)
     complete = [r for r in runs if r.complete]
     t0 = min((r.run_start_ms for r in complete), default=None)  # type: ignore[type-var]
     s = Score(group.system, "weak", group.benchmark, _division(group), required, [RunRow.of(r, t0) for r in runs])

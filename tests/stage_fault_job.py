@@ -1,0 +1,56 @@
+"""Under mpiexec: ``hpcbench stage`` with one rank made to die or hang, injected from the test side.
+
+    mpiexec -n 4 python tests/stage_fault_job.py KIND:RANK:ROUND stage --source ... --dest ...
+
+KIND is ``exit`` (the rank ends at once with status 17, like a crashed node) or ``hang`` (it never
+returns from its read). The fault hits world rank RANK when its shared-storage reader
+(``staging.distribute._Reader.read``, called once per Allgatherv round) reads round ROUND of a
+split; every other rank runs the real code. The remaining arguments go to ``hpcbench.cli.main``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from common.dist import mpi
+from hpcbench.cli import main
+from staging import distribute
+
+KINDS = ("exit", "hang")
+
+
+def parse_fault(spec: str) -> tuple[str, int, int]:
+    try:
+        kind, rank, stage_round = spec.split(":")
+        if kind not in KINDS:
+            raise ValueError(kind)
+        return kind, int(rank), int(stage_round)
+    except ValueError:
+        raise SystemExit(f"stage_fault_job.py: fault {spec!r} is not KIND:RANK:ROUND with KIND one of "
+                         f"{', '.join(KINDS)}") from None
+
+
+def inject(kind: str, rank: int, stage_round: int) -> None:
+    """Wrap the per-round reader so that ``rank`` dies or hangs at its read of round ``stage_round``."""
+    real_read = distribute._Reader.read
+
+    def read(self: distribute._Reader, start: int, count: int) -> bytes:
+        r = getattr(self, "fault_reads", 0)  # one reader per split, one read per round: the round being read
+        self.fault_reads = r + 1  # type: ignore[attr-defined]
+        if r == stage_round and mpi().COMM_WORLD.Get_rank() == rank:
+            sys.stderr.write(f"rank {rank}: injected fault '{kind}' at round {stage_round}\n")
+            sys.stderr.flush()
+            if kind == "exit":
+                os._exit(17)
+            time.sleep(3600)
+        return real_read(self, start, count)
+
+    distribute._Reader.read = read  # type: ignore[method-assign]
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        raise SystemExit(__doc__)
+    inject(*parse_fault(sys.argv[1]))
+    sys.exit(main(sys.argv[2:]))
