@@ -125,11 +125,6 @@ def single_record(data: bytes, name: str = "<bytes>") -> memoryview:
     return first
 
 
-def read_records(path: str | Path, verify: bool = True) -> list[bytes]:
-    """All record payloads of one TFRecord file (plain or gzip)."""
-    return [bytes(p) for p in iter_records(read_file_bytes(path), str(path), verify)]
-
-
 def record_index(data: bytes, name: str = "<bytes>") -> list[tuple[int, int]]:
     """``(offset, size)`` of each framed record in an *uncompressed* stream (DALI index format)."""
     out: list[tuple[int, int]] = []
