@@ -47,7 +47,8 @@ def step_rate(wl: CosmoFlowWorkload, batch: int, steps: int, device: torch.devic
     if tc.channels_last:
         model = model.to(memory_format=torch.channels_last_3d)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-    ctx = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if tc.precision == "bf16" else contextlib.nullcontext
+    bf16 = tc.precision == "bf16"
+    ctx = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
     t = 0.0
     for i in range(steps + 1):
         start = time.perf_counter()
@@ -96,8 +97,8 @@ def main() -> None:
     d = wl.cfg.data
     sample_gb = x_bytes(d.size) / 1e9
     print(header(machine))
-    print(f"CosmoFlow loaders: {wl.dataset_sizes()[0]} files of {d.size}^3 x 4 in {a.data}, batch {bs}, device {device}, "
-          f"reader threads {d.threads}, prefetch {d.prefetch}, best of {a.rounds} interleaved rounds")
+    print(f"CosmoFlow loaders: {wl.dataset_sizes()[0]} files of {d.size}^3 x 4 in {a.data}, batch {bs}, "
+          f"device {device}, reader threads {d.threads}, prefetch {d.prefetch}, best of {a.rounds} interleaved rounds")
     if "step" in best:
         print(f"  training step ({wl.cfg.train.precision}, channels_last={wl.cfg.train.channels_last}): "
               f"{best['step']:8.1f} samples/s")

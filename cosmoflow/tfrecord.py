@@ -287,10 +287,11 @@ def decode_example(payload: bytes | memoryview, name: str = "<record>") -> dict[
             key, value = None, memoryview(b"")
             for en, ew, ev in _fields(entry, name):  # type: ignore[arg-type]
                 if en == 1 and ew == 2:
+                    raw_key = bytes(ev)  # type: ignore[arg-type]
                     try:
-                        key = bytes(ev).decode()  # type: ignore[arg-type]
+                        key = raw_key.decode()
                     except UnicodeDecodeError:
-                        raise DataError(f"{name}: Example feature key is not UTF-8: {bytes(ev)!r}") from None  # type: ignore[arg-type]
+                        raise DataError(f"{name}: Example feature key is not UTF-8: {raw_key!r}") from None
                 elif en == 2 and ew == 2:
                     value = ev  # type: ignore[assignment]
             if key is None:
