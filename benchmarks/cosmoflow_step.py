@@ -1,7 +1,9 @@
 """CosmoFlow training-step throughput: optimized path vs plain fp32 eager NCDHW, same process.
 
-Variants of one model and batch (forward + MSE loss + backward + SGD momentum step), measured in
-interleaved rounds so that load from other processes hits all of them alike:
+Variants of one model and batch (forward + the workload's sum-of-squares loss over its count +
+backward + SGD momentum step), measured in interleaved rounds so that load from other processes
+hits all of them alike. The input is what the loader gives: int16 counts [B,S,S,S,4] through the
+dataset spec's transform (log1p, then [B,4,S,S,S] contiguous, or the channels_last_3d view):
   baseline     fp32, eager, NCDHW
   cl           fp32, eager, channels_last_3d
   bf16_cl      bf16 autocast (fp32 master weights), channels_last_3d
@@ -20,10 +22,12 @@ import time
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 
 from cosmoflow.config import CosmoModelConfig
+from cosmoflow.dataset import CosmoFlowData
 from cosmoflow.model import CosmoFlowNet, conv_flops_per_sample
+from cosmoflow.workload import CosmoFlowWorkload
+from machine import describe, header  # noqa: E402 - sibling benchmark module
 
 
 def matmul_peak(dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
@@ -41,18 +45,18 @@ def make_step(cfg: CosmoModelConfig, size: int, batch: int, bf16: bool, channels
               compile_: bool) -> Callable[[], None]:
     torch.manual_seed(0)
     model = CosmoFlowNet(cfg, size)
-    x = torch.log1p(torch.poisson(torch.ones(batch, 4, size, size, size)))
-    y = torch.rand(batch, 4) * 2 - 1
+    counts = torch.poisson(torch.ones(batch, size, size, size, 4)).to(torch.int16)
+    x, y = CosmoFlowData(size, channels_last=channels_last).transform((counts, torch.rand(batch, 4) * 2 - 1))
     if channels_last:
         model = model.to(memory_format=torch.channels_last_3d)
-        x = x.contiguous(memory_format=torch.channels_last_3d)
+    wl = CosmoFlowWorkload(CosmoFlowWorkload.load_config("mini"))  # loss and loss_count only
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
 
     def fwd_loss() -> torch.Tensor:
         ctx = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
         with ctx:
             out = model(x)
-        return F.mse_loss(out.float(), y)
+        return wl.loss(out, (x, y)) / wl.loss_count((x, y))
 
     fn = torch.compile(fwd_loss) if compile_ else fwd_loss
 
@@ -96,6 +100,8 @@ def main() -> None:
                 fn()
             times[k].append((time.perf_counter() - t) / a.steps)
     peak = max(peaks)
+    machine = describe()
+    print(header(machine))
     print(f"CosmoFlow step: size {a.size}^3 x 4, batch {a.batch}, conv {a.conv_layers}x{a.conv_channels}.., "
           f"torch threads {torch.get_num_threads()}, {a.rounds} rounds x {a.steps} steps (best round)")
     print(f"measured bf16 matmul peak: {peak / 1e9:.1f} GFLOP/s; model {flops_per_sample / 1e9:.2f} GFLOP/sample/step")
@@ -111,7 +117,7 @@ def main() -> None:
     print(f"optimized path ({best_k}) vs fp32 eager NCDHW: x{results[best_k]['speedup']:.2f} (goal >= 2)")
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"args": vars(a), "bf16_peak_flops": peak, "results": results}, fh, indent=1)
+            json.dump({"args": vars(a), "machine": machine, "bf16_peak_flops": peak, "results": results}, fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -4,20 +4,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common.errors import ConfigError
-from common.runconfig import RunConfig
+from common.runconfig import DataConfig, RunConfig
 
 
 @dataclass
-class CosmoDataConfig:
-    root: str = ""  # dataset folder with train/ and validation/
+class CosmoDataConfig(DataConfig):
+    """``root`` (with train/ and validation/), ``node_local``, ``threads`` and ``prefetch`` are the
+    shared data options."""
+
     size: int = 128  # cube edge S of the int16 [S,S,S,4] samples
-    n_train: int = 0  # 0: every file in train/
-    n_eval: int = 0  # 0: every file in validation/
-    index_dir: str = ""  # DALI index files; "" = <root>/.dali_index (or a temp cache if read-only)
-    dali_threads: int = 2
-    prefetch: int = 2
+    n_train: int = 0  # the first N files of train/; 0: every file
+    n_eval: int = 0  # the first N files of validation/; 0: every file
 
     def validate(self) -> None:
+        super().validate()
         if self.size < 2:
             raise ConfigError(f"config key 'data.size': must be >= 2, got {self.size}")
         if self.n_train < 0 or self.n_eval < 0:

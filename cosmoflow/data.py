@@ -3,28 +3,37 @@
 Feature ``x`` holds the raw bytes of an int16 array ``[S, S, S, 4]`` (particle counts per voxel in
 four redshift bins; S = 128 in the MLPerf dataset), feature ``y`` the 4 normalized cosmological
 parameters as float32. The dataset root has ``train/`` and ``validation/`` folders.
+
+:func:`read_sample` validates everything a file can get wrong (the framing and both CRCs of exactly
+one record, the presence, kind and size of ``x`` and ``y``) and raises a :class:`DataError` naming
+the file and what was expected. It reads the file once and decodes without copying: the sample's
+``x`` is a read-only view of the file's (inflated) bytes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from common.errors import DataError
 
 from . import tfrecord
+from .dataset import LAYOUT
 
-SPLITS = ("train", "validation")
 N_CHANNELS = 4
 N_TARGETS = 4
-SUFFIXES = (".tfrecord", ".tfrecord.gz", ".tfrecords", ".tfrecords.gz")
+_EXAMPLE_OVERHEAD = 128  # protobuf tags, lengths and y around x (55 bytes): sizes the inflate buffer
 
 
-@dataclass(frozen=True)
-class Sample:
-    x: np.ndarray  # int16 [S, S, S, 4]
+class Sample(NamedTuple):
+    x: np.ndarray  # int16 [S, S, S, 4] (read-only when read from a file)
     y: np.ndarray  # float32 [4]
+
+
+def x_bytes(size: int) -> int:
+    """Bytes of feature ``x`` for cube edge ``size``."""
+    return size ** 3 * N_CHANNELS * 2
 
 
 def encode_sample(x: np.ndarray, y: np.ndarray) -> bytes:
@@ -35,48 +44,54 @@ def encode_sample(x: np.ndarray, y: np.ndarray) -> bytes:
                                     "y": np.asarray(y, dtype=np.float32).reshape(N_TARGETS)})
 
 
+def _describe(value: tfrecord.Feature) -> str:
+    """E.g. 'int64_list of 4 values'."""
+    if isinstance(value, np.ndarray):
+        kind, n = ("float_list" if value.dtype == np.float32 else "int64_list"), value.size
+    else:
+        kind, n = "bytes_list", len(value)
+    return f"{kind} of {n} value{'' if n == 1 else 's'}"
+
+
 def decode_sample(payload: bytes | memoryview, size: int, name: str) -> Sample:
-    """Parse one Example; the cube must be ``[size]*3 + [4]`` int16 and y 4 floats."""
+    """Parse one Example: ``x`` exactly one bytes value of int16 ``[size]*3 + [4]``, ``y`` exactly
+    4 float32 values. ``x`` is a view of ``payload``."""
     feats = tfrecord.decode_example(payload, name)
-    if "x" not in feats or "y" not in feats:
-        raise DataError(f"{name}: Example lacks feature 'x' or 'y' (has: {', '.join(sorted(feats)) or 'none'})")
+    missing = [k for k in ("x", "y") if k not in feats]
+    if missing:
+        raise DataError(f"{name}: Example lacks feature {' and '.join(repr(k) for k in missing)} "
+                        f"(has: {', '.join(sorted(feats)) or 'none'}); expected 'x' (int16 bytes) and "
+                        f"'y' ({N_TARGETS} float32)")
     xs, y = feats["x"], feats["y"]
     if not isinstance(xs, list) or len(xs) != 1:
-        raise DataError(f"{name}: feature 'x' must be one bytes value")
-    expected = size ** 3 * N_CHANNELS * 2
+        raise DataError(f"{name}: feature 'x' must be one bytes value (bytes_list), got {_describe(xs)}")
+    expected = x_bytes(size)
     if len(xs[0]) != expected:
         raise DataError(f"{name}: feature 'x' has {len(xs[0])} bytes; expected int16 "
                         f"[{size},{size},{size},{N_CHANNELS}] = {expected} bytes (data.size={size})")
     if not isinstance(y, np.ndarray) or y.dtype != np.float32 or y.shape != (N_TARGETS,):
-        raise DataError(f"{name}: feature 'y' must be {N_TARGETS} float32 values, got {y!r}")
+        raise DataError(f"{name}: feature 'y' must be {N_TARGETS} float32 values (float_list), got {_describe(y)}")
     x = np.frombuffer(xs[0], dtype="<i2").reshape(size, size, size, N_CHANNELS)
     return Sample(x, y)
 
 
 def read_sample(path: str | Path, size: int) -> Sample:
-    """One sample file (the first record; the format has exactly one)."""
-    records = tfrecord.read_records(path)
-    if len(records) != 1:
-        raise DataError(f"{path}: expected exactly one record per CosmoFlow file, found {len(records)}")
-    return decode_sample(records[0], size, str(path))
+    """One validated sample file: exactly one record, both CRCs, ``x`` and ``y`` as expected."""
+    name = str(path)
+    stream = tfrecord.read_file_bytes(path, size_hint=tfrecord.HEADER_BYTES + x_bytes(size) + _EXAMPLE_OVERHEAD
+                                      + tfrecord.FOOTER_BYTES)
+    return decode_sample(tfrecord.single_record(stream, name), size, name)
 
 
 def write_sample(path: str | Path, x: np.ndarray, y: np.ndarray, compress: bool = True, level: int = 6) -> None:
+    """Write one sample file atomically (see :mod:`cosmoflow.synth` for datagen's writer)."""
     tfrecord.write_records(path, [encode_sample(x, y)], compress=compress, level=level)
 
 
 def list_files(root: str | Path, split: str) -> list[Path]:
-    """Sorted sample files of ``root/split``; a missing or empty folder is a DataError."""
+    """The layout's sorted sample files of ``root/split``; a missing or empty folder is a DataError."""
     folder = Path(root) / split
-    if not folder.is_dir():
-        raise DataError(f"{folder}: no such folder; a CosmoFlow dataset has {' and '.join(SPLITS)} folders "
-                        "(create one with `hpcbench datagen cosmoflow --out DIR`)")
-    files = sorted(p for p in folder.iterdir() if p.name.endswith(SUFFIXES) and not p.name.startswith("."))
-    if not files:
-        raise DataError(f"{folder}: no TFRecord files (*{', *'.join(SUFFIXES)})")
-    return files
+    if folder.is_dir() and not any(LAYOUT.is_sample(p.name) and not p.name.startswith(".") for p in folder.iterdir()):
+        raise DataError(f"{folder}: no TFRecord files ({', '.join(LAYOUT.patterns)})")
+    return LAYOUT.list_split(root, split)
 
-
-def log1p_input(x: np.ndarray) -> np.ndarray:
-    """The reference input transform: log(1 + counts), channels first as float32 [4, S, S, S]."""
-    return np.log1p(np.moveaxis(x, -1, 0).astype(np.float32))

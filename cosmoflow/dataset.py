@@ -1,7 +1,29 @@
-"""The CosmoFlow dataset spec: file layout (for pack/stage), validated reader, collate, DALI graph."""
+"""The CosmoFlow dataset spec: file layout (for pack/stage), validated reader, collate, DALI graph.
+
+A sample is one ``<split>/*.tfrecord[.gz]`` file read and validated by
+:func:`cosmoflow.data.read_sample`: (x int16 [S,S,S,4], y float32 [4]). ``collate`` stacks them
+into int16 and float32 batches, so the counts cross to the device as int16; ``transform`` takes
+``log1p`` in float32 and gives x as [B,4,S,S,S]: with ``train.channels_last`` the permuted view of
+the NDHWC batch (already ``channels_last_3d``, no copy), else contiguous NCDHW. The DALI graph does
+the same from the raw samples. Light to import (``hpcbench pack``/``stage`` load :data:`LAYOUT`):
+the format code, torch and DALI are imported where they are used.
+"""
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
 from common.data.layout import FileLayout, KnownSplit
+from common.data.spec import DatasetSpec, FileSamples
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from .data import Sample
 
 # 128^3 x 4 int16 = 16 MiB raw per sample; the source document reports ~85% fewer bytes after
 # merge + compression on the real data.
@@ -12,3 +34,76 @@ LAYOUT = FileLayout(
     known={"train": KnownSplit(524_288, _SAMPLE_BYTES, 0.15),
            "validation": KnownSplit(65_536, _SAMPLE_BYTES, 0.15)},
 )
+
+Batch = tuple["torch.Tensor", "torch.Tensor"]  # (x, y float32 [B,4])
+
+
+class CosmoFlowData(DatasetSpec):
+    layout = LAYOUT
+    partition = "contiguous"
+
+    def __init__(self, size: int, n_train: int = 0, n_eval: int = 0, channels_last: bool = False) -> None:
+        self.size = size  # cube edge S
+        self.limits = {self.train_split: n_train, self.eval_split: n_eval}  # first N files; 0: all
+        self.channels_last = channels_last
+
+    def open(self, root: Path, split: str) -> FileSamples:
+        from .data import list_files, read_sample
+
+        files = list_files(root, split)
+        limit = self.limits.get(split, 0)
+        return FileSamples(files[:limit] if limit else files, partial(read_sample, size=self.size))
+
+    def collate(self, samples: Sequence["Sample"]) -> Batch:
+        """(x int16 [B,S,S,S,4], y float32 [B,4]): one copy of each sample into the batch."""
+        import torch
+
+        x = np.empty((len(samples), *samples[0].x.shape), np.int16)  # every sample is [S,S,S,4]
+        for j, sample in enumerate(samples):
+            x[j] = sample.x
+        y = np.stack([sample.y for sample in samples])
+        return torch.from_numpy(x), torch.from_numpy(y)
+
+    def transform(self, batch: Batch) -> Batch:
+        """x as float32 log(1 + counts) [B,4,S,S,S]: a channels_last_3d view, or contiguous."""
+        import torch
+
+        x, y = batch
+        x = x.to(torch.float32).log1p_().permute(0, 4, 1, 2, 3)
+        return (x if self.channels_last else x.contiguous()), y
+
+    def dali(self) -> "DaliLog1p":
+        return DaliLog1p(self.channels_last)
+
+
+class DaliLog1p:
+    """The spec's transform as a DALI graph on the raw samples: cast to float, log(x + 1), then CDHW
+    unless channels-last (then the batch is permuted to [B,4,S,S,S] as a view, like the torch path)."""
+
+    def __init__(self, channels_last: bool) -> None:
+        self.channels_last = channels_last
+
+    def inputs(self, samples: Sequence["Sample"]) -> list[list[np.ndarray]]:
+        return [[s.x for s in samples], [s.y for s in samples]]
+
+    def layouts(self) -> list[str]:
+        return ["DHWC", ""]
+
+    def dtypes(self) -> list[Any]:
+        from nvidia.dali import types
+
+        return [types.INT16, types.FLOAT]
+
+    def graph(self, inputs: list[Any], device: str) -> list[Any]:
+        import nvidia.dali.math as dmath
+        from nvidia.dali import fn, types
+
+        x, y = inputs
+        x = dmath.log(fn.cast(x, dtype=types.FLOAT) + 1.0)
+        if not self.channels_last:
+            x = fn.transpose(x, perm=[3, 0, 1, 2], output_layout="CDHW")
+        return [x, y]
+
+    def to_batch(self, outputs: list["torch.Tensor"]) -> Batch:
+        x, y = outputs
+        return (x.permute(0, 4, 1, 2, 3) if self.channels_last else x), y

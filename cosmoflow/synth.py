@@ -7,16 +7,24 @@ is made by filtering white noise with ``sqrt(P(k))``, ``P(k) = k^n exp(-(k/k_c)^
 bin ``c`` scales it by its growth ``D_c``, exponentiates it into a log-normal density with mean
 ``nbar`` and Poisson-samples integer particle counts per voxel (about one particle per voxel, so the
 int16 cubes compress like the real N-body data). Everything is deterministic per (seed, split, index).
+
+Files are written by the shared driver (:func:`common.data.datagen.generate`: process pool,
+progress bar, fsync, verify with the validating reader, rename), one ``univ_XXXXXXX.tfrecord[.gz]``
+per sample.
 """
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from .data import N_CHANNELS, N_TARGETS, write_sample
+from common.data.datagen import FileJob
+from common.data.datagen import generate as generate_files
+
+from . import tfrecord
+from .data import N_CHANNELS, N_TARGETS, encode_sample, read_sample
 
 _SPLIT_ID = {"train": 0, "validation": 1}
 
@@ -65,33 +73,29 @@ def file_name(index: int, compress: bool) -> str:
     return f"univ_{index:07d}.tfrecord" + (".gz" if compress else "")
 
 
-def _write_one(job: tuple[str, int, str, int, int, bool, int]) -> int:
-    out, seed, split, index, size, compress, level = job
-    x, y = make_sample(seed, split, index, size)
-    write_sample(Path(out) / split / file_name(index, compress), x, y, compress=compress, level=level)
+def write_file(job: FileJob, tmp: Path, seed: int, size: int, compress: bool, level: int) -> int:
+    """Write the job's one sample to ``tmp``; returns its uncompressed int16 bytes."""
+    (index,) = job.indices
+    x, y = make_sample(seed, job.split, index, size)
+    with open(tmp, "wb") as fh:
+        tfrecord.write_stream(fh, [encode_sample(x, y)], compress=compress, level=level)
     return int(x.nbytes)
+
+
+def verify_file(tmp: Path, job: FileJob, size: int) -> None:
+    """Read the written file back with the validating reader (one record, CRCs, x and y)."""
+    read_sample(tmp, size)
 
 
 def generate(out: str | Path, n_train: int, n_val: int, size: int, seed: int = 0,
              workers: int = 1, compress: bool = True, level: int = 6, progress: bool = True) -> int:
     """Write ``out/train`` and ``out/validation``; returns the uncompressed bytes written.
-    Each file is written atomically, and a rerun with the same seed rewrites the same bytes."""
-    from tqdm import tqdm
-
-    jobs = [(str(out), seed, split, i, size, compress, level)
+    A rerun with the same seed writes the same bytes, whatever the number of workers."""
+    jobs = [FileJob(split, file_name(i, compress), (i,))
             for split, n in (("train", n_train), ("validation", n_val)) for i in range(n)]
-    for split in ("train", "validation"):
+    for split in ("train", "validation"):  # both folders exist, also an empty validation/
         (Path(out) / split).mkdir(parents=True, exist_ok=True)
-    total = 0
-    bar = tqdm(total=len(jobs), unit="file", desc="cosmoflow datagen", disable=not progress)
-    if workers <= 1:
-        for job in jobs:
-            total += _write_one(job)
-            bar.update()
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            for nbytes in pool.map(_write_one, jobs, chunksize=max(1, len(jobs) // (workers * 8))):
-                total += nbytes
-                bar.update()
-    bar.close()
-    return total
+    sizes = generate_files(out, jobs, partial(write_file, seed=seed, size=size, compress=compress, level=level),
+                           partial(verify_file, size=size), workers=workers, progress=progress,
+                           desc="cosmoflow datagen")
+    return sum(sizes)

@@ -8,15 +8,20 @@ The whole file may be gzip-compressed (the CosmoFlow v1.0+ dataset is). ``Exampl
 ``Example{Features features=1}``, ``Features{map<string, Feature> feature=1}`` and ``Feature`` is a
 oneof of ``BytesList bytes_list=1``, ``FloatList float_list=2`` or ``Int64List int64_list=3``.
 This module encodes and decodes those few messages directly from the wire format.
+
+Reading is zero-copy after the one read (and the one inflate): record payloads and ``bytes_list``
+values are memoryviews into the file's bytes, CRCs are hardware CRC-32C (``crc32c``, which releases
+the GIL on large buffers, as zlib does while inflating), so reader threads run in parallel.
 """
 from __future__ import annotations
 
 import gzip
 import os
 import struct
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Union
+from typing import BinaryIO, Union
 
 import crc32c as _crc32c
 import numpy as np
@@ -31,7 +36,8 @@ _U32 = struct.Struct("<I")
 HEADER_BYTES = 12  # length + its crc
 FOOTER_BYTES = 4  # payload crc
 
-FeatureValue = Union[bytes, list[bytes], np.ndarray]
+FeatureValue = Union[bytes, list[bytes], np.ndarray]  # what encode_example takes
+Feature = Union[list[memoryview], np.ndarray]  # what decode_example gives: bytes_list views or an array
 
 
 # --- framing ------------------------------------------------------------------------------
@@ -52,18 +58,33 @@ def is_gzip(path: str | Path) -> bool:
         return fh.read(2) == GZIP_MAGIC
 
 
-def read_file_bytes(path: str | Path) -> bytes:
-    """The uncompressed TFRecord stream of ``path`` (gzip detected from the magic bytes)."""
+def read_file_bytes(path: str | Path, size_hint: int = 0) -> bytes:
+    """The uncompressed TFRecord stream of ``path`` (gzip detected from the magic bytes), read once.
+    ``size_hint``: the expected stream size, the inflate buffer allocated up front (0: the gzip
+    trailer's size)."""
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:
         raise DataError(f"{path}: cannot read TFRecord file: {exc.strerror or exc}") from None
-    if raw[:2] == GZIP_MAGIC:
-        try:
-            return gzip.decompress(raw)
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
-            raise DataError(f"{path}: corrupt gzip stream: {exc}") from None
-    return raw
+    return gunzip(raw, str(path), size_hint) if raw[:2] == GZIP_MAGIC else raw
+
+
+def gunzip(raw: bytes, name: str, size_hint: int = 0) -> bytes:
+    """Inflate a gzip file. The usual file is one member: it is inflated in one call into a buffer
+    of the final size (zlib checks its CRC-32 and size) and taken when that CRC-32 and size are
+    also the ones in the file's last 8 bytes, i.e. its trailer ends the file. Otherwise (several
+    members, zero padding, trailing bytes) every member is read and checked by
+    :func:`gzip.decompress`. The one case the fast path cannot tell from a single member is a file
+    whose last member repeats the first byte for byte (``cat a.gz a.gz``); it reads as that member."""
+    crc, isize = struct.unpack("<II", raw[-8:]) if len(raw) >= 18 else (0, 0)
+    hint = size_hint or min(isize, 1032 * len(raw))  # deflate expands at most ~1032x
+    try:
+        out = zlib.decompress(raw, 31, max(hint, 1))
+        if len(out) & 0xFFFFFFFF == isize and zlib.crc32(out) == crc:
+            return out
+        return gzip.decompress(raw)
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        raise DataError(f"{name}: corrupt gzip stream: {exc}") from None
 
 
 def iter_records(data: bytes, name: str = "<bytes>", verify: bool = True) -> Iterator[memoryview]:
@@ -92,9 +113,16 @@ def iter_records(data: bytes, name: str = "<bytes>", verify: bool = True) -> Ite
         index += 1
 
 
-def read_records(path: str | Path, verify: bool = True) -> list[bytes]:
-    """All record payloads of one TFRecord file (plain or gzip)."""
-    return [bytes(p) for p in iter_records(read_file_bytes(path), str(path), verify)]
+def single_record(data: bytes, name: str = "<bytes>") -> memoryview:
+    """The payload of a stream that must hold exactly one record (CRCs checked)."""
+    first = next(iter_records(data, name), None)
+    if first is None:
+        raise DataError(f"{name}: holds no TFRecord record; expected exactly one")
+    end = HEADER_BYTES + len(first) + FOOTER_BYTES
+    if end != len(data):
+        raise DataError(f"{name}: a second TFRecord record starts at byte {end} ({len(data) - end} more bytes); "
+                        "expected exactly one record per file")
+    return first
 
 
 def record_index(data: bytes, name: str = "<bytes>") -> list[tuple[int, int]]:
@@ -108,9 +136,21 @@ def record_index(data: bytes, name: str = "<bytes>") -> list[tuple[int, int]]:
     return out
 
 
+def write_stream(fh: BinaryIO, payloads: Iterable[bytes], compress: bool = True, level: int = 6) -> None:
+    """Write framed records to an open binary file, gzip-compressed when ``compress`` (no name or
+    time in the gzip header, so the same records always give the same bytes)."""
+    stream = b"".join(frame(p) for p in payloads)
+    if compress:
+        with gzip.GzipFile(filename="", fileobj=fh, mode="wb", compresslevel=level, mtime=0) as gz:
+            gz.write(stream)
+    else:
+        fh.write(stream)
+
+
 def write_records(path: str | Path, payloads: Iterable[bytes], compress: bool = True,
                   level: int = 6) -> None:
     """Write framed records atomically; gzip the stream when ``compress``."""
+    payloads = list(payloads)
     stream = b"".join(frame(p) for p in payloads)
 
     def _verify(tmp: Path) -> None:
@@ -119,11 +159,7 @@ def write_records(path: str | Path, payloads: Iterable[bytes], compress: bool = 
 
     with atomic_write(path, "wb", verify=_verify) as fh:
         _readable_by_all(fh.fileno())
-        if compress:
-            with gzip.GzipFile(fileobj=fh, mode="wb", compresslevel=level, mtime=0) as gz:
-                gz.write(stream)
-        else:
-            fh.write(stream)
+        write_stream(fh, payloads, compress, level)
 
 
 def _readable_by_all(fd: int) -> None:
@@ -212,11 +248,11 @@ def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
     return _field(1, entries)
 
 
-def _decode_feature(buf: memoryview, name: str) -> FeatureValue:
+def _decode_feature(buf: memoryview, name: str) -> Feature:
     for number, wire, body in _fields(buf, name):
         assert isinstance(body, memoryview) or wire == 0
-        if number == 1 and wire == 2:  # BytesList
-            return [bytes(v) for n, w, v in _fields(body, name) if n == 1 and w == 2]  # type: ignore[arg-type]
+        if number == 1 and wire == 2:  # BytesList: views into the payload, no copy
+            return [v for n, w, v in _fields(body, name) if n == 1 and w == 2]  # type: ignore[misc]
         if number == 2 and wire == 2:  # FloatList: packed or one fixed32 per element
             chunks = [bytes(v) for n, w, v in _fields(body, name) if n == 1 and w in (2, 5)]  # type: ignore[arg-type]
             return np.frombuffer(b"".join(chunks), dtype="<f4").astype(np.float32)
@@ -237,9 +273,10 @@ def _decode_feature(buf: memoryview, name: str) -> FeatureValue:
     return []
 
 
-def decode_example(payload: bytes | memoryview, name: str = "<record>") -> dict[str, FeatureValue]:
-    """Parse a serialized ``tf.train.Example`` into {key: list of bytes | float32 array | int64 array}."""
-    out: dict[str, FeatureValue] = {}
+def decode_example(payload: bytes | memoryview, name: str = "<record>") -> dict[str, Feature]:
+    """Parse a serialized ``tf.train.Example`` into {key: bytes_list values (memoryviews into
+    ``payload``) | float32 array | int64 array}; a feature with no value list is an empty list."""
+    out: dict[str, Feature] = {}
     buf = memoryview(payload)
     for number, wire, features in _fields(buf, name):
         if number != 1 or wire != 2:
@@ -250,7 +287,11 @@ def decode_example(payload: bytes | memoryview, name: str = "<record>") -> dict[
             key, value = None, memoryview(b"")
             for en, ew, ev in _fields(entry, name):  # type: ignore[arg-type]
                 if en == 1 and ew == 2:
-                    key = bytes(ev).decode()  # type: ignore[arg-type]
+                    raw_key = bytes(ev)  # type: ignore[arg-type]
+                    try:
+                        key = raw_key.decode()
+                    except UnicodeDecodeError:
+                        raise DataError(f"{name}: Example feature key is not UTF-8: {raw_key!r}") from None
                 elif en == 2 and ew == 2:
                     value = ev  # type: ignore[assignment]
             if key is None:

@@ -2,16 +2,14 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from common.errors import ConfigError
-from common.workload import DataShard, EpochLoader, Workload
+from common.workload import Workload
 
-from . import sharding
 from .config import CosmoFlowConfig
-from .data import list_files
+from .dataset import CosmoFlowData
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -26,6 +24,11 @@ class CosmoFlowWorkload(Workload[CosmoFlowConfig]):
     config_cls = CosmoFlowConfig
     metric_key: ClassVar[str] = "eval_error"
     higher_is_better: ClassVar[bool] = False
+
+    def __init__(self, cfg: CosmoFlowConfig) -> None:
+        super().__init__(cfg)
+        d = cfg.data
+        self._spec = CosmoFlowData(d.size, d.n_train, d.n_eval, cfg.train.channels_last)
 
     # synthetic data -----------------------------------------------------------------------
     @classmethod
@@ -61,36 +64,8 @@ class CosmoFlowWorkload(Workload[CosmoFlowConfig]):
               f"({args.size}^3 x 4 int16, {nbytes / 2**20:.1f} MiB uncompressed) to {args.out}")
 
     # data ---------------------------------------------------------------------------------
-    def _files(self, split: str) -> list[Path]:
-        if not self.cfg.data.root:
-            raise ConfigError("config key 'data.root' is empty; pass --data DIR or --set data.root=DIR")
-        files = list_files(self.cfg.data.root, split)
-        limit = self.cfg.data.n_train if split == "train" else self.cfg.data.n_eval
-        return files[:limit] if limit else files
-
-    def dataset_sizes(self) -> tuple[int, int]:
-        return len(self._files("train")), len(self._files("validation"))
-
-    def train_loader(self, shard: DataShard) -> EpochLoader:
-        files = self._files("train")
-        return self._loader(lambda epoch: sharding.train_files(
-            files, shard.rank, shard.size, shard.seed, epoch, shard.local_batch_size), shard)
-
-    def eval_loader(self, shard: DataShard) -> EpochLoader:
-        files = self._files("validation")
-        return self._loader(lambda epoch: sharding.eval_files(files, shard.rank, shard.size), shard)
-
-    def _loader(self, files_for_epoch: Callable[[int], list[Path]], shard: DataShard) -> EpochLoader:
-        d = self.cfg.data
-        if self.cfg.train.loader == "dali":
-            from .dali_loader import DaliLoader, index_dir_for
-
-            return DaliLoader(files_for_epoch, d.size, shard, index_dir_for(d.root, d.index_dir),
-                              threads=d.dali_threads, prefetch=d.prefetch)
-        from .torch_loader import TorchLoader
-
-        return TorchLoader(files_for_epoch, d.size, shard, workers=self.cfg.train.loader_workers,
-                           prefetch=d.prefetch)
+    def dataset(self) -> CosmoFlowData:
+        return self._spec
 
     # model and maths ----------------------------------------------------------------------
     def build_model(self) -> "nn.Module":
@@ -102,9 +77,15 @@ class CosmoFlowWorkload(Workload[CosmoFlowConfig]):
         return model(batch[0])
 
     def loss(self, outputs: "torch.Tensor", batch: Batch) -> "torch.Tensor":
-        import torch.nn.functional as F
+        """Sum of squared errors over the batch's samples and parameters, in float32."""
+        return (outputs.float() - batch[1]).square().sum()
 
-        return F.mse_loss(outputs.float(), batch[1])
+    def loss_count(self, batch: Batch) -> "torch.Tensor":
+        """The number of target values, made on the targets' device (no host copy)."""
+        import torch
+
+        y = batch[1]
+        return y.new_full((), float(y.numel()), dtype=torch.float32)
 
     def eval_sums(self, outputs: "torch.Tensor", batch: Batch) -> Mapping[str, "torch.Tensor"]:
         err = (outputs.float() - batch[1]).abs()

@@ -1,16 +1,18 @@
-"""Sharding, the torch and DALI loaders (same samples for the same seed and shard), DALI indexes."""
+"""Sharding, the torch and DALI loaders (same samples for the same seed and shard), the input transform."""
 from __future__ import annotations
 
 import json
 import sys
 
+import numpy as np
 import pytest
 import torch
 
+from common.data.sampler import EpochSampler
 from common.errors import DataError
 from common.workload import DataShard
-from cosmoflow import data, sharding, synth
-from cosmoflow.dali_loader import ensure_index, index_entries
+from cosmoflow import data, synth
+from cosmoflow.dataset import CosmoFlowData
 from cosmoflow.workload import CosmoFlowWorkload
 from tests.conftest import ROOT, run_mpi
 
@@ -33,24 +35,33 @@ def _workload(root: str, loader: str) -> CosmoFlowWorkload:
     return CosmoFlowWorkload(cfg)
 
 
+def _shard(files: list[str], rank: int, size: int, seed: int, epoch: int, local_batch: int,
+           train: bool = True) -> list[str]:
+    """The files a rank reads in an epoch under CosmoFlow's partition (the workload's sampler)."""
+    sampler = EpochSampler(len(files), local_batch, rank, size, seed, CosmoFlowData.partition, train=train)
+    sampler.set_epoch(epoch)
+    return [files[i] for i in sampler.indices()]
+
+
 def test_train_sharding_is_a_disjoint_equal_split_reshuffled_per_epoch() -> None:
     files = [f"f{i}" for i in range(23)]
     per_epoch = []
     for epoch in (0, 1):
-        parts = [sharding.train_files(files, r, 3, 7, epoch, 2) for r in range(3)]
+        parts = [_shard(files, r, 3, 7, epoch, 2) for r in range(3)]
         assert all(len(p) == 6 for p in parts)  # 23 // 3 = 7 -> 3 full batches of 2
         flat = [f for p in parts for f in p]
         assert len(set(flat)) == len(flat)
         per_epoch.append(flat)
     assert per_epoch[0] != per_epoch[1]
-    assert sharding.train_files(files, 1, 3, 7, 0, 2) == sharding.train_files(files, 1, 3, 7, 0, 2)
-    evals = [sharding.eval_files(files, r, 3) for r in range(3)]
+    assert _shard(files, 1, 3, 7, 0, 2) == _shard(files, 1, 3, 7, 0, 2)
+    evals = [_shard(files, r, 3, 7, 0, 1, train=False) for r in range(3)]
     assert sorted(f for p in evals for f in p) == sorted(files)
 
 
 @pytest.mark.parametrize("kind", ["gzip", "plain"])
 @pytest.mark.parametrize("rank", [0, 1])
 def test_torch_and_dali_yield_identical_batches(datasets, kind: str, rank: int) -> None:
+    pytest.importorskip("nvidia.dali")
     shard = DataShard(rank=rank, size=2, seed=11, local_batch_size=2, device=torch.device("cpu"))
     loaders = {name: (_workload(datasets[kind], name).train_loader(shard),
                       _workload(datasets[kind], name).eval_loader(shard)) for name in ("torch", "dali")}
@@ -77,16 +88,63 @@ def test_loader_values_are_log1p_of_the_file(datasets) -> None:
     torch.testing.assert_close(y[0], torch.from_numpy(first.y))
 
 
-def test_dali_index_format_and_errors(datasets, tmp_path) -> None:
+def test_transform_is_the_reference_log1p_within_one_ulp() -> None:
+    # every int16 count, as a batch of 2 cubes of 16^3 x 4
+    x = np.arange(2 * 16 ** 3 * 4, dtype=np.int64).reshape(2, 16, 16, 16, 4).astype(np.int16)
+    y = torch.zeros(2, 4)
+    for channels_last in (True, False):
+        got, _ = CosmoFlowData(16, channels_last=channels_last).transform((torch.from_numpy(x), y))
+        assert got.dtype == torch.float32 and got.shape == (2, 4, 16, 16, 16)
+        ref = np.stack([np.log1p(np.moveaxis(s, -1, 0).astype(np.float32)) for s in x])  # the old torch path
+        ulps = np.abs(np.ascontiguousarray(got.numpy()).view(np.int32).astype(np.int64) - ref.view(np.int32))
+        assert ulps.max() <= 1, ulps.max()
+
+
+@pytest.mark.parametrize("loader", ["torch", "dali"])
+def test_input_layout_follows_channels_last(datasets, loader: str) -> None:
+    if loader == "dali":
+        pytest.importorskip("nvidia.dali")
+    shard = DataShard(rank=0, size=1, seed=0, local_batch_size=5, device=torch.device("cpu"))
+    got = {}
+    for cl in (True, False):
+        cfg = CosmoFlowWorkload.load_config("mini", [f"data.root={datasets['gzip']}", f"data.size={SIZE}",
+                                                     f"train.loader={loader}", "model.conv_layers=2",
+                                                     f"train.channels_last={str(cl).lower()}"])
+        wl = CosmoFlowWorkload(cfg)
+        (x, y), = list(wl.eval_loader(shard))
+        assert x.shape == (5, 4, SIZE, SIZE, SIZE) and x.dtype == torch.float32
+        if cl:  # the permuted NDHWC batch: channels_last_3d without a copy
+            assert x.is_contiguous(memory_format=torch.channels_last_3d) and not x.is_contiguous()
+        else:
+            assert x.is_contiguous()
+        model = wl.build_model().eval()
+        if cl:
+            model = model.to(memory_format=torch.channels_last_3d)
+        assert wl.forward(model, (x, y)).shape == (5, 4)
+        got[cl] = x
+    torch.testing.assert_close(got[True], got[False], rtol=0, atol=0)
+
+
+def test_first_n_files(datasets) -> None:
+    cfg = CosmoFlowWorkload.load_config("mini", [f"data.root={datasets['plain']}", f"data.size={SIZE}",
+                                                 "data.n_train=4", "data.n_eval=2"])
+    wl = CosmoFlowWorkload(cfg)
+    assert wl.dataset_sizes() == (4, 2)
+    assert wl.source("train").files == data.list_files(datasets["plain"], "train")[:4]
+
+
+def test_length_crc_error_names_the_file_under_dali(datasets, tmp_path) -> None:
+    pytest.importorskip("nvidia.dali")
+    root = tmp_path / "data"
+    (root / "validation").mkdir(parents=True)
     files = data.list_files(datasets["plain"], "train")[:2]
-    idx = ensure_index(files, tmp_path)
-    assert idx[0].read_text() == f"0 {files[0].stat().st_size}\n"
-    bad = tmp_path / "bad.tfrecord"
+    (root / "validation" / files[1].name).write_bytes(files[1].read_bytes())
     raw = bytearray(files[0].read_bytes())
     raw[3] ^= 0xFF
-    bad.write_bytes(bytes(raw))
+    (root / "validation" / "bad.tfrecord").write_bytes(bytes(raw))
+    shard = DataShard(rank=0, size=1, seed=0, local_batch_size=1, device=torch.device("cpu"))
     with pytest.raises(DataError, match="bad.tfrecord.*length CRC-32C mismatch"):
-        index_entries(bad)
+        list(_workload(str(root), "dali").eval_loader(shard))
 
 
 def test_too_few_files_for_a_batch(datasets) -> None:
@@ -118,6 +176,8 @@ if comm.rank == 0:
 
 @pytest.mark.parametrize("loader", ["torch", "dali"])
 def test_ranks_read_disjoint_shards_under_mpiexec(datasets, tmp_path, loader: str) -> None:
+    if loader == "dali":
+        pytest.importorskip("nvidia.dali")
     script = tmp_path / "shard_check.py"
     script.write_text(_MPI_SCRIPT)
     proc = run_mpi(3, [str(script), datasets["plain"], loader], timeout=120)

@@ -59,7 +59,8 @@ def test_loss_metric_and_hyperparameters() -> None:
     wl = CosmoFlowWorkload(cfg)
     y = torch.tensor([[0.0, 0.5, -0.5, 1.0]])
     out = torch.tensor([[0.1, 0.5, -0.7, 0.6]])
-    assert wl.loss(out, (None, y)).item() == pytest.approx((0.01 + 0.04 + 0.16) / 4)
+    # loss() is the sum and loss_count() the number of terms; the harness divides (the MSE)
+    assert (wl.loss(out, (None, y)) / wl.loss_count((None, y))).item() == pytest.approx((0.01 + 0.04 + 0.16) / 4)
     sums = {k: float(v) for k, v in wl.eval_sums(out, (None, y)).items()}
     assert wl.metric(sums) == pytest.approx(0.7 / 4)
     hp = wl.hyperparameters()
@@ -68,6 +69,18 @@ def test_loss_metric_and_hyperparameters() -> None:
                 "opt_learning_rate_decay_factor", "dropout", "opt_weight_decay"):
         assert key in hp
     assert hp["opt_name"] == "sgd" and wl.target().describe() == "eval_error <= 0.124"
+
+
+def test_loss_is_a_float32_sum_with_a_device_count() -> None:
+    wl = CosmoFlowWorkload(CosmoFlowWorkload.load_config("mini"))
+    gen = torch.Generator().manual_seed(1)
+    y = torch.rand(3, 4, generator=gen) * 2 - 1
+    out = (torch.rand(3, 4, generator=gen) * 2 - 1).bfloat16()
+    loss = wl.loss(out, (None, y))
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss, ((out.float() - y) ** 2).sum())
+    count = wl.loss_count((None, y))
+    assert count.dtype == torch.float32 and count.shape == () and count.device == y.device and float(count) == 12
 
 
 def test_config_rejects_indivisible_size() -> None:
