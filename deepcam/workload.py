@@ -15,7 +15,7 @@ from common.workload import DataShard, EpochLoader, Workload
 from . import datagen
 from .config import DeepCAMConfig
 from .data import NUM_CLASSES, Normalizer, ThreadedLoader, list_samples
-from .metric import class_weights, iou_per_sample, weighted_cross_entropy
+from .metric import class_weights, iou_per_sample, weighted_cross_entropy_sum
 from .model import DeepLabV3Plus
 
 Batch = tuple[torch.Tensor, torch.Tensor]  # (inputs N x C x H x W, labels N x H x W)
@@ -31,6 +31,7 @@ class DeepCAMWorkload(Workload[DeepCAMConfig]):
     def __init__(self, cfg: DeepCAMConfig) -> None:
         super().__init__(cfg)
         self.weights = class_weights(cfg.data.class_frequencies, cfg.data.loss_weight_pow)
+        self._device_weights: dict[torch.device, torch.Tensor] = {}
 
     # data ---------------------------------------------------------------------------------
     def _root(self) -> Path:
@@ -72,12 +73,22 @@ class DeepCAMWorkload(Workload[DeepCAMConfig]):
     def forward(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         return model(batch[0])
 
+    def class_weights_on(self, device: torch.device) -> torch.Tensor:
+        """The class weights on ``device``, copied there once (a step never copies from the host)."""
+        if device not in self._device_weights:
+            self._device_weights[device] = self.weights.to(device)
+        return self._device_weights[device]
+
     def loss(self, outputs: torch.Tensor, batch: Batch) -> torch.Tensor:
-        return weighted_cross_entropy(outputs, batch[1], self.weights)
+        return weighted_cross_entropy_sum(outputs, batch[1], self.class_weights_on(outputs.device))
+
+    def loss_count(self, batch: Batch) -> torch.Tensor:
+        labels = batch[1]
+        return labels.new_full((), labels.numel(), dtype=torch.float32)  # pixels, made on the device
 
     def eval_sums(self, outputs: torch.Tensor, batch: Batch) -> Mapping[str, torch.Tensor]:
         iou = iou_per_sample(outputs.argmax(1), batch[1], NUM_CLASSES)
-        return {"iou_sum": iou.sum(), "samples": torch.tensor(float(iou.numel()), device=iou.device)}
+        return {"iou_sum": iou.sum(), "samples": iou.new_full((), iou.numel())}
 
     def metric(self, sums: Mapping[str, float]) -> float:
         return float(sums["iou_sum"]) / max(1.0, float(sums["samples"]))
