@@ -65,10 +65,7 @@ class DeepCAMWorkload(Workload[DeepCAMConfig]):
 
     # model and maths ----------------------------------------------------------------------
     def build_model(self) -> nn.Module:
-        group = self.cfg.model.bn_group_size
-        if group <= 1:
-            return DeepLabV3Plus(self.cfg.model)
-        return DeepLabV3Plus(self.cfg.model, norm=group_batchnorm(group))
+        return DeepLabV3Plus(self.cfg.model)
 
     def forward(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         return model(batch[0])
@@ -99,7 +96,7 @@ class DeepCAMWorkload(Workload[DeepCAMConfig]):
         steps_per_epoch = max(1, self.dataset_sizes()[0] // self.cfg.train.global_batch_size)
         to_steps = steps_per_epoch if o.unit == "epochs" else 1
         keys: dict[str, Any] = {
-            "batchnorm_group_size": self.cfg.model.bn_group_size,
+            "batchnorm_group_size": self.cfg.train.bn_group_size,
             "opt_name": names[o.name],
             "opt_lr": o.lr,
             "opt_betas": list(o.betas),
@@ -134,19 +131,3 @@ class DeepCAMWorkload(Workload[DeepCAMConfig]):
     def datagen(cls, args: argparse.Namespace) -> None:
         datagen.run(args)
 
-
-def group_batchnorm(group_size: int):  # noqa: ANN201 - a norm-layer factory
-    """SyncBatchNorm over consecutive groups of ``group_size`` ranks of the instance (CUDA only)."""
-    import torch.distributed as dist
-
-    if not torch.cuda.is_available():
-        raise ConfigError(f"config key 'model.bn_group_size' = {group_size} needs CUDA (torch SyncBatchNorm); "
-                          "use 1 on CPU")
-    if not dist.is_initialized() or dist.get_world_size() % group_size:
-        raise ConfigError(f"config key 'model.bn_group_size' = {group_size} must divide the instance's ranks")
-    group, _ = dist.new_subgroups(group_size)
-
-    def norm(channels: int) -> nn.Module:
-        return nn.SyncBatchNorm(channels, process_group=group)
-
-    return norm
