@@ -201,6 +201,15 @@ def test_mini_target_is_well_above_all_background() -> None:
     assert target >= 0.82 and target - baseline >= 0.25, (target, baseline)
 
 
+def test_same_seed_writes_the_same_files(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        write_dataset(tmp_path / name, samples=2, eval_samples=1, height=H, width=W, seed=4, workers=1)
+    rel = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
+    assert [str(p) for p in rel] == ["stats.h5", "train/data-000000.h5", "train/data-000001.h5",
+                                     "validation/data-000000.h5"]
+    assert all((tmp_path / "a" / p).read_bytes() == (tmp_path / "b" / p).read_bytes() for p in rel)
+
+
 @pytest.mark.parametrize("dali", [False, True])
 def test_corrupt_file_fails_with_its_name_under_either_loader(tmp_path: Path, dali: bool) -> None:
     if dali:
