@@ -1,9 +1,11 @@
 """DeepCAM loader throughput vs training-step rate, measured in the same process, interleaved.
 
-For each repeat: one timed pass of the threaded HDF5 loader (and of the DALI pipeline when it is
-installed) over ``--batches`` batches, then ``--batches`` timed training steps of the preset's
-optimized path (bf16 + channels-last) on a batch from the same loader. Prints samples/s of each and
-the ratio loader / step (goal >= 2x: the input pipeline must not be what limits training).
+For each repeat: one timed pass of the workload's training loader over ``--batches`` batches (the
+shared prefetching loader of ``common.data``: reader threads read and validate the HDF5 files and
+collate normalizes; ``torch``) and, when DALI is installed, of the same reader feeding DeepCAM's DALI
+graph (``dali``), then ``--batches`` timed training steps of the preset's optimized path (bf16 +
+channels-last) on a batch from the same loader. Prints samples/s of each and the ratio loader / step
+(goal >= 2x: the input pipeline must not be what limits training).
 
     python -m hpcbench datagen deepcam --out /tmp/dc --samples 64 --eval-samples 8
     python benchmarks/deepcam_loader.py --data /tmp/dc --batch 8 --batches 6 --repeats 3
@@ -47,7 +49,7 @@ def main() -> None:
         overrides.append(f"data.threads={a.threads}")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     shard = DataShard(rank=0, size=1, seed=1, local_batch_size=a.batch, device=device)
-    loaders = {"threaded": DeepCAMWorkload(DeepCAMWorkload.load_config(a.preset, overrides)).train_loader(shard)}
+    loaders = {"torch": DeepCAMWorkload(DeepCAMWorkload.load_config(a.preset, overrides)).train_loader(shard)}
     try:
         import nvidia.dali  # noqa: F401
 
@@ -57,7 +59,7 @@ def main() -> None:
         pass
     wl = DeepCAMWorkload(DeepCAMWorkload.load_config(a.preset, overrides))
     step = build(wl, "bf16", True, "eager", device)
-    batch = prepare_batch(next(iter(loaders["threaded"])), device, channels_last=True)
+    batch = prepare_batch(next(iter(loaders["torch"])), device, channels_last=True)
     time_steps(step, batch, 1, device)
     rates: dict[str, list[float]] = {k: [] for k in [*loaders, "step"]}
     for r in range(a.repeats):

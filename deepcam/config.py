@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common.errors import ConfigError
-from common.runconfig import OptimConfig, RunConfig
+from common.runconfig import DataConfig, OptimConfig, RunConfig
 
 from .model import ModelConfig
 
@@ -13,25 +13,24 @@ REFERENCE_FREQUENCIES = (0.986267818390377, 0.0004578708870701058, 0.01327431072
 
 
 @dataclass
-class DataConfig:
-    root: str = ""
+class DeepCAMDataConfig(DataConfig):
+    """``root``, ``node_local``, ``threads`` and ``prefetch`` are the shared data options."""
+
+    threads: int = 4  # reader threads per rank
     channels: tuple[int, ...] = tuple(range(16))
     train_split: str = "train"
     eval_split: str = "validation"
     stats_file: str = "stats.h5"  # relative to root
-    threads: int = 4  # reader threads per rank
-    prefetch: int = 2  # batches in flight per thread
     class_frequencies: tuple[float, ...] = REFERENCE_FREQUENCIES
     loss_weight_pow: float = -0.125
 
     def validate(self) -> None:
+        super().validate()
         if len(self.class_frequencies) != 3 or any(f <= 0 for f in self.class_frequencies):
             raise ConfigError("config key 'data.class_frequencies': expected 3 positive numbers "
                               f"(background, cyclone, river), got {list(self.class_frequencies)}")
         if not self.channels or min(self.channels) < 0:
             raise ConfigError(f"config key 'data.channels': expected channel indices >= 0, got {list(self.channels)}")
-        if self.threads < 1:
-            raise ConfigError(f"config key 'data.threads': must be >= 1, got {self.threads}")
 
 
 def _lamb() -> OptimConfig:
@@ -43,7 +42,7 @@ def _lamb() -> OptimConfig:
 @dataclass
 class DeepCAMConfig(RunConfig):
     optim: OptimConfig = field(default_factory=_lamb)
-    data: DataConfig = field(default_factory=DataConfig)
+    data: DeepCAMDataConfig = field(default_factory=DeepCAMDataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
 
     def validate(self) -> None:

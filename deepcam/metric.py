@@ -20,10 +20,14 @@ def class_weights(frequencies: Sequence[float], power: float = -0.125) -> torch.
     return f.pow(power)
 
 
+def weighted_cross_entropy_sum(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Sum over pixels of the class-weighted per-pixel cross-entropy (``weights`` on the logits' device)."""
+    return F.cross_entropy(logits.float(), labels, weight=weights, reduction="sum")
+
+
 def weighted_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """Per-pixel weighted CE averaged over all pixels (not over the weights), like the reference."""
-    losses = F.cross_entropy(logits.float(), labels, weight=weights.to(logits.device), reduction="none")
-    return losses.mean()
+    return weighted_cross_entropy_sum(logits, labels, weights) / labels.numel()
 
 
 def iou_per_sample(pred: torch.Tensor, labels: torch.Tensor, num_classes: int) -> torch.Tensor:

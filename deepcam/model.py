@@ -29,7 +29,6 @@ class ModelConfig:
     num_classes: int = 3
     width: float = 1.0  # multiplier on every channel count of the reference network
     middle_blocks: int = 16
-    bn_group_size: int = 1  # >1: SyncBatchNorm across groups of this many ranks (CUDA)
 
     def ch(self, reference: int) -> int:
         return max(4, int(round(reference * self.width)))

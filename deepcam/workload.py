@@ -3,22 +3,20 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from common.errors import ConfigError
-from common.workload import DataShard, EpochLoader, Workload
+from common.errors import HpcbenchError
+from common.workload import Workload
 
 from . import datagen
 from .config import DeepCAMConfig
-from .data import NUM_CLASSES, Normalizer, ThreadedLoader, list_samples
-from .metric import class_weights, iou_per_sample, weighted_cross_entropy
+from .data import NUM_CLASSES
+from .dataset import Batch, DeepCAMData
+from .metric import class_weights, iou_per_sample, weighted_cross_entropy_sum
 from .model import DeepLabV3Plus
-
-Batch = tuple[torch.Tensor, torch.Tensor]  # (inputs N x C x H x W, labels N x H x W)
 
 
 class DeepCAMWorkload(Workload[DeepCAMConfig]):
@@ -30,65 +28,51 @@ class DeepCAMWorkload(Workload[DeepCAMConfig]):
 
     def __init__(self, cfg: DeepCAMConfig) -> None:
         super().__init__(cfg)
-        self.weights = class_weights(cfg.data.class_frequencies, cfg.data.loss_weight_pow)
+        d = cfg.data
+        self.weights = class_weights(d.class_frequencies, d.loss_weight_pow)
+        self._device_weights: dict[torch.device, torch.Tensor] = {}
+        self._spec = DeepCAMData(d.channels, cfg.train.channels_last, d.stats_file, d.train_split, d.eval_split)
 
     # data ---------------------------------------------------------------------------------
-    def _root(self) -> Path:
-        if not self.cfg.data.root:
-            raise ConfigError("config key 'data.root' is empty; pass --data DIR (see `hpcbench datagen deepcam`)")
-        return Path(self.cfg.data.root)
-
-    def dataset_sizes(self) -> tuple[int, int]:
-        d = self.cfg.data
-        return len(list_samples(self._root(), d.train_split)), len(list_samples(self._root(), d.eval_split))
-
-    def _loader(self, split: str, shard: DataShard, train: bool) -> EpochLoader:
-        d, t = self.cfg.data, self.cfg.train
-        files = list_samples(self._root(), split)  # the clearer error first when the dataset is missing
-        norm = Normalizer.from_stats(self._root() / d.stats_file, d.channels)
-        loader = ThreadedLoader(files, norm, d.channels, shard.local_batch_size,
-                                rank=shard.rank, size=shard.size, seed=shard.seed, shuffle=train,
-                                drop_uneven=train, threads=d.threads, prefetch=d.prefetch,
-                                channels_last=t.channels_last, pin_memory=shard.device.type == "cuda")
-        if t.loader == "dali":
-            from .dali import DALILoader
-
-            return DALILoader(loader, device=shard.device)
-        return loader
-
-    def train_loader(self, shard: DataShard) -> EpochLoader:
-        return self._loader(self.cfg.data.train_split, shard, train=True)
-
-    def eval_loader(self, shard: DataShard) -> EpochLoader:
-        return self._loader(self.cfg.data.eval_split, shard, train=False)
+    def dataset(self) -> DeepCAMData:
+        return self._spec
 
     # model and maths ----------------------------------------------------------------------
     def build_model(self) -> nn.Module:
-        group = self.cfg.model.bn_group_size
-        if group <= 1:
-            return DeepLabV3Plus(self.cfg.model)
-        return DeepLabV3Plus(self.cfg.model, norm=group_batchnorm(group))
+        return DeepLabV3Plus(self.cfg.model)
 
     def forward(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         return model(batch[0])
 
+    def class_weights_on(self, device: torch.device) -> torch.Tensor:
+        """The class weights on ``device``, copied there once (a step never copies from the host)."""
+        if device not in self._device_weights:
+            self._device_weights[device] = self.weights.to(device)
+        return self._device_weights[device]
+
     def loss(self, outputs: torch.Tensor, batch: Batch) -> torch.Tensor:
-        return weighted_cross_entropy(outputs, batch[1], self.weights)
+        return weighted_cross_entropy_sum(outputs, batch[1], self.class_weights_on(outputs.device))
+
+    def loss_count(self, batch: Batch) -> torch.Tensor:
+        labels = batch[1]
+        return labels.new_full((), labels.numel(), dtype=torch.float32)  # pixels, made on the device
 
     def eval_sums(self, outputs: torch.Tensor, batch: Batch) -> Mapping[str, torch.Tensor]:
         iou = iou_per_sample(outputs.argmax(1), batch[1], NUM_CLASSES)
-        return {"iou_sum": iou.sum(), "samples": torch.tensor(float(iou.numel()), device=iou.device)}
+        return {"iou_sum": iou.sum(), "samples": iou.new_full((), iou.numel())}
 
     def metric(self, sums: Mapping[str, float]) -> float:
         return float(sums["iou_sum"]) / max(1.0, float(sums["samples"]))
 
     def hyperparameters(self) -> dict[str, Any]:
+        if self.sizes is None:
+            raise HpcbenchError("DeepCAM hyperparameters need the instance's data sizes (set by the harness)")
         o = self.cfg.optim
         names = {"lamb": "LAMB", "adam": "Adam", "adamw": "AdamW", "sgd": "SGD"}
-        steps_per_epoch = max(1, self.dataset_sizes()[0] // self.cfg.train.global_batch_size)
+        steps_per_epoch = self.sizes.steps_per_epoch
         to_steps = steps_per_epoch if o.unit == "epochs" else 1
         keys: dict[str, Any] = {
-            "batchnorm_group_size": self.cfg.model.bn_group_size,
+            "batchnorm_group_size": self.cfg.train.bn_group_size,
             "opt_name": names[o.name],
             "opt_lr": o.lr,
             "opt_betas": list(o.betas),
@@ -123,19 +107,3 @@ class DeepCAMWorkload(Workload[DeepCAMConfig]):
     def datagen(cls, args: argparse.Namespace) -> None:
         datagen.run(args)
 
-
-def group_batchnorm(group_size: int):  # noqa: ANN201 - a norm-layer factory
-    """SyncBatchNorm over consecutive groups of ``group_size`` ranks of the instance (CUDA only)."""
-    import torch.distributed as dist
-
-    if not torch.cuda.is_available():
-        raise ConfigError(f"config key 'model.bn_group_size' = {group_size} needs CUDA (torch SyncBatchNorm); "
-                          "use 1 on CPU")
-    if not dist.is_initialized() or dist.get_world_size() % group_size:
-        raise ConfigError(f"config key 'model.bn_group_size' = {group_size} must divide the instance's ranks")
-    group, _ = dist.new_subgroups(group_size)
-
-    def norm(channels: int) -> nn.Module:
-        return nn.SyncBatchNorm(channels, process_group=group)
-
-    return norm

@@ -8,15 +8,35 @@ import numpy as np
 import pytest
 import torch
 
+from common.data.sampler import EpochSampler
 from common.errors import DataError
-from deepcam.data import Normalizer, ThreadedLoader, list_samples, read_sample, shard_indices
+from common.workload import DataShard, EpochLoader
+from deepcam.data import Normalizer, list_samples, read_sample
 from deepcam.datagen import write_dataset
 from deepcam.synth import CHANNELS
+from deepcam.workload import DeepCAMWorkload
 
 from conftest import run_cli
 
 H, W = 32, 48
 ALL = list(range(16))
+
+
+def workload_loader(root: Path, batch: int, train: bool, channels_last: bool, seed: int = 0, threads: int = 2,
+           dali: bool = False) -> EpochLoader:
+    """The workload's train (shuffled, uneven tail dropped) or eval loader on one CPU rank."""
+    cfg = DeepCAMWorkload.load_config("mini", [f"data.root={root}", f"train.channels_last={str(channels_last).lower()}",
+                                               f"data.threads={threads}", f"train.loader={'dali' if dali else 'torch'}"])
+    shard = DataShard(rank=0, size=1, seed=seed, local_batch_size=batch, device=torch.device("cpu"))
+    wl = DeepCAMWorkload(cfg)
+    return wl.train_loader(shard) if train else wl.eval_loader(shard)
+
+
+def strided(n: int, rank: int, size: int, seed: int, epoch: int, train: bool) -> np.ndarray:
+    """This rank's samples of an epoch under DeepCAM's partition (batches of one)."""
+    sampler = EpochSampler(n, 1, rank, size, seed, "strided", train=train)
+    sampler.set_epoch(epoch)
+    return sampler.indices()
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +63,7 @@ def test_layout_shapes_and_stats(dataset: Path) -> None:
 
 def test_normalization_and_nchw(dataset: Path) -> None:
     files = list_samples(dataset, "validation")
-    norm = Normalizer.from_stats(dataset / "stats.h5", ALL)
-    loader = ThreadedLoader(files, norm, ALL, 2, shuffle=False, drop_uneven=False, channels_last=False)
+    loader = workload_loader(dataset, 2, train=False, channels_last=False)
     x, y = next(iter(loader))
     raw, labels = read_sample(files[0], ALL)
     with h5py.File(dataset / "stats.h5", "r") as f:
@@ -123,21 +142,19 @@ def test_bad_label_value_names_the_file(tmp_path: Path) -> None:
 
 def test_sharding_is_disjoint_seeded_and_reshuffled() -> None:
     n, size = 23, 4
-    train = [shard_indices(n, r, size, seed=5, epoch=1, shuffle=True, drop_uneven=True) for r in range(size)]
+    train = [strided(n, r, size, seed=5, epoch=1, train=True) for r in range(size)]
     assert {len(t) for t in train} == {n // size}
     assert len(set(np.concatenate(train))) == size * (n // size)
-    evals = np.concatenate([shard_indices(n, r, size, 5, 1, False, False) for r in range(size)])
+    evals = np.concatenate([strided(n, r, size, 5, 1, False) for r in range(size)])
     assert sorted(evals) == list(range(n))  # every validation sample exactly once
-    again = shard_indices(n, 0, size, 5, 1, True, True)
+    again = strided(n, 0, size, 5, 1, True)
     assert np.array_equal(again, train[0])
-    assert not np.array_equal(shard_indices(n, 0, size, 5, 2, True, True), train[0])
+    assert not np.array_equal(strided(n, 0, size, 5, 2, True), train[0])
 
 
 def test_channels_last_batch_is_a_view_of_the_hwc_data(dataset: Path) -> None:
-    norm = Normalizer.from_stats(dataset / "stats.h5", ALL)
-    files = list_samples(dataset, "train")
-    a = ThreadedLoader(files, norm, ALL, 3, seed=1, channels_last=True, threads=2)
-    b = ThreadedLoader(files, norm, ALL, 3, seed=1, channels_last=False, threads=1)
+    a = workload_loader(dataset, 3, train=True, channels_last=True, seed=1, threads=2)
+    b = workload_loader(dataset, 3, train=True, channels_last=False, seed=1, threads=1)
     assert len(a) == 3
     for (xa, ya), (xb, yb) in zip(a, b):
         assert xa.is_contiguous(memory_format=torch.channels_last)
@@ -146,14 +163,10 @@ def test_channels_last_batch_is_a_view_of_the_hwc_data(dataset: Path) -> None:
 
 def test_dali_pipeline_matches_threaded_loader(dataset: Path) -> None:
     pytest.importorskip("nvidia.dali")
-    from deepcam.dali import DALILoader
 
-    norm = Normalizer.from_stats(dataset / "stats.h5", ALL)
-    files = list_samples(dataset, "validation")
     for cl in (True, False):
-        plain = ThreadedLoader(files, norm, ALL, 2, shuffle=False, drop_uneven=False, channels_last=cl)
-        dali = DALILoader(ThreadedLoader(files, norm, ALL, 2, shuffle=False, drop_uneven=False, channels_last=cl),
-                          torch.device("cpu"))
+        plain = workload_loader(dataset, 2, train=False, channels_last=cl)
+        dali = workload_loader(dataset, 2, train=False, channels_last=cl, dali=True)
         for epoch in (1, 2):
             plain.set_epoch(epoch)
             dali.set_epoch(epoch)
@@ -186,3 +199,30 @@ def test_mini_target_is_well_above_all_background() -> None:
     baseline = iou_per_sample(torch.zeros_like(labels), labels, 3).mean().item()
     target = DeepCAMWorkload.load_config("mini").train.target
     assert target >= 0.82 and target - baseline >= 0.25, (target, baseline)
+
+
+def test_same_seed_writes_the_same_files(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        write_dataset(tmp_path / name, samples=2, eval_samples=1, height=H, width=W, seed=4, workers=1)
+    rel = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
+    assert [str(p) for p in rel] == ["stats.h5", "train/data-000000.h5", "train/data-000001.h5",
+                                     "validation/data-000000.h5"]
+    assert all((tmp_path / "a" / p).read_bytes() == (tmp_path / "b" / p).read_bytes() for p in rel)
+
+
+@pytest.mark.parametrize("dali", [False, True])
+def test_corrupt_file_fails_with_its_name_under_either_loader(tmp_path: Path, dali: bool) -> None:
+    if dali:
+        pytest.importorskip("nvidia.dali")
+    write_dataset(tmp_path, samples=2, eval_samples=3, height=H, width=W, seed=2, workers=1)
+    (tmp_path / "validation" / "data-000001.h5").write_bytes(b"not hdf5")
+    loader = workload_loader(tmp_path, 1, train=False, channels_last=True, dali=dali)
+    with pytest.raises(DataError, match=r"validation/data-000001\.h5"):
+        list(loader)
+
+
+def test_missing_stats_file_is_named_when_opening_a_split(tmp_path: Path) -> None:
+    write_dataset(tmp_path, samples=2, eval_samples=1, height=H, width=W, seed=2, workers=1)
+    (tmp_path / "stats.h5").unlink()
+    with pytest.raises(DataError, match="stats.h5"):
+        workload_loader(tmp_path, 1, train=True, channels_last=True)

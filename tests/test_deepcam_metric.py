@@ -59,3 +59,19 @@ def test_weighted_cross_entropy_is_mean_over_pixels() -> None:
     logp = F.log_softmax(logits, 1)
     manual = -(w[labels] * logp.gather(1, labels[:, None])[:, 0]).mean()
     assert torch.allclose(weighted_cross_entropy(logits, labels, w), manual)
+
+
+def test_workload_loss_is_a_pixel_sum_with_a_device_count() -> None:
+    from deepcam.workload import DeepCAMWorkload
+
+    wl = DeepCAMWorkload(DeepCAMWorkload.load_config("mini"))
+    gen = torch.Generator().manual_seed(2)
+    logits = torch.randn(2, 3, 5, 7, generator=gen)
+    labels = torch.randint(0, 3, (2, 5, 7), generator=gen)
+    batch = (torch.zeros(2, 16, 5, 7), labels)
+    count = wl.loss_count(batch)
+    assert count.dtype == torch.float32 and count.device == labels.device and float(count) == labels.numel()
+    mean = weighted_cross_entropy(logits, labels, wl.weights)
+    assert torch.allclose(wl.loss(logits, batch) / count, mean)
+    # the class weights reach a device once, not every step
+    assert wl.class_weights_on(logits.device) is wl.class_weights_on(logits.device)

@@ -75,10 +75,10 @@ def test_group_batchnorm_needs_cuda_on_this_box() -> None:
     import pytest
 
     from common.errors import ConfigError
-    from deepcam.workload import DeepCAMWorkload
+    from common.trainer import group_batchnorm
 
     if torch.cuda.is_available():
         pytest.skip("CUDA present: SyncBatchNorm groups are allowed")
-    cfg = DeepCAMWorkload.load_config("mini", ["model.bn_group_size=2"])
+    model = DeepLabV3Plus(MINI)  # group BatchNorm is the harness option train.bn_group_size
     with pytest.raises(ConfigError, match="bn_group_size"):
-        DeepCAMWorkload(cfg).build_model()
+        group_batchnorm(model, 2, 2, torch.device("cpu"))

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from common.workload import DataSizes
 from deepcam.datagen import write_dataset
 from deepcam.workload import DeepCAMWorkload
 
@@ -17,12 +18,13 @@ def _events(path: Path) -> list[dict]:
     return [json.loads(line.split(":::MLLOG ", 1)[1]) for line in path.read_text().splitlines() if ":::MLLOG" in line]
 
 
-def test_hyperparameters_cover_the_closed_lamb_rules(tmp_path: Path) -> None:
-    write_dataset(tmp_path, samples=4, eval_samples=1, height=32, width=48, seed=0, workers=1)
+def test_hyperparameters_cover_the_closed_lamb_rules() -> None:
     for schedule, extra in (("multistep", {"scheduler_milestones", "scheduler_decay_rate"}),
                             ("cosine", {"scheduler_t_max", "scheduler_eta_min"})):
-        cfg = DeepCAMWorkload.load_config("full", [f"data.root={tmp_path}", f"optim.schedule={schedule}"])
-        keys = DeepCAMWorkload(cfg).hyperparameters()
+        cfg = DeepCAMWorkload.load_config("full", [f"optim.schedule={schedule}"])
+        wl = DeepCAMWorkload(cfg)
+        wl.sizes = DataSizes(train_samples=4, eval_samples=1, steps_per_epoch=1)  # the harness sets these
+        keys = wl.hyperparameters()
         assert keys["opt_name"] == "LAMB" and keys["opt_eps"] == 1e-6 and keys["opt_max_grad_norm"] == 1.0
         assert {"opt_lr", "opt_betas", "opt_bias_correction", "opt_grad_averaging", "batchnorm_group_size",
                 "scheduler_lr_warmup_steps", "scheduler_lr_warmup_factor", *extra} <= set(keys)
@@ -49,3 +51,13 @@ def test_two_rank_training_run_logs_iou(tmp_path: Path) -> None:
     iou = by_key["eval_accuracy"]
     assert iou["metadata"]["epoch_num"] == 1 and 0.0 <= iou["value"] <= 1.0
     assert by_key["run_stop"]["metadata"]["status"] in ("success", "aborted")
+
+
+def test_hyperparameters_take_steps_per_epoch_from_the_harness() -> None:
+    cfg = DeepCAMWorkload.load_config("mini", ["optim.unit=epochs", "optim.warmup=2", "optim.schedule=multistep",
+                                               "optim.milestones=[3]"])
+    wl = DeepCAMWorkload(cfg)
+    wl.sizes = DataSizes(train_samples=1000, eval_samples=10, steps_per_epoch=7)
+    keys = wl.hyperparameters()
+    assert keys["scheduler_lr_warmup_steps"] == 14 and keys["scheduler_milestones"] == [21]
+    assert keys["batchnorm_group_size"] == cfg.train.bn_group_size
