@@ -1,7 +1,7 @@
-"""Collation of OC20 samples into one disjoint-union graph batch, and the per-rank loader."""
+"""Collation of OC20 samples into one disjoint-union graph batch."""
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -9,7 +9,6 @@ import numpy as np
 import torch
 
 from . import graph
-from .sampler import BalancedBatchSampler
 
 
 @dataclass
@@ -58,28 +57,3 @@ def collate(samples: Sequence[dict[str, Any]]) -> GraphBatch:
         num_graphs=len(samples),
     )
 
-
-class GraphLoader:
-    """This rank's batches for one epoch (an ``EpochLoader``): the sampler's index lists, collated
-    (optionally in worker processes) and moved to the device."""
-
-    def __init__(self, dataset: Any, sampler: BalancedBatchSampler, device: torch.device, workers: int = 0) -> None:
-        self.dataset, self.sampler, self.device, self.workers = dataset, sampler, device, workers
-
-    def set_epoch(self, epoch: int) -> None:
-        self.sampler.set_epoch(epoch)
-
-    def __len__(self) -> int:
-        return len(self.sampler)
-
-    def __iter__(self) -> Iterator[GraphBatch]:
-        lists = [idx for idx in self.sampler if idx]  # a short last eval batch may leave a rank nothing
-        if self.workers > 0:
-            from torch.utils.data import DataLoader
-
-            loader = DataLoader(self.dataset, batch_sampler=lists, collate_fn=collate, num_workers=self.workers)
-            for b in loader:
-                yield b.to(self.device)
-        else:
-            for idx in lists:
-                yield collate([self.dataset[i] for i in idx]).to(self.device)

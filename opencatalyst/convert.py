@@ -1,49 +1,48 @@
-"""Convert original (pickled) OC20 LMDBs to the pickle-free encoding, plus size metadata.
+"""Convert original (pickled) OC20 LMDBs to the pickle-free encoding, each file with its samples'
+sizes (the ``"sizes"`` key, see :mod:`opencatalyst.lmdbio`).
 
 Reading the source requires the user's explicit ``trust_pickle`` opt-in: unpickling runs code from
-the file. Each output shard is written to a temporary file, verified and renamed.
+the file. Each output file goes through :func:`common.data.datagen.generate`: written under a
+temporary name, verified, then renamed.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 
+import numpy as np
+
+from common.data.datagen import FileJob, generate
 from common.errors import ConfigError
 
-from . import graph, lmdbio
+from . import lmdbio
+
+
+def convert_file(sources: Mapping[str, Path], job: FileJob, tmp: Path) -> np.ndarray:
+    """Re-encode the samples of the job's source file (``sources[job.name]``) into ``tmp``."""
+    shard = lmdbio.Shard(sources[job.name], trust_pickle=True)
+    return lmdbio.write_shard(tmp, (shard[k] for k in job.indices))
+
+
+def verify_file(tmp: Path, job: FileJob) -> None:
+    lmdbio.verify_shard(tmp, len(job.indices))
 
 
 def convert_split(src: Path, dst: Path, trust_pickle: bool, progress: bool = True) -> int:
-    """Convert every ``data.*.lmdb`` in ``src`` to ``dst`` (same shard names); returns samples."""
-    from tqdm import tqdm
-
+    """Convert every ``data.*.lmdb`` in ``src`` to ``dst`` (same file names); returns samples."""
     if not trust_pickle:
         raise ConfigError("reading original OC20 LMDBs unpickles Python objects, which runs code from the file; "
                           "pass --trust-pickle if you trust where these files came from")
     if src.resolve() == dst.resolve():
         raise ConfigError(f"--out must differ from the source folder {src}")
-    natoms: list[int] = []
-    edges: list[int] = []
-    trips: list[int] = []
-    paths = lmdbio.shard_paths(src)
-    total = sum(len(lmdbio.Shard(p, trust_pickle=True)) for p in paths)
-    with tqdm(total=total, desc=f"convert {src.name}", unit="sample", disable=not progress) as bar:
-        for i, path in enumerate(paths):
-            shard = lmdbio.Shard(path, trust_pickle=True)
-
-            def samples(shard: lmdbio.Shard = shard):  # noqa: ANN202
-                for k in range(len(shard)):
-                    s = shard[k]
-                    n = int(s["natoms"])
-                    natoms.append(n)
-                    edges.append(int(s["edge_index"].shape[1]))
-                    trips.append(graph.count_triplets(s["edge_index"], s["cell_offsets"], n))
-                    bar.update(1)
-                    yield s
-
-            name = path.name if path.name.startswith("data.") else lmdbio.shard_name(i)
-            lmdbio.write_shard(dst / name, samples())
-    lmdbio.write_metadata(dst, natoms, edges, trips)
-    return len(natoms)
+    dst = dst.resolve()
+    sources = {path.name: path for path in lmdbio.shard_paths(src)}
+    jobs = [FileJob(dst.name, name, tuple(range(len(lmdbio.Shard(path, trust_pickle=True)))))
+            for name, path in sources.items()]
+    generate(dst.parent, jobs, partial(convert_file, sources), verify_file, progress=progress,
+             desc=f"convert {src.name}")
+    return sum(len(j.indices) for j in jobs)
 
 
 def convert(src: Path, dst: Path, trust_pickle: bool, progress: bool = True) -> dict[str, int]:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from multiprocessing import get_context
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from common.data.datagen import FileJob, generate
 
 from . import graph, lmdbio
 
@@ -74,37 +76,26 @@ def make_sample(spec: GenSpec, seed: int, split: str, index: int) -> dict[str, A
     }
 
 
-def _write_one(job: tuple[GenSpec, int, str, Path, int, int]) -> tuple[int, list[tuple[int, int, int]]]:
-    spec, seed, split, path, start, stop = job
-    samples = [make_sample(spec, seed, split, k) for k in range(start, stop)]
-    sizes = [(int(s["natoms"]), int(s["edge_index"].shape[1]),
-              graph.count_triplets(s["edge_index"], s["cell_offsets"], int(s["natoms"]))) for s in samples]
-    lmdbio.write_shard(path, samples)
-    return start, sizes
+def write_file(spec: GenSpec, seed: int, job: FileJob, tmp: Path) -> np.ndarray:
+    """Make the job's samples and write them as one LMDB file at ``tmp``; returns their sizes."""
+    return lmdbio.write_shard(tmp, (make_sample(spec, seed, job.split, k) for k in job.indices))
+
+
+def verify_file(tmp: Path, job: FileJob) -> None:
+    lmdbio.verify_shard(tmp, len(job.indices))
+
+
+def file_jobs(split: str, count: int, per_shard: int) -> list[FileJob]:
+    """``data.NNNN.lmdb`` files of ``per_shard`` consecutive samples (the last may hold fewer)."""
+    return [FileJob(split, lmdbio.shard_name(s), tuple(range(a, min(a + per_shard, count))))
+            for s, a in enumerate(range(0, count, per_shard))]
 
 
 def generate_split(out: Path, split: str, count: int, spec: GenSpec, seed: int, workers: int,
                    per_shard: int, progress: bool = True) -> None:
-    from tqdm import tqdm
-
-    split_dir = out / split
-    jobs = [(spec, seed, split, split_dir / lmdbio.shard_name(s), a, min(a + per_shard, count))
-            for s, a in enumerate(range(0, count, per_shard))]
-    results: dict[int, list[tuple[int, int, int]]] = {}
-    with tqdm(total=count, desc=f"oc20 {split}", unit="sample", disable=not progress) as bar:
-        if workers <= 1:
-            it = map(_write_one, jobs)
-            for start, sizes in it:
-                results[start] = sizes
-                bar.update(len(sizes))
-        else:
-            with get_context("spawn").Pool(workers) as pool:
-                for start, sizes in pool.imap_unordered(_write_one, jobs):
-                    results[start] = sizes
-                    bar.update(len(sizes))
-    rows = [r for start in sorted(results) for r in results[start]]
-    arr = np.asarray(rows, np.int64).reshape(-1, 3)
-    lmdbio.write_metadata(split_dir, arr[:, 0], arr[:, 1], arr[:, 2])
+    """Write ``out/split/data.NNNN.lmdb`` (each with its samples' sizes) through the shared driver."""
+    generate(out, file_jobs(split, count, per_shard), partial(write_file, spec, seed), verify_file, workers,
+             progress=progress, desc=f"oc20 {split}")
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:

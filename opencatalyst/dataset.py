@@ -1,7 +1,17 @@
 """The OC20 S2EF dataset spec: file layout (for pack/stage), validated reader, collate, costs."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 from common.data.layout import FileLayout, KnownSplit
+from common.data.spec import DatasetSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .batch import GraphBatch
+    from .lmdbio import SplitDataset
+    from .workload import OC20DataConfig
 
 MiB = 1 << 20
 
@@ -9,3 +19,33 @@ LAYOUT = FileLayout(
     "oc20", ("*.lmdb",), None, replicate=(),
     known={"train": KnownSplit(80, 1_200 * MiB, 0.5), "val_id": KnownSplit(1, 1_000 * MiB, 0.5)},
 )
+
+
+class OC20Data(DatasetSpec):
+    """``data.NNNN.lmdb`` files of pickle-free records (original pickled ones with
+    ``data.trust_pickle``), each carrying its samples' sizes; batches are disjoint-union graphs.
+
+    Training batches are split over the ranks by cost, greedy LPT on each sample's edges or
+    triplets (``data.balance``), or strided with ``data.balance = "none"``."""
+
+    layout = LAYOUT
+    partition = "balanced"
+
+    def __init__(self, cfg: "OC20DataConfig") -> None:
+        self.cfg = cfg
+        if cfg.balance == "none":
+            self.partition = "strided"
+
+    def open(self, root: Path, split: str) -> "SplitDataset":
+        from .lmdbio import SplitDataset
+
+        cost = "triplets" if self.cfg.balance == "triplets" else "edges"
+        source = SplitDataset(self.layout.list_split(root, split), self.cfg.trust_pickle, cost)
+        if self.cfg.preload:
+            source.preload(self.cfg.threads)
+        return source
+
+    def collate(self, samples: Sequence[Any]) -> "GraphBatch":
+        from .batch import collate
+
+        return collate(samples)

@@ -1,26 +1,33 @@
-"""OC20 LMDB shards: ``data.NNNN.lmdb`` files (subdir=False), keys ``"0"``.. and ``"length"``.
+"""OC20 LMDB files: ``data.NNNN.lmdb`` (subdir=False), keys ``"0"``.. (one record per sample),
+``"length"`` and ``"sizes"``.
 
-Writers produce the pickle-free :mod:`opencatalyst.record` encoding, into a temporary file that is
-verified and renamed, so a shard under its final name is always complete. ``metadata.npz`` beside
-the shards holds the per-sample sizes (natoms, edges, triplets) in global sample order.
+Records use the pickle-free :mod:`opencatalyst.record` encoding. ``"sizes"`` holds the per-sample
+(natoms, edges, triplets) of the file as the ``.npy`` bytes of an int64 ``[length, 3]`` array, so
+a node that holds only some of a split's files (node-local staging) has exactly the sizes of its
+files. Original OC20 files have no ``"sizes"`` key: their sizes are computed from the samples.
+:func:`write_shard` writes a new file in place; callers write under a temporary name, verify with
+:func:`verify_shard` and rename (:func:`common.data.datagen.generate` does).
 """
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lmdb
 import numpy as np
 
-from common.atomic import atomic_write
+from common.data.prefetch import prefetch_map
 from common.errors import DataError
 
 from . import record
 
-METADATA = "metadata.npz"
+LENGTH_KEY = b"length"
+SIZES_KEY = b"sizes"  # reserved: int64 [length, 3] (natoms, edges, triplets) as .npy bytes
+SIZE_COLUMNS = ("natoms", "edges", "triplets")
+Cost = Literal["edges", "triplets"]
 _MAP_SIZE = 1 << 36  # sparse file on Linux; only written pages use disk
 _OPEN: dict[tuple[str, int], lmdb.Environment] = {}
 
@@ -35,46 +42,91 @@ def shard_name(index: int) -> str:
     return f"data.{index:04d}.lmdb"
 
 
-def write_shard(path: str | os.PathLike[str], samples: Iterable[Mapping[str, Any]]) -> int:
-    """Write samples to one LMDB shard atomically; returns the number written."""
-    dest = Path(path)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    count = 0
+def sample_sizes(sample: Mapping[str, Any]) -> tuple[int, int, int]:
+    """(natoms, edges, triplets) of one sample."""
+    from .graph import count_triplets
+
+    n = int(sample["natoms"])
+    edge_index = np.asarray(sample["edge_index"])
+    return n, int(edge_index.shape[1]), count_triplets(edge_index, np.asarray(sample["cell_offsets"]), n)
+
+
+def sizes_of(samples: Iterable[Mapping[str, Any]]) -> np.ndarray:
+    """int64 [n, 3]: (natoms, edges, triplets) per sample."""
+    return np.asarray([sample_sizes(s) for s in samples], np.int64).reshape(-1, 3)
+
+
+def encode_sizes(sizes: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.ascontiguousarray(sizes, np.int64), allow_pickle=False)
+    return buf.getvalue()
+
+
+def decode_sizes(raw: bytes, path: Path, length: int) -> np.ndarray:
+    """The validated ``"sizes"`` value of ``path`` (a file of ``length`` samples)."""
     try:
-        env = lmdb.open(str(tmp), subdir=False, map_size=_MAP_SIZE, meminit=False, lock=False)
+        sizes = np.lib.format.read_array(io.BytesIO(raw), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise DataError(f"{path}: key 'sizes' is not the .npy bytes of an int64 [length, 3] array ({exc})") from None
+    if sizes.dtype != np.int64 or sizes.shape != (length, 3):
+        raise DataError(f"{path}: key 'sizes' holds a {sizes.dtype} array of shape {sizes.shape}, expected int64 "
+                        f"({length}, 3): (natoms, edges, triplets) of each of the file's {length} samples")
+    if length and (sizes.min() < 0 or sizes[:, 0].min() < 1):
+        raise DataError(f"{path}: key 'sizes' has negative sizes or a sample without atoms")
+    return sizes
+
+
+def write_shard(path: str | os.PathLike[str], samples: Iterable[Mapping[str, Any]]) -> np.ndarray:
+    """Write ``samples`` into a new LMDB file at ``path`` with their sizes under ``"sizes"``;
+    returns the sizes (int64 [n, 3])."""
+    dest = Path(path)
+    if dest.exists():
+        raise FileExistsError(f"{dest}: write_shard makes a new file")
+    rows: list[tuple[int, int, int]] = []
+    env = lmdb.open(str(dest), subdir=False, map_size=_MAP_SIZE, meminit=False, lock=False)
+    try:
         with env.begin(write=True) as txn:
-            for count, sample in enumerate(samples, start=1):
-                txn.put(str(count - 1).encode(), record.encode(sample))
-            txn.put(b"length", str(count).encode())
+            for sample in samples:
+                txn.put(str(len(rows)).encode(), record.encode(sample))
+                rows.append(sample_sizes(sample))
+            sizes = np.asarray(rows, np.int64).reshape(-1, 3)
+            txn.put(LENGTH_KEY, str(len(rows)).encode())
+            txn.put(SIZES_KEY, encode_sizes(sizes))
         env.sync()
-        env.close()
-        Shard(tmp)  # verify: opens, length key agrees with the entries
-        for stale in (tmp, dest):
-            env = _OPEN.pop((str(stale.resolve()), os.getpid()), None)
-            if env is not None:
-                env.close()
-        os.replace(tmp, dest)
     finally:
-        for p in (tmp, Path(f"{tmp}-lock")):
-            p.unlink(missing_ok=True)
-    return count
+        env.close()
+    return sizes
+
+
+def verify_shard(path: str | os.PathLike[str], expected: int) -> None:
+    """Read a written file back: it opens, says ``expected`` samples and has a valid ``"sizes"``."""
+    shard = Shard(path)
+    try:
+        if len(shard) != expected:
+            raise DataError(f"{shard.path}: holds {len(shard)} samples, expected {expected}")
+        if shard.stored_sizes is None:
+            raise DataError(f"{shard.path}: key 'sizes' is missing")
+    finally:
+        shard.close()
 
 
 class Shard:
-    """One read-only LMDB shard; values decoded lazily by index."""
+    """One read-only LMDB file; values decoded lazily by index. ``stored_sizes`` is the validated
+    ``"sizes"`` key, or None for a file without one (an original OC20 file)."""
 
     def __init__(self, path: str | os.PathLike[str], trust_pickle: bool = False) -> None:
         self.path = Path(path)
         self.trust_pickle = trust_pickle
         if not self.path.is_file():
             raise DataError(f"{self.path}: no such LMDB file")
-        self.length = self._read_length()
+        raw_sizes = self._get_optional(SIZES_KEY)
+        self.length = self._read_length(reserved=1 if raw_sizes is None else 2)
+        self.stored_sizes = None if raw_sizes is None else decode_sizes(raw_sizes, self.path, self.length)
 
     @property
     def env(self) -> lmdb.Environment:
         """The process's read-only environment for this file (LMDB allows one per path and
-        process; a forked loader worker opens its own)."""
+        process; it is shared by every :class:`Shard` of the path)."""
         key = (str(self.path.resolve()), os.getpid())
         env = _OPEN.get(key)
         if env is None:
@@ -86,18 +138,30 @@ class Shard:
             _OPEN[key] = env
         return env
 
-    def _get(self, key: str) -> bytes:
+    def close(self) -> None:
+        """Close this process's environment of the file (every :class:`Shard` of the path)."""
+        env = _OPEN.pop((str(self.path.resolve()), os.getpid()), None)
+        if env is not None:
+            env.close()
+
+    def _get_optional(self, key: bytes) -> bytes | None:
         try:
             with self.env.begin() as txn:
-                value = txn.get(key.encode())
+                value = txn.get(key)
         except lmdb.Error as exc:
-            raise DataError(f"{self.path}: corrupt LMDB reading key {key!r} ({exc})") from None
-        if value is None:
-            raise DataError(f"{self.path}: key {key!r} is missing")
-        return bytes(value)
+            raise DataError(f"{self.path}: corrupt LMDB reading key {key.decode()!r} ({exc})") from None
+        return None if value is None else bytes(value)
 
-    def _read_length(self) -> int:
-        raw = self._get("length")
+    def _get(self, key: bytes) -> bytes:
+        value = self._get_optional(key)
+        if value is None:
+            raise DataError(f"{self.path}: key {key.decode()!r} is missing")
+        return value
+
+    def _read_length(self, reserved: int) -> int:
+        """The ``"length"`` key, checked against the number of sample keys (all keys but the
+        ``reserved`` ones)."""
+        raw = self._get(LENGTH_KEY)
         if record.is_pickled(raw) or (self.trust_pickle and not raw.strip().isdigit()):
             if not self.trust_pickle:
                 raise DataError(f"{self.path}: key 'length' is pickled (original OC20 encoding); unpickling runs "
@@ -114,9 +178,9 @@ class Shard:
             except (UnicodeDecodeError, ValueError):
                 raise DataError(f"{self.path}: key 'length' holds {raw[:20]!r}, expected a decimal count") from None
         with self.env.begin() as txn:
-            entries = txn.stat()["entries"]
-        if not isinstance(length, int) or length < 0 or entries < length + 1:
-            raise DataError(f"{self.path}: 'length' says {length} samples but the file has {entries - 1} keys")
+            keys = txn.stat()["entries"] - reserved
+        if not isinstance(length, int) or length < 0 or keys < length:
+            raise DataError(f"{self.path}: 'length' says {length} samples but the file has {keys} sample keys")
         return length
 
     def __len__(self) -> int:
@@ -125,7 +189,7 @@ class Shard:
     def __getitem__(self, idx: int) -> dict[str, Any]:
         if not 0 <= idx < self.length:
             raise IndexError(idx)
-        raw = self._get(str(idx))
+        raw = self._get(str(idx).encode())
         where = f"{self.path} key '{idx}'"
         if self.trust_pickle and not raw.startswith(record.MAGIC):
             return record.decode_pickled(raw, where)
@@ -143,13 +207,16 @@ def shard_paths(split_dir: str | os.PathLike[str]) -> list[Path]:
 
 
 class SplitDataset:
-    """All shards of one split as one indexable dataset, optionally preloaded into host memory."""
+    """The samples of a split's LMDB files (the ones this node holds) as one indexable dataset,
+    optionally preloaded into host memory: the :class:`~common.data.spec.SampleSource` of
+    :class:`opencatalyst.dataset.OC20Data`. ``costs()`` is each sample's edge or triplet count."""
 
-    def __init__(self, split_dir: str | os.PathLike[str], trust_pickle: bool = False) -> None:
-        self.root = Path(split_dir)
-        self.shards = [Shard(p, trust_pickle) for p in shard_paths(self.root)]
+    def __init__(self, files: Sequence[Path], trust_pickle: bool = False, cost: Cost = "edges") -> None:
+        self.shards = [Shard(p, trust_pickle) for p in files]
         self.offsets = np.cumsum([0] + [len(s) for s in self.shards])
+        self.cost = cost
         self._cache: list[dict[str, Any]] | None = None
+        self._sizes: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
@@ -160,48 +227,24 @@ class SplitDataset:
         s = int(np.searchsorted(self.offsets, idx, side="right")) - 1
         return self.shards[s][idx - int(self.offsets[s])]
 
-    def preload(self, workers: int = 4) -> None:
-        """Decode every sample into memory, one thread per shard at a time (LMDB reads and numpy
-        decoding release the GIL for the copying part)."""
+    def preload(self, threads: int = 2) -> None:
+        """Decode every sample into memory, ``threads`` files at a time (LMDB reads and numpy
+        copies release the GIL)."""
         def load(shard: Shard) -> list[dict[str, Any]]:
             return [{k: (np.array(v) if isinstance(v, np.ndarray) else v) for k, v in shard[i].items()}
                     for i in range(len(shard))]
 
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            parts = list(pool.map(load, self.shards))
-        self._cache = [s for part in parts for s in part]
+        self._cache = [s for part in prefetch_map(load, self.shards, threads, 1) for s in part]
 
     def sizes(self) -> dict[str, np.ndarray]:
-        return read_metadata(self.root, len(self))
+        """natoms, edges and triplets per sample: the files' ``"sizes"`` keys, or (files without
+        one) computed from the samples once."""
+        if self._sizes is None:
+            parts = [shard.stored_sizes if shard.stored_sizes is not None
+                     else sizes_of(self[i] for i in range(int(self.offsets[k]), int(self.offsets[k + 1])))
+                     for k, shard in enumerate(self.shards)]
+            self._sizes = np.concatenate(parts) if parts else np.zeros((0, 3), np.int64)
+        return dict(zip(SIZE_COLUMNS, self._sizes.T))
 
-
-def write_metadata(split_dir: str | os.PathLike[str], natoms: Sequence[int], edges: Sequence[int],
-                   triplets: Sequence[int]) -> None:
-    path = Path(split_dir) / METADATA
-    arrays = {"natoms": np.asarray(natoms, np.int64), "neighbors": np.asarray(edges, np.int64),
-              "triplets": np.asarray(triplets, np.int64)}
-
-    def verify(tmp: Path) -> None:
-        read_metadata_file(tmp, len(arrays["natoms"]))
-
-    with atomic_write(path, verify=verify) as fh:
-        np.savez(fh, **arrays)
-
-
-def read_metadata_file(path: Path, expected: int) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            out = {k: z[k] for k in ("natoms", "neighbors", "triplets")}
-    except FileNotFoundError:
-        raise DataError(f"{path}: per-sample size metadata is missing (write it with `hpcbench datagen oc20` "
-                        "or `hpcbench convert oc20`)") from None
-    except (KeyError, ValueError, OSError) as exc:
-        raise DataError(f"{path}: corrupt metadata, expected arrays natoms/neighbors/triplets ({exc})") from None
-    for k, v in out.items():
-        if v.shape != (expected,):
-            raise DataError(f"{path}: '{k}' has {v.shape[0] if v.ndim else 0} entries, the split has {expected} samples")
-    return out
-
-
-def read_metadata(split_dir: str | os.PathLike[str], expected: int) -> dict[str, np.ndarray]:
-    return read_metadata_file(Path(split_dir) / METADATA, expected)
+    def costs(self) -> np.ndarray:
+        return self.sizes()[self.cost].astype(np.float64)

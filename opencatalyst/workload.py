@@ -4,25 +4,25 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import torch
 
 from common.errors import ConfigError
-from common.runconfig import RunConfig
-from common.workload import DataShard, EpochLoader, Workload
+from common.runconfig import DataConfig, RunConfig
+from common.workload import Workload
 
+from .dataset import OC20Data
 from .model import DimeNetPPConfig
 
 
 @dataclass
-class OC20DataConfig:
-    root: str = ""  # folder with train/ and validation/ (data.NNNN.lmdb + metadata.npz)
+class OC20DataConfig(DataConfig):
+    """``root`` holds train/ and validation/ folders of data.NNNN.lmdb files."""
+
     trust_pickle: bool = False  # read original pickled OC20 LMDBs (unpickling runs code from the file)
-    preload: bool = True  # decode the whole split into host memory before training
-    preload_workers: int = 4
-    balance: Literal["edges", "triplets", "none"] = "edges"  # cost for the per-rank partition
+    preload: bool = True  # decode the split into host memory before training (data.threads at a time)
+    balance: Literal["edges", "triplets", "none"] = "edges"  # per-sample cost of the per-rank partition
 
 
 @dataclass
@@ -40,14 +40,6 @@ class OC20Config(RunConfig):
 class Outputs:
     energy: torch.Tensor  # [G]
     forces: torch.Tensor  # [N, 3]
-    free_total: torch.Tensor  # global count of free atoms (after ``wait``)
-    handle: Any = None  # pending all-reduce of free_total
-
-    def wait(self) -> torch.Tensor:
-        if self.handle is not None:
-            self.handle.wait()
-            self.handle = None
-        return self.free_total
 
 
 class OC20Workload(Workload[OC20Config]):
@@ -61,43 +53,13 @@ class OC20Workload(Workload[OC20Config]):
 
     def __init__(self, cfg: OC20Config) -> None:
         super().__init__(cfg)
-        self._splits: dict[str, Any] = {}
         if cfg.optim.name != "adamw":
             raise ConfigError(f"config key 'optim.name': oc20 uses AdamW (MLPerf rule), got {cfg.optim.name!r}")
+        self._dataset = OC20Data(cfg.data)
 
     # data ---------------------------------------------------------------------------------
-    def _split(self, name: str) -> Any:
-        from .lmdbio import SplitDataset
-
-        if name not in self._splits:
-            if not self.cfg.data.root:
-                raise ConfigError("config key 'data.root': set the OC20 data folder (--data DIR)")
-            ds = SplitDataset(Path(self.cfg.data.root) / name, trust_pickle=self.cfg.data.trust_pickle)
-            if self.cfg.data.preload:
-                ds.preload(self.cfg.data.preload_workers)
-            self._splits[name] = ds
-        return self._splits[name]
-
-    def dataset_sizes(self) -> tuple[int, int]:
-        return len(self._split("train")), len(self._split("validation"))
-
-    def _loader(self, split: str, shard: DataShard, train: bool) -> EpochLoader:
-        from .batch import GraphLoader
-        from .sampler import BalancedBatchSampler
-
-        ds = self._split(split)
-        sizes = ds.sizes()
-        balance = self.cfg.data.balance
-        costs = sizes["triplets" if balance == "triplets" else "neighbors"]
-        sampler = BalancedBatchSampler(costs, shard.local_batch_size * shard.size, shard.rank, shard.size,
-                                       shard.seed, shuffle=train, drop_last=train, balanced=balance != "none")
-        return GraphLoader(ds, sampler, shard.device, workers=self.cfg.train.loader_workers)
-
-    def train_loader(self, shard: DataShard) -> EpochLoader:
-        return self._loader("train", shard, train=True)
-
-    def eval_loader(self, shard: DataShard) -> EpochLoader:
-        return self._loader("validation", shard, train=False)
+    def dataset(self) -> OC20Data:
+        return self._dataset
 
     def batch_size(self, batch: Any) -> int:
         return int(batch.num_graphs)
@@ -116,30 +78,25 @@ class OC20Workload(Workload[OC20Config]):
     def forward(self, model: torch.nn.Module, batch: Any) -> Outputs:
         from .model import energy_and_forces
 
-        # start the instance-wide free-atom count now; it completes while the model runs
-        free_total = batch.free.sum().to(torch.float32)
-        handle = None
-        # (training only: every rank runs the same number of training steps; eval batches may differ)
-        if model.training and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
-            handle = torch.distributed.all_reduce(free_total, async_op=True)
         energy, forces = energy_and_forces(model, batch.z, batch.pos, batch.edge_index, batch.shift, batch.idx_kj,
                                            batch.idx_ji, batch.batch, batch.num_graphs,
                                            create_graph=model.training)
-        return Outputs(energy, forces, free_total, handle)
+        return Outputs(energy, forces)
 
     def loss(self, outputs: Outputs, batch: Any) -> torch.Tensor:
-        """Force L1 summed over this rank's free atoms, divided by the instance-wide number of free
-        atoms (x3 components) and multiplied by the ranks, so the harness's gradient average gives
-        the exact global mean whatever the per-rank atom counts."""
-        world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
-        err = (outputs.forces - batch.force).abs()[batch.free].sum()
-        loss = err * world / (3.0 * outputs.wait().clamp(min=1.0))
-        if self.cfg.model.energy_weight:
-            loss = loss + self.cfg.model.energy_weight * (outputs.energy - batch.energy).abs().mean()
+        """Force L1 summed over this rank's free atoms' force components (plus ``energy_weight``
+        times the energy L1 summed over its graphs); the harness divides both by the
+        instance-wide force-component count (:meth:`loss_count`)."""
+        loss = (outputs.forces - batch.force).abs()[batch.free].sum()
+        if self.cfg.model.energy_weight > 0:
+            loss = loss + self.cfg.model.energy_weight * (outputs.energy - batch.energy).abs().sum()
         return loss
 
+    def loss_count(self, batch: Any) -> torch.Tensor:
+        """Force components of this rank's free atoms (3 per atom), on the batch's device."""
+        return batch.free.sum().to(torch.float32) * 3.0
+
     def eval_sums(self, outputs: Outputs, batch: Any) -> Mapping[str, torch.Tensor]:
-        outputs.wait()
         free = batch.free
         return {"force_abs_err": (outputs.forces.detach() - batch.force).abs()[free].sum(),
                 "force_components": free.sum() * 3.0}

@@ -1,6 +1,7 @@
-"""OC20 LMDB format: pickle-free round trip, pickle opt-in, converter, corrupt files."""
+"""OC20 LMDB format: pickle-free round trip, pickle opt-in, converter, corrupt files, per-file sizes."""
 from __future__ import annotations
 
+import io
 import pickle
 from pathlib import Path
 
@@ -76,7 +77,7 @@ def test_pickle_needs_opt_in_and_converter(tmp_path: Path) -> None:
     proc = run_cli(["convert", "oc20", "--src", str(tmp_path / "orig"), "--out", str(tmp_path / "safe"),
                     "--trust-pickle", "--no-progress"])
     assert proc.returncode == 0, proc.stderr
-    ds = lmdbio.SplitDataset(tmp_path / "safe" / "train")
+    ds = lmdbio.SplitDataset(lmdbio.shard_paths(tmp_path / "safe" / "train"))
     assert len(ds) == 3
     for k in range(3):
         assert_same(samples[k], ds[k])
@@ -96,7 +97,7 @@ def test_corrupt_and_inconsistent_lmdb(tmp_path: Path) -> None:
     junk = split / "data.0000.lmdb"
     junk.write_bytes(b"\x00not an lmdb file" * 500)
     with pytest.raises(DataError, match="data.0000.lmdb"):
-        lmdbio.SplitDataset(split)
+        lmdbio.SplitDataset(lmdbio.shard_paths(split))
     junk.unlink()
     lmdbio.write_shard(split / "data.0000.lmdb", [sample(0), sample(1)])
     env = lmdb.open(str(split / "data.0000.lmdb"), subdir=False, lock=False)
@@ -105,16 +106,50 @@ def test_corrupt_and_inconsistent_lmdb(tmp_path: Path) -> None:
     env.close()
     with pytest.raises(DataError, match="'length' says 5 samples"):
         lmdbio.Shard(split / "data.0000.lmdb")
-    with pytest.raises(DataError, match="metadata is missing"):
-        lmdbio.read_metadata(split, 2)
     assert not list(split.glob("*.tmp")) and not list(split.glob(".*"))  # no partial files left
+
+
+def put(path: Path, key: bytes, value: bytes) -> None:
+    lmdbio.close_all()  # LMDB allows one open environment per file and process
+    with lmdb.open(str(path), subdir=False, lock=False) as env, env.begin(write=True) as txn:
+        txn.put(key, value)
+
+
+def test_corrupt_or_wrong_length_sizes_key_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "data.0000.lmdb"
+    sizes = lmdbio.write_shard(path, [sample(0), sample(1)])
+    assert lmdbio.Shard(path).stored_sizes.tolist() == sizes.tolist()
+    put(path, lmdbio.SIZES_KEY, b"\x93NUMPY garbage")
+    with pytest.raises(DataError, match="data.0000.lmdb: key 'sizes' is not the .npy bytes"):
+        lmdbio.SplitDataset([path])
+    put(path, lmdbio.SIZES_KEY, lmdbio.encode_sizes(sizes[:1]))
+    with pytest.raises(DataError, match=r"data.0000.lmdb: key 'sizes' holds .* shape \(1, 3\), expected int64 \(2, 3\)"):
+        lmdbio.SplitDataset([path])
+    as_float = io.BytesIO()
+    np.save(as_float, sizes.astype(np.float64))
+    put(path, lmdbio.SIZES_KEY, as_float.getvalue())
+    with pytest.raises(DataError, match="data.0000.lmdb: key 'sizes' holds a float64"):
+        lmdbio.SplitDataset([path])
+
+
+def test_sizes_per_file_and_computed_for_original_files(tmp_path: Path) -> None:
+    samples = [sample(k) for k in range(3)]
+    lmdbio.write_shard(tmp_path / "data.0000.lmdb", samples[:2])
+    write_pickled_oc20(tmp_path / "data.0001.lmdb", samples[2:])  # an original file: no 'sizes' key
+    ds = lmdbio.SplitDataset(lmdbio.shard_paths(tmp_path), trust_pickle=True, cost="triplets")
+    assert ds.shards[1].stored_sizes is None
+    expected = lmdbio.sizes_of(samples)
+    assert [ds.sizes()[k].tolist() for k in lmdbio.SIZE_COLUMNS] == expected.T.tolist()
+    assert ds.costs().tolist() == expected[:, 2].tolist() and ds.costs().dtype == np.float64
+    node = lmdbio.SplitDataset([tmp_path / "data.0001.lmdb"], trust_pickle=True)  # a node holding one file
+    assert node.sizes()["edges"].tolist() == [samples[2]["edge_index"].shape[1]]
 
 
 def test_preload_matches_lazy(tmp_path: Path) -> None:
     for i in range(2):
         lmdbio.write_shard(tmp_path / lmdbio.shard_name(i), [sample(2 * i), sample(2 * i + 1)])
-    lazy, pre = lmdbio.SplitDataset(tmp_path), lmdbio.SplitDataset(tmp_path)
-    pre.preload(workers=2)
+    lazy, pre = (lmdbio.SplitDataset(lmdbio.shard_paths(tmp_path)) for _ in range(2))
+    pre.preload(threads=2)
     assert len(pre) == 4
     for k in range(4):
         assert_same(lazy[k], pre[k])

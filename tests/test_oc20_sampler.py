@@ -1,4 +1,5 @@
-"""Edge-balanced LPT partition of global batches; loss normalisation under real mpiexec."""
+"""Edge-balanced LPT partition of global batches (common.data.sampler, partition "balanced", or
+"strided" with data.balance = "none"); loss normalisation under real mpiexec."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from common.data.sampler import EpochSampler, lpt_partition
 from opencatalyst import datagen
-from opencatalyst.sampler import BalancedBatchSampler, lpt_partition
 from tests.conftest import ROOT, run_mpi
 
 
@@ -26,28 +27,30 @@ def test_sampler_epochs_cover_data_and_balance_beats_strided() -> None:
     costs = np.random.default_rng(1).integers(50, 2500, 200)
     ratios = {}
     for balanced in (True, False):
-        samplers = [BalancedBatchSampler(costs, 32, r, 8, seed=5, balanced=balanced) for r in range(8)]
+        partition = "balanced" if balanced else "strided"
+        samplers = [EpochSampler(200, 32 // 8, r, 8, seed=5, partition=partition, costs=costs) for r in range(8)]
         for s in samplers:
             s.set_epoch(2)
-        steps = list(zip(*[list(s) for s in samplers]))
+        steps = list(zip(*[s.batches() for s in samplers]))
         assert len(steps) == len(samplers[0]) == 200 // 32
         seen = [i for step in steps for part in step for i in part]
         assert len(seen) == len(set(seen)) == 6 * 32
         loads = np.array([[costs[p].sum() for p in step] for step in steps])
         ratios[balanced] = float((loads.max(1) / loads.mean(1)).mean())
     assert ratios[True] < 1.05 < ratios[False]
-    a, b = (BalancedBatchSampler(costs, 32, 0, 8, seed=5) for _ in range(2))
+    a, b = (EpochSampler(200, 32 // 8, 0, 8, seed=5, partition="balanced", costs=costs) for _ in range(2))
     b.set_epoch(1)
-    assert list(a) != list(b)  # reshuffled per epoch
+    assert a.indices().tolist() != b.indices().tolist()  # reshuffled per epoch
 
 
 def test_eval_sampler_keeps_every_sample_once() -> None:
     costs = np.arange(1, 38)
-    parts = [list(BalancedBatchSampler(costs, 8, r, 4, seed=0, shuffle=False, drop_last=False)) for r in range(4)]
+    parts = [EpochSampler(37, 8 // 4, r, 4, seed=0, partition="balanced", train=False, costs=costs).batches()
+             for r in range(4)]
     seen = sorted(i for rank in parts for step in rank for i in step)
     assert seen == list(range(37))
-    with pytest.raises(ValueError, match="smaller than"):
-        BalancedBatchSampler(costs, 2, 0, 4, seed=0)
+    with pytest.raises(ValueError, match="local batch 0"):  # a global batch of 2 over 4 ranks
+        EpochSampler(37, 2 // 4, 0, 4, seed=0, partition="balanced", costs=costs)
 
 
 def test_loss_normalisation_matches_global_batch_under_mpiexec(tmp_path: Path) -> None:

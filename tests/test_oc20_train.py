@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from opencatalyst.lmdbio import SplitDataset
+from opencatalyst.lmdbio import SplitDataset, shard_paths
 from tests.conftest import run_cli, run_mpi, result_log
 
 
@@ -14,13 +14,13 @@ def test_datagen_then_train_two_ranks(tmp_path: Path) -> None:
                     "--val", "5", "--size", "2,2,2", "--cutoff", "4", "--max-neighbors", "10", "--per-shard", "4",
                     "--no-progress"])
     assert proc.returncode == 0, proc.stderr
-    train = SplitDataset(data / "train")
+    train = SplitDataset(shard_paths(data / "train"))
     assert len(train) == 8 and len(list((data / "train").glob("data.*.lmdb"))) == 2
     again = run_cli(["datagen", "oc20", "--out", str(tmp_path / "again"), "--seed", "3", "--workers", "1", "--train",
                      "8", "--val", "0", "--size", "2,2,2", "--cutoff", "4", "--max-neighbors", "10", "--per-shard", "8",
                      "--no-progress"])
     assert again.returncode == 0, again.stderr
-    other = SplitDataset(tmp_path / "again" / "train")
+    other = SplitDataset(shard_paths(tmp_path / "again" / "train"))
     assert all((train[k]["force"] == other[k]["force"]).all() for k in range(8))  # deterministic per seed
     results = tmp_path / "results"
     args = ["-m", "hpcbench", "train", "oc20", "--config", "mini", "--data", str(data), "--results", str(results),
