@@ -89,7 +89,7 @@ class CosmoFlowWorkload(Workload[CosmoFlowConfig]):
 
     def eval_sums(self, outputs: "torch.Tensor", batch: Batch) -> Mapping[str, "torch.Tensor"]:
         err = (outputs.float() - batch[1]).abs()
-        return {"abs_error": err.sum(), "count": err.new_tensor(float(err.numel()))}
+        return {"abs_error": err.sum(), "count": err.new_full((), float(err.numel()))}
 
     def metric(self, sums: Mapping[str, float]) -> float:
         """Mean absolute error over every validation sample and all 4 parameters."""

@@ -32,6 +32,11 @@ class GraphBatch:
                 moved[k] = v.to(device, non_blocking=True)
         return GraphBatch(**moved)
 
+    def pin_memory(self) -> "GraphBatch":
+        """Page-locked copy (so :meth:`to` a GPU is a non-blocking copy)."""
+        return GraphBatch(**{f.name: (v.pin_memory() if isinstance(v, torch.Tensor) else v)
+                             for f in fields(self) for v in (getattr(self, f.name),)})
+
     def __len__(self) -> int:
         return self.num_graphs
 

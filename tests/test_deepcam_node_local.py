@@ -46,3 +46,6 @@ def test_one_instance_of_two_nodes_trains_on_node_local_parts(tmp_path: Path) ->
     assert ev["number_of_nodes"] == 2
     assert ev["train_samples"] == 8 and ev["eval_samples"] == 4  # summed over the instance's nodes
     assert "epoch_stop" in ev
+    # one rank per node, local batch 1: every rank runs the smaller node's sample count
+    per_node = [len(_files(local / f"node{n}" / "train")) for n in (0, 1)]
+    assert ev["steps_per_epoch"] == min(per_node)

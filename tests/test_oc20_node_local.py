@@ -47,3 +47,6 @@ def test_one_instance_of_two_nodes_trains_on_node_local_lmdb_files(tmp_path: Pat
     ev = _events(result_log(results))
     assert ev["number_of_nodes"] == 2 and "epoch_stop" in ev
     assert ev["train_samples"] == 8 and ev["eval_samples"] == 4  # summed over the instance's nodes
+    # one rank per node, local batch 1, 2 samples per LMDB file: the smaller node's sample count
+    per_node = [2 * len(_files(local / f"node{n}" / "train")) for n in (0, 1)]
+    assert ev["steps_per_epoch"] == min(per_node)

@@ -44,3 +44,6 @@ def test_two_instances_of_two_nodes_train_on_node_local_parts(tmp_path: Path) ->
         ev = _events(result_log(results, instance))
         assert ev["number_of_nodes"] == 2
         assert ev["train_samples"] == 48 and ev["eval_samples"] == 16  # summed over the instance's nodes
+        # each node holds ~24 training files and its 1 rank a local batch of 2: about 12 steps, the
+        # same on both nodes (the smaller node's count), never the 24 of a whole-dataset count
+        assert 10 <= ev["steps_per_epoch"] <= 12

@@ -1,8 +1,8 @@
 """Where a dataset's files are: which files are samples, how splits are named, what every node needs.
 
-A :class:`FileLayout` is pure data. Each workload's :class:`~common.data.spec.DatasetSpec` declares one;
-``hpcbench pack``/``stage`` and ``stage --dry-run`` get it through the registry, so staging never
-names a workload or a file format. :data:`GENERIC` (every file is a sample) is the layout for
+A :class:`FileLayout` is pure data. Each workload declares one as ``LAYOUT`` in its ``dataset.py``
+(its :class:`~common.data.spec.DatasetSpec` points at it); ``hpcbench pack``/``stage`` and
+``stage --dry-run`` get it through the registry, so staging never names a workload or a file format. :data:`GENERIC` (every file is a sample) is the layout for
 datasets that no workload owns.
 """
 from __future__ import annotations

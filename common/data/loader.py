@@ -37,6 +37,9 @@ def to_device(batch: Any, device: torch.device) -> Any:
 
 
 def pin(batch: Any) -> Any:
+    """Page-locked copy of a host batch (objects with their own ``pin_memory`` pin themselves)."""
+    if hasattr(batch, "pin_memory") and not isinstance(batch, (torch.Tensor, dict, list, tuple)):
+        return batch.pin_memory()
     return tree_apply(lambda t: t.pin_memory(), batch)
 
 

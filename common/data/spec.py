@@ -75,7 +75,7 @@ class DatasetSpec(ABC):
     """What the data layer needs to know about one workload's dataset."""
 
     layout: ClassVar[FileLayout]
-    partition: ClassVar[Partition] = "contiguous"  # how training batches are split over ranks
+    partition: Partition = "contiguous"  # how batches are split over ranks (a spec may set it per config)
     train_split: str = "train"
     eval_split: str = "validation"
 
