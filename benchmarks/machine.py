@@ -27,6 +27,7 @@ def describe() -> dict[str, Any]:
 
     return {"cpu": model, "cores": os.cpu_count(), "flags": [f for f in FLAGS if f in flags],
             "torch_threads": torch.get_num_threads(), "crc32c_hardware": bool(crc32c.hardware_based),
+            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "load_1min": os.getloadavg()[0]}
 
 
@@ -34,4 +35,5 @@ def header(info: dict[str, Any]) -> str:
     """The results file's first line."""
     return (f"# {info['cpu']}, {info['cores']} cores, flags {' '.join(info['flags']) or 'none of ' + '/'.join(FLAGS)}; "
             f"crc32c {'hardware' if info['crc32c_hardware'] else 'software'}; torch threads {info['torch_threads']}; "
+            f"torch cpu capability {info.get('torch_cpu_capability', '?')}; "
             f"load {info['load_1min']:.2f}")

@@ -37,6 +37,7 @@ from common.workload import Workload
 from . import results_layout as rl
 
 OUTCOME_TAG = 7301
+ABORT_DRAIN_S = 1.0  # seconds between printing the summary and MPI_Abort
 TrainFn = Callable[[Workload, DistEnv, MLPerfLogger, SystemDescription], Any]
 
 
@@ -179,6 +180,8 @@ def _report(env: DistEnv, outcome: dict[str, Any], opts: RunnerOptions) -> list[
                 close_aborted(Path(s["log"]), "instance leader never finished (stuck after a peer failed)")
         print(f"runner: ranks {sorted(missing)} never finished; ending the job (results above are complete)",
               file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        time.sleep(ABORT_DRAIN_S)  # MPI_Abort kills the launcher too: let it forward the summary first
         comm.Abort(5)
     comm.Barrier()
     return summary

@@ -14,13 +14,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from common.runconfig import RunConfig
+from common.runconfig import DataConfig, RunConfig
 from common.workload import DataShard, Workload
 
 
 @dataclass
-class ToyData:
-    root: str = ""
+class ToyData(DataConfig):  # the shared data keys (root, node_local, threads, prefetch) + the toy's own
     train: int = 512
     eval: int = 128
     features: int = 16
