@@ -50,12 +50,12 @@ class DataConfig:
 
     root: str = ""  # dataset folder (``--data DIR``)
     node_local: bool = False  # root holds this node's part only (node-local staging; set by the runner)
-    threads: int = 2  # reader threads per rank (0: read in the training thread)
+    threads: int = -1  # reader threads per rank; 0: read in the training thread; -1: auto (loader.reader_threads)
     prefetch: int = 2  # batches in flight per reader thread
 
     def validate(self) -> None:
-        if self.threads < 0 or self.prefetch < 1:
-            raise ConfigError(f"config keys 'data.threads' >= 0 and 'data.prefetch' >= 1, got "
+        if self.threads < -1 or self.prefetch < 1:
+            raise ConfigError(f"config keys 'data.threads' >= -1 (auto) and 'data.prefetch' >= 1, got "
                               f"{self.threads} and {self.prefetch}")
 
 

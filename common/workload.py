@@ -138,7 +138,7 @@ class Workload(ABC, Generic[C]):
 
     def _loader(self, split: str, shard: DataShard, train: bool) -> EpochLoader:
         from .data.dali import DaliLoader
-        from .data.loader import Loader
+        from .data.loader import Loader, reader_threads
         from .data.sampler import EpochSampler
 
         spec, source = self.dataset(), self.source(split)
@@ -147,7 +147,8 @@ class Workload(ABC, Generic[C]):
                                spec.partition, train=train, costs=costs)
         d = self.cfg.data  # type: ignore[attr-defined]
         cls = DaliLoader if self.cfg.train.loader == "dali" else Loader
-        return cls(spec, source, sampler, shard.device, threads=d.threads, prefetch=d.prefetch)
+        return cls(spec, source, sampler, shard.device, threads=reader_threads(d.threads, shard.device),
+                   prefetch=d.prefetch)
 
     # model and maths ----------------------------------------------------------------------
     @abstractmethod

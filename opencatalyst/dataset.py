@@ -42,7 +42,9 @@ class OC20Data(DatasetSpec):
         cost = "triplets" if self.cfg.balance == "triplets" else "edges"
         source = SplitDataset(self.layout.list_split(root, split), self.cfg.trust_pickle, cost)
         if self.cfg.preload:
-            source.preload(self.cfg.threads)
+            from common.data.loader import reader_threads
+
+            source.preload(reader_threads(self.cfg.threads, None))
         return source
 
     def collate(self, samples: Sequence[Any]) -> "GraphBatch":
