@@ -54,6 +54,23 @@ def run_cli(args: list[str], timeout: float = 300, cwd: Path | None = None,
                           capture_output=True, text=True, timeout=timeout)
 
 
+def first_events(path: Path) -> dict[str, object]:
+    """The first value of each MLLOG key in a log (what a test of one run's keys wants)."""
+    import json
+
+    out: dict[str, object] = {}
+    for line in path.read_text().splitlines():
+        if ":::MLLOG " in line:
+            e = json.loads(line.split(":::MLLOG ", 1)[1])
+            out.setdefault(e["key"], e["value"])
+    return out
+
+
+def visible_files(folder: Path) -> set[str]:
+    """Names in ``folder``, hidden files (journals, indexes, temporaries) left out."""
+    return {p.name for p in folder.iterdir() if not p.name.startswith(".")}
+
+
 def result_log(results: Path, instance: int = 0) -> Path:
     """The one ``result_<instance>.txt`` under a ``--results`` folder (official layout:
     ``results/<system>/{strong,weak}/<benchmark>/``)."""

@@ -2,25 +2,13 @@
 split its files, and the logged dataset size is the sum over nodes."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import first_events as _events
 from tests.conftest import result_log, run_cli, run_mpi
-
-
-def _events(path: Path) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for line in path.read_text().splitlines():
-        if ":::MLLOG " in line:
-            e = json.loads(line.split(":::MLLOG ", 1)[1])
-            out.setdefault(e["key"], e["value"])
-    return out
-
-
-def _files(folder: Path) -> set[str]:
-    return {p.name for p in folder.iterdir() if not p.name.startswith(".")}
+from tests.conftest import visible_files as _files
 
 
 @pytest.mark.mpi
