@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from common.step import prepare_batch, tree_map
+
 from .prefetch import prefetch_map
 from .sampler import EpochSampler
 from .spec import DatasetSpec, SampleSource
@@ -30,31 +32,11 @@ def reader_threads(configured: int, device: torch.device | None) -> int:
     return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
-def tree_apply(fn: Any, batch: Any) -> Any:
-    """``fn`` on every tensor of nested tuples/lists/dicts; objects with ``.to`` move themselves."""
-    if isinstance(batch, torch.Tensor):
-        return fn(batch)
-    if isinstance(batch, dict):
-        return {k: tree_apply(fn, v) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(tree_apply(fn, v) for v in batch)
-    return batch
-
-
-def to_device(batch: Any, device: torch.device) -> Any:
-    """Non-blocking copy of a (pinned) host batch to ``device``."""
-    if device.type == "cpu":
-        return batch
-    if hasattr(batch, "to") and not isinstance(batch, (torch.Tensor, dict, list, tuple)):
-        return batch.to(device)
-    return tree_apply(lambda t: t.to(device, non_blocking=True), batch)
-
-
 def pin(batch: Any) -> Any:
     """Page-locked copy of a host batch (objects with their own ``pin_memory`` pin themselves)."""
     if hasattr(batch, "pin_memory") and not isinstance(batch, (torch.Tensor, dict, list, tuple)):
         return batch.pin_memory()
-    return tree_apply(lambda t: t.pin_memory(), batch)
+    return tree_map(lambda t: t.pin_memory(), batch)
 
 
 class Loader:
@@ -79,4 +61,4 @@ class Loader:
 
     def __iter__(self) -> Iterator[Any]:
         for host in prefetch_map(self.read, self.sampler.batches(), self.threads, self.prefetch):
-            yield self.spec.transform(to_device(host, self.device)) if self.cuda else host
+            yield self.spec.transform(prepare_batch(host, self.device, channels_last=False)) if self.cuda else host
