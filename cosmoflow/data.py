@@ -90,8 +90,5 @@ def write_sample(path: str | Path, x: np.ndarray, y: np.ndarray, compress: bool 
 
 def list_files(root: str | Path, split: str) -> list[Path]:
     """The layout's sorted sample files of ``root/split``; a missing or empty folder is a DataError."""
-    folder = Path(root) / split
-    if folder.is_dir() and not any(LAYOUT.is_sample(p.name) and not p.name.startswith(".") for p in folder.iterdir()):
-        raise DataError(f"{folder}: no TFRecord files ({', '.join(LAYOUT.patterns)})")
     return LAYOUT.list_split(root, split)
 

@@ -33,6 +33,7 @@ LAYOUT = FileLayout(
     "cosmoflow", ("*.tfrecord", "*.tfrecord.gz", "*.tfrecords", "*.tfrecords.gz"), ("train", "validation"),
     known={"train": KnownSplit(524_288, _SAMPLE_BYTES, 0.15),
            "validation": KnownSplit(65_536, _SAMPLE_BYTES, 0.15)},
+    describe="TFRecord files",
 )
 
 Batch = tuple["torch.Tensor", "torch.Tensor"]  # (x, y float32 [B,4])

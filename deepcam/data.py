@@ -24,13 +24,7 @@ STATS_KEYS = ("count", "mean", "sqmean", "minval", "maxval")
 
 
 def list_samples(root: str | Path, split: str) -> list[Path]:
-    """Sorted ``data-*.h5`` files of ``root/split`` (the layout's listing, DeepCAM's error texts)."""
-    folder = Path(root) / split
-    if not folder.is_dir():
-        raise DataError(f"DeepCAM dataset folder '{folder}' does not exist (expected {split}/data-*.h5 under "
-                        f"the dataset root; write one with `hpcbench datagen deepcam --out DIR`)")
-    if not any(LAYOUT.is_sample(p.name) and not p.name.startswith(".") for p in folder.iterdir()):
-        raise DataError(f"no data-*.h5 files in '{folder}'")
+    """Sorted ``data-*.h5`` files of ``root/split``; a missing or empty folder is a DataError."""
     return LAYOUT.list_split(root, split)
 
 

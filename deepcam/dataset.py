@@ -33,6 +33,7 @@ LAYOUT = FileLayout(
     "deepcam", ("data-*.h5",), ("train", "validation"), replicate=("stats.h5",),
     known={"train": KnownSplit(121_266, _SAMPLE_BYTES, 0.6),
            "validation": KnownSplit(15_158, _SAMPLE_BYTES, 0.6)},
+    describe="data-*.h5 files",
 )
 
 Sample = tuple[np.ndarray, np.ndarray]  # (data H x W x C float32 raw, labels H x W uint8)

@@ -36,6 +36,7 @@ class FileLayout:
     replicate: tuple[str, ...] = ()  # globs (paths relative to the root) every node needs, e.g. stats.h5
     chunk_bytes: int = 64 * MiB  # big files (an LMDB) are cut into independently compressed frames
     known: dict[str, KnownSplit] = field(default_factory=dict)
+    describe: str = ""  # what the sample files are called in messages (default: "<name> sample files")
 
     def is_sample(self, name: str) -> bool:
         return any(fnmatch.fnmatch(name, p) for p in self.patterns)
@@ -48,12 +49,12 @@ class FileLayout:
         without sample files is a :class:`DataError` that names the folder and the patterns."""
         folder = Path(root) / split
         if not folder.is_dir():
-            raise DataError(f"{folder}: no such folder; a {self.name} dataset has split folders "
+            raise DataError(f"{folder}: no such folder (it does not exist); a {self.name} dataset has split folders "
                             f"{', '.join(self.splits or (split,))} (write one with `hpcbench datagen {self.name} --out DIR`)")
         files = sorted(p for p in folder.iterdir()
                        if p.is_file() and self.is_sample(p.name) and not p.name.startswith("."))
         if not files:
-            raise DataError(f"{folder}: no {self.name} sample files ({', '.join(self.patterns)})")
+            raise DataError(f"{folder}: no {self.describe or self.name + ' sample files'} ({', '.join(self.patterns)})")
         return files
 
 
