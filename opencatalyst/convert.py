@@ -17,6 +17,7 @@ from common.data.datagen import FileJob, generate
 from common.errors import ConfigError
 
 from . import lmdbio
+from .dataset import LAYOUT
 
 
 def convert_file(sources: Mapping[str, Path], job: FileJob, tmp: Path) -> np.ndarray:
@@ -45,13 +46,17 @@ def convert_split(src: Path, dst: Path, trust_pickle: bool, progress: bool = Tru
     return sum(len(j.indices) for j in jobs)
 
 
+def _holds_shards(folder: Path) -> bool:
+    return any(p.is_file() and LAYOUT.is_sample(p.name) for p in folder.iterdir())
+
+
 def convert(src: Path, dst: Path, trust_pickle: bool, progress: bool = True) -> dict[str, int]:
     """A dataset root with split folders (train/, validation/, ...) or a single split folder."""
     if not src.is_dir():
         raise ConfigError(f"{src}: source folder does not exist")
-    if list(src.glob("data.*.lmdb")):
+    if _holds_shards(src):
         return {src.name: convert_split(src, dst, trust_pickle, progress)}
-    splits = sorted(p for p in src.iterdir() if p.is_dir() and list(p.glob("data.*.lmdb")))
+    splits = sorted(p for p in src.iterdir() if p.is_dir() and _holds_shards(p))
     if not splits:
         raise ConfigError(f"{src}: no data.NNNN.lmdb files in it or in its sub-folders")
     return {p.name: convert_split(p, dst / p.name, trust_pickle, progress) for p in splits}

@@ -16,8 +16,9 @@ if TYPE_CHECKING:  # pragma: no cover
 MiB = 1 << 20
 
 LAYOUT = FileLayout(
-    "oc20", ("*.lmdb",), None, replicate=(),
+    "oc20", ("data.*.lmdb",), None, replicate=(),
     known={"train": KnownSplit(80, 1_200 * MiB, 0.5), "val_id": KnownSplit(1, 1_000 * MiB, 0.5)},
+    describe="data.NNNN.lmdb files",
 )
 
 

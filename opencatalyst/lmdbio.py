@@ -23,6 +23,7 @@ from common.data.prefetch import prefetch_map
 from common.errors import DataError
 
 from . import record
+from .dataset import LAYOUT
 
 LENGTH_KEY = b"length"
 SIZES_KEY = b"sizes"  # reserved: int64 [length, 3] (natoms, edges, triplets) as .npy bytes
@@ -197,13 +198,9 @@ class Shard:
 
 
 def shard_paths(split_dir: str | os.PathLike[str]) -> list[Path]:
+    """The split folder's ``data.NNNN.lmdb`` files, as the dataset layout lists them."""
     root = Path(split_dir)
-    if not root.is_dir():
-        raise DataError(f"{root}: data split directory does not exist")
-    paths = sorted(root.glob("data.*.lmdb"))
-    if not paths:
-        raise DataError(f"{root}: no data.NNNN.lmdb files found")
-    return paths
+    return LAYOUT.list_split(root.parent, root.name)
 
 
 class SplitDataset:
