@@ -55,9 +55,9 @@ def main() -> None:
     world, rank = env.layout.instance_size, env.layout.instance_rank
     cfg = OptimConfig(name="lamb", lr=1e-3, weight_decay=0.01, max_grad_norm=1.0)
     torch.manual_seed(0)
-    flat = FlatParams(FlatModel(int(args.params)), pad_to=world)
+    flat = FlatParams(FlatModel(int(args.params)))
     opts = {"LAMB": LAMB(flat, cfg, world, rank), "DistributedLAMB": DistributedLAMB(flat, cfg, world, rank)}
-    grad = torch.randn(flat.padded, generator=torch.Generator().manual_seed(rank)) * 1e-3
+    grad = torch.randn(flat.size, generator=torch.Generator().manual_seed(rank)) * 1e-3
     lr = torch.tensor(cfg.lr)
     times: dict[str, list[float]] = {k: [] for k in opts}
     for step in range(args.steps + 1):

@@ -28,7 +28,7 @@ from .step import tree_map
 if TYPE_CHECKING:  # pragma: no cover
     from .trainer import Trainer
 
-FORMAT = 1
+FORMAT = 2  # 2: parameters saved packed (without the flat buffer's alignment gaps)
 KEEP = 2  # complete checkpoints kept per instance (older ones are removed after a save)
 
 
@@ -87,7 +87,7 @@ def save(root: Path, epoch: int, tr: "Trainer") -> Path:
     comm.Barrier()
     if rank == 0:
         _save(tmp / "model.pt", {"format": FORMAT, "epoch": epoch, "world": tr.world, "numel": tr.flat.numel,
-                                 "names": tr.flat.names, "params": tr.flat.params.cpu()})
+                                 "names": tr.flat.names, "params": tr.flat.pack(tr.flat.params).cpu()})
     _save(tmp / f"rank_{rank}.pt", {
         "optimizer": tree_map(lambda t: t.cpu(), tr.optimizer.state_dict()),
         "buffers": {k: v.cpu() for k, v in tr.model.named_buffers()},
@@ -115,13 +115,16 @@ def load_latest(root: Path, tr: "Trainer") -> int | None:
         return None
     path = root / marker.read_text().strip()
     model = _load(path / "model.pt")
-    if model.get("format") != FORMAT or model["numel"] != tr.flat.numel or model["names"] != tr.flat.names:
+    if model.get("format") != FORMAT:
+        raise ConfigError(f"checkpoint {path} has format {model.get('format')}, this version reads format {FORMAT} "
+                          "(parameters saved packed since 2); remove it or change train.checkpoint_dir")
+    if model["numel"] != tr.flat.numel or model["names"] != tr.flat.names:
         raise ConfigError(f"checkpoint {path} was written for a different model; remove it or change "
                           "train.checkpoint_dir")
     if model["world"] != tr.world:
         raise ConfigError(f"checkpoint {path} holds per-rank state for {model['world']} ranks, this instance "
                           f"has {tr.world}; resume with the same number of ranks")
-    tr.flat.params[: tr.flat.numel].copy_(model["params"][: tr.flat.numel])
+    tr.flat.unpack(model["params"].to(tr.flat.device), tr.flat.params)
     state = _load(path / f"rank_{tr.rank}.pt")
     tr.optimizer.load_state_dict(tree_map(lambda t: t.to(tr.device), state["optimizer"]))
     buffers = dict(tr.model.named_buffers())

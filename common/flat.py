@@ -8,9 +8,13 @@ points each ``p.grad`` at the matching slice of one 1-D ``grads`` buffer, so tha
 * optimizers update the whole model with a handful of vectorised ops on ``params``;
 * per-tensor quantities (LAMB trust ratios) come from segment reductions over ``lengths``.
 
-The buffers are padded with zeros to a multiple of ``pad_to`` (the number of optimizer shards), so
-each rank of an instance owns an equal contiguous slice. Autograd accumulates into the existing
-``p.grad`` views in place; :meth:`FlatParams.check_grads` repairs any view autograd replaced.
+Every view starts on an :data:`ALIGN_ELEMS`-element (256-byte) boundary of a 256-byte aligned
+buffer: cuDNN's channels-last kernels and vectorised CUDA kernels need aligned pointers, and views
+packed back to back crash DeepCAM on an H100 ("misaligned address"). The gaps between views are
+zero, are segments of their own in ``lengths`` (so they stay out of per-tensor norms) and stay zero
+under every optimizer (zero gradient, zero parameter). Sharded optimizers split the *real* elements
+(:meth:`FlatParams.pack` / :meth:`FlatParams.unpack`), never the gaps. Autograd accumulates into the
+existing ``p.grad`` views in place; :meth:`FlatParams.check_grads` repairs any view autograd replaced.
 """
 from __future__ import annotations
 
@@ -40,10 +44,30 @@ def all_gather(output: torch.Tensor, input: torch.Tensor) -> None:
     _collective("all_gather")(output, input)
 
 
-class FlatParams:
-    """One contiguous fp32 buffer for a module's trainable parameters and one for their grads."""
+#: every parameter/gradient view starts at a multiple of this many fp32 elements (256 bytes)
+ALIGN_ELEMS = 64
 
-    def __init__(self, module: nn.Module, pad_to: int = 1) -> None:
+
+def _align(n: int) -> int:
+    return -(-n // ALIGN_ELEMS) * ALIGN_ELEMS
+
+
+def _aligned_zeros(n: int, device: torch.device) -> torch.Tensor:
+    """A zero fp32 vector whose first element is 256-byte aligned: a slice of a slightly larger
+    allocation (CUDA's allocator aligns to 512 bytes, the CPU allocator guarantees only 64)."""
+    raw = torch.zeros(n + ALIGN_ELEMS, device=device)
+    skip = (-raw.data_ptr() // raw.element_size()) % ALIGN_ELEMS
+    return raw[skip : skip + n]
+
+
+class FlatParams:
+    """One contiguous fp32 buffer for a module's trainable parameters and one for their grads.
+
+    ``numel`` counts the parameters' elements; ``size`` the buffer (with the alignment gaps);
+    ``offsets[i]`` is where parameter ``i`` starts in it (a multiple of :data:`ALIGN_ELEMS`).
+    """
+
+    def __init__(self, module: nn.Module) -> None:
         self.names: list[str] = []
         params: list[nn.Parameter] = []
         for name, p in module.named_parameters():
@@ -57,25 +81,24 @@ class FlatParams:
         device = params[0].device
         self.numels = [p.numel() for p in params]
         self.numel = sum(self.numels)
-        self.pad_to = max(1, pad_to)
-        self.padded = -(-self.numel // self.pad_to) * self.pad_to
-        self.device = device
-        self.params = torch.zeros(self.padded, device=device)
-        self.grads = torch.zeros(self.padded, device=device)
-        offset = 0
         self.offsets: list[int] = []
-        for p, n in zip(params, self.numels):
-            self.offsets.append(offset)
+        end = 0
+        for n in self.numels:
+            self.offsets.append(_align(end))
+            end = self.offsets[-1] + n
+        self.size = _align(end)
+        self.device = device
+        self.params = _aligned_zeros(self.size, device)
+        self.grads = _aligned_zeros(self.size, device)
+        for p, offset in zip(params, self.offsets):
             # as_strided keeps the parameter's memory format (channels-last conv weights stay so)
             view = _view(self.params, offset, p)
             view.copy_(p.detach())
             p.data = view
             p.grad = _view(self.grads, offset, p)
-            offset += n
         self._params = params
-        #: per-tensor lengths, padding counted as one extra (zero) segment
-        lengths = self.numels + ([self.padded - self.numel] if self.padded > self.numel else [])
-        self.lengths = torch.tensor(lengths, dtype=torch.int64, device=device)
+        #: segment lengths over ``params``: each tensor and each (zero) gap on its own
+        self.lengths = torch.tensor(_segments(self.offsets, self.numels, self.size), dtype=torch.int64, device=device)
         self.num_tensors = len(self.numels)
 
     def __iter__(self) -> Iterator[nn.Parameter]:
@@ -95,19 +118,62 @@ class FlatParams:
                 view.copy_(g)
                 p.grad = view
 
+    # the real elements back to back ("packed"), for sharding and checkpoints ----------------------
+    @torch.no_grad()
+    def pack(self, buf: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The parameters' elements of a ``size``-long buffer back to back (``numel`` long; written
+        into the front of ``out`` when given), in one kernel."""
+        parts = [buf[o : o + n] for o, n in zip(self.offsets, self.numels)]
+        if out is None:
+            return torch.cat(parts)
+        return torch.cat(parts, out=out[: self.numel])
+
+    @torch.no_grad()
+    def unpack(self, packed: torch.Tensor, buf: torch.Tensor) -> None:
+        """The inverse of :meth:`pack`: ``packed[:numel]`` into the tensors' places in ``buf``."""
+        dst = [buf[o : o + n] for o, n in zip(self.offsets, self.numels)]
+        torch._foreach_copy_(dst, list(packed[: self.numel].split(self.numels)))
+
+    @torch.no_grad()
+    def flatten(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+        """``tensors`` (one per parameter, in order, any layout) placed like ``params`` (zero gaps)."""
+        out = torch.zeros(self.size, dtype=tensors[0].dtype, device=self.device)
+        for t, off, p in zip(tensors, self.offsets, self._params):
+            _view(out, off, p).copy_(t.reshape(p.shape))  # through the parameter's own strides
+        return out
+
+    def shard_size(self, world: int) -> int:
+        """Packed elements each of ``world`` ranks owns (the last rank's share is zero-padded)."""
+        return -(-self.numel // world)
+
     def shard_lengths(self, rank: int, world: int) -> torch.Tensor:
-        """Per-segment element counts inside this rank's slice (zeros for segments outside it)."""
-        size = self.padded // world
+        """Per-tensor element counts inside this rank's packed slice, plus one for its zero padding."""
+        size = self.shard_size(world)
         lo, hi = rank * size, (rank + 1) * size
         out: list[int] = []
-        off = 0
-        for n in self.lengths.tolist():
-            out.append(max(0, min(off + n, hi) - max(off, lo)))
-            off += n
+        start = 0
+        for n in self.numels:
+            out.append(max(0, min(start + n, hi) - max(start, lo)))
+            start += n
+        out.append(max(0, hi - max(self.numel, lo)))
         return torch.tensor(out, dtype=torch.int64, device=self.device)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {name: self.params[o : o + n].clone() for name, o, n in zip(self.names, self.offsets, self.numels)}
+
+
+def _segments(offsets: list[int], numels: list[int], size: int) -> list[int]:
+    """Lengths of the consecutive segments of a buffer: tensors, and the gaps before/after them."""
+    out: list[int] = []
+    pos = 0
+    for offset, n in zip(offsets, numels):
+        if offset > pos:
+            out.append(offset - pos)
+        out.append(n)
+        pos = offset + n
+    if size > pos:
+        out.append(size - pos)
+    return out
 
 
 def _view(buf: torch.Tensor, offset: int, like: torch.Tensor) -> torch.Tensor:

@@ -82,7 +82,7 @@ class SGD(FlatOptimizer):
     def __init__(self, flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0) -> None:
         super().__init__(flat, cfg, world, rank)
         if cfg.momentum:
-            self.state["momentum"] = self._zeros(flat.padded)
+            self.state["momentum"] = self._zeros(flat.size)
 
     def _update(self, p, g, lr, skip) -> None:  # noqa: ANN001
         c = self.cfg
@@ -108,8 +108,8 @@ class Adam(FlatOptimizer):
     def __init__(self, flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0, decoupled: bool = True) -> None:
         super().__init__(flat, cfg, world, rank)
         self.decoupled = decoupled
-        self.state["exp_avg"] = self._zeros(flat.padded)
-        self.state["exp_avg_sq"] = self._zeros(flat.padded)
+        self.state["exp_avg"] = self._zeros(flat.size)
+        self.state["exp_avg_sq"] = self._zeros(flat.size)
 
     def _update(self, p, g, lr, skip) -> None:  # noqa: ANN001
         c = self.cfg
@@ -144,7 +144,7 @@ class LAMB(FlatOptimizer):
         self.lengths = self._local_lengths()
 
     def _local_size(self) -> int:
-        return self.flat.padded
+        return self.flat.size
 
     def _local_lengths(self) -> torch.Tensor:
         return self.flat.lengths
@@ -176,17 +176,35 @@ class LAMB(FlatOptimizer):
 
 
 class DistributedLAMB(LAMB):
-    """LAMB with the optimizer state sharded over the instance's ranks (ZeRO-1 style)."""
+    """LAMB with the optimizer state sharded over the instance's ranks (ZeRO-1 style).
+
+    The shards split the parameters' *real* elements (packed back to back, see
+    :meth:`FlatParams.pack`), not the aligned buffer with its gaps: rank ``r`` owns packed elements
+    ``[r*s, (r+1)*s)``, ``s = ceil(numel / world)``. Each step packs the gradient into one reusable
+    buffer, reduce-scatters it, updates this rank's shard, all-gathers the shards back into the same
+    buffer and unpacks it into the aligned ``params`` (two extra copies of the model per step, one
+    extra buffer of its size; fixed addresses, so the step stays graph-capturable).
+    """
 
     sharded = True
 
     def __init__(self, flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0) -> None:
-        if flat.padded % world:
-            raise ConfigError(f"DistributedLAMB over {world} ranks needs FlatParams(..., pad_to={world})")
         super().__init__(flat, cfg, world, rank)
+        n = flat.shard_size(world)
+        self.packed = torch.zeros(n * world, device=flat.device)  # the tail past numel stays zero
+        self.shard = torch.zeros(n, device=flat.device)  # this rank's parameters (packed)
+        self.lo = rank * n
+        # (offset in the aligned buffer, length) of each piece of this rank's packed range
+        self.pieces: list[tuple[int, int]] = []
+        start = 0
+        for off, size in zip(flat.offsets, flat.numels):
+            a, b = max(start, self.lo), min(start + size, self.lo + n)
+            if a < b:
+                self.pieces.append((off + a - start, b - a))
+            start += size
 
     def _local_size(self) -> int:
-        return self.flat.padded // self.world
+        return self.flat.shard_size(self.world)
 
     def _local_lengths(self) -> torch.Tensor:
         return self.flat.shard_lengths(self.rank, self.world)
@@ -197,19 +215,22 @@ class DistributedLAMB(LAMB):
         return t
 
     def step(self, lr: torch.Tensor, skip: torch.Tensor | None = None) -> None:
-        n = self._local_size()
-        lo = self.rank * n
-        flat = self.flat
+        flat, n = self.flat, self.shard.numel()
+        self.flat.pack(flat.grads, out=self.packed)
         if self.world > 1:
             g = torch.empty(n, device=flat.device)
-            reduce_scatter(g, flat.grads)
+            reduce_scatter(g, self.packed)
             g.div_(self.world)
         else:
-            g = flat.grads
-        p = flat.params[lo : lo + n]
-        self._update(p, g, lr, skip)
+            g = self.packed
+        if self.pieces:
+            torch.cat([flat.params[o : o + k] for o, k in self.pieces], out=self.shard[: sum(k for _, k in self.pieces)])
+        self._update(self.shard, g, lr, skip)
         if self.world > 1:
-            all_gather(flat.params, p.clone())
+            all_gather(self.packed, self.shard)
+        else:
+            self.packed.copy_(self.shard)
+        flat.unpack(self.packed, flat.params)
         self.step_count.add_(1.0 if skip is None else 1.0 - skip)
 
 

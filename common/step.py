@@ -96,6 +96,11 @@ class TrainStep:
         count = self.workload.loss_count(batch)
         if count is None:
             return None, None
+        if count.device != self.flat.device and self.mode == "cuda_graph":
+            # a host tensor copied inside a captured step is an error in CUDA (and a sync outside it)
+            raise ConfigError(f"workload '{self.workload.name}': loss_count() returned a tensor on {count.device}, "
+                              f"the step runs on {self.flat.device}; make it on the batch's device "
+                              "(e.g. labels.new_full((), n)) so the step can be captured in a CUDA graph")
         count = count.detach().to(self.flat.device, torch.float32).reshape(())
         handle = None
         if self.world > 1:

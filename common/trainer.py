@@ -136,7 +136,7 @@ class Trainer:
             model = module_to_channels_last(model)
         self.model = model
         self.sharded = cfg.optim.name == "lamb" and cfg.optim.distributed
-        self.flat = FlatParams(model, pad_to=self.world if self.sharded else 1)
+        self.flat = FlatParams(model)
         _broadcast_model(model, self.flat, self.world)
         torch.manual_seed(self.seed * 1000 + self.rank)  # per-rank randomness (dropout) from here on
         self.optimizer = build_optimizer(self.flat, cfg.optim, self.world, self.rank,

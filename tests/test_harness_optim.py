@@ -33,8 +33,8 @@ def _grads(step: int, like: list[torch.Tensor]) -> list[torch.Tensor]:
 def test_flat_buffer_holds_parameters_as_views_and_grads_accumulate_in_place() -> None:
     model = _model()
     before = [p.detach().clone() for p in model.parameters()]
-    flat = FlatParams(model, pad_to=4)
-    assert flat.padded % 4 == 0 and flat.padded >= flat.numel == sum(p.numel() for p in before)
+    flat = FlatParams(model)
+    assert flat.size >= flat.numel == sum(p.numel() for p in before)
     for p, b, off in zip(model.parameters(), before, flat.offsets):
         assert torch.equal(p, b)
         assert p.data_ptr() == flat.params.data_ptr() + off * 4
@@ -131,9 +131,9 @@ def test_flat_lamb_matches_per_tensor_reference(clip: float, bias_correction: bo
                       bias_correction=bias_correction, grad_averaging=grad_averaging)
     model = _model()
     expected = _reference_lamb(list(model.parameters()), lambda s, like: _grads(s, like), cfg, 10)
-    flat = FlatParams(model, pad_to=3)
+    flat = FlatParams(model)
     for dist_cls in (LAMB, DistributedLAMB):  # 1-rank DistributedLAMB runs the sharded code path
-        flat.params[: flat.numel].copy_(torch.cat([t.reshape(-1) for t in _model().parameters()]))
+        flat.params.copy_(flat.flatten(list(_model().parameters())))
         opt = dist_cls(flat, cfg)
         for step in range(10):
             for p, g in zip(model.parameters(), _grads(step, list(model.parameters()))):
@@ -149,7 +149,7 @@ def test_skip_tensor_path_equals_in_place_path_and_a_skipped_step_changes_nothin
     a, b = FlatParams(_model()), FlatParams(_model())
     opt_a, opt_b = build_optimizer(a, cfg), build_optimizer(b, cfg)
     for step in range(3):  # skip=None (in-place kernels) vs skip=0 (the fp16 masked path)
-        g = torch.randn(a.padded, generator=torch.Generator().manual_seed(step))
+        g = torch.randn(a.size, generator=torch.Generator().manual_seed(step))
         a.grads.copy_(g)
         b.grads.copy_(g)
         opt_a.step(torch.tensor(0.05))
@@ -202,7 +202,7 @@ def test_apex_lamb_matches_built_in_lamb_on_gpu() -> None:
     a, b = FlatParams(_model().cuda()), FlatParams(_model().cuda())
     ours, apex = LAMB(a, cfg), ApexLAMB(b, cfg)
     for step in range(10):
-        g = torch.randn(a.padded, generator=torch.Generator().manual_seed(step)).cuda()
+        g = torch.randn(a.size, generator=torch.Generator().manual_seed(step)).cuda()
         a.grads.copy_(g)
         b.grads.copy_(g)
         ours.step(torch.tensor(0.01, device="cuda"))
