@@ -193,6 +193,7 @@ class DistributedLAMB(LAMB):
         n = flat.shard_size(world)
         self.packed = torch.zeros(n * world, device=flat.device)  # the tail past numel stays zero
         self.shard = torch.zeros(n, device=flat.device)  # this rank's parameters (packed)
+        self.grad_shard = torch.zeros(n, device=flat.device)  # this rank's reduced gradient
         self.lo = rank * n
         # (offset in the aligned buffer, length) of each piece of this rank's packed range
         self.pieces: list[tuple[int, int]] = []
@@ -215,10 +216,10 @@ class DistributedLAMB(LAMB):
         return t
 
     def step(self, lr: torch.Tensor, skip: torch.Tensor | None = None) -> None:
-        flat, n = self.flat, self.shard.numel()
+        flat = self.flat
         self.flat.pack(flat.grads, out=self.packed)
         if self.world > 1:
-            g = torch.empty(n, device=flat.device)
+            g = self.grad_shard
             reduce_scatter(g, self.packed)
             g.div_(self.world)
         else:
