@@ -10,9 +10,10 @@ Works single-process (MPI singleton init) and under ``mpiexec``/``mpirun``/``sru
 * the device (``--device auto|cpu|cuda``; auto = CUDA when torch sees a GPU) is agreed by every rank
   before any work: on CUDA each rank gets its own GPU by node-local rank (the MPI shared-memory split,
   ordered by world rank: ``OMPI_COMM_WORLD_LOCAL_RANK``/``SLURM_LOCALID`` under block placement),
-  counting the GPUs each rank sees (``CUDA_VISIBLE_DEVICES`` is respected, also when a launcher binds
-  one GPU per task), and a layout that puts more ranks of one instance on a node than there are GPUs
-  is refused with both numbers and the way out (NCCL would die later with "Duplicate GPU detected");
+  among the ranks that see the same GPUs (compared by UUID, so ``CUDA_VISIBLE_DEVICES`` or a cgroup per
+  task that shows each rank its own GPU is respected), and a layout that puts more ranks of one
+  instance on a node than there are GPUs is refused with both numbers and the way out (NCCL would die
+  later with "Duplicate GPU detected"); ranks of different instances may share a GPU (a note says so);
 * the rendezvous address is exchanged over MPI: instance rank 0 opens a TCPStore on a free port and
   broadcasts it, so nobody sets MASTER_ADDR by hand (``HPCBENCH_MASTER_ADDR`` overrides the address);
 * torch intra-op threads are set to the node's CPUs divided by the ranks on the node.
@@ -280,17 +281,54 @@ def assign_gpus(instances: Sequence[int], gpus: int, host: str = "this node") ->
     return out
 
 
-def shared_gpus_note(instances: Sequence[int], assigned: Sequence[int], host: str = "this node") -> str | None:
-    """A one-line note when ranks of different instances share a GPU (throughput is then shared)."""
-    by_gpu: dict[int, list[int]] = {}
-    for k, g in zip(instances, assigned):
+def shared_gpus_note(instances: Sequence[int], gpus: Sequence[int | str], host: str = "this node") -> str | None:
+    """A one-line note when ranks of different instances share a GPU (``gpus[i]``: the GPU of rank i,
+    an index or a physical id); their throughput is then shared."""
+    by_gpu: dict[int | str, list[int]] = {}
+    for k, g in zip(instances, gpus):
         by_gpu.setdefault(g, []).append(k)
-    shared = {g: ks for g, ks in sorted(by_gpu.items()) if len(ks) > 1}
+    shared = {g: ks for g, ks in by_gpu.items() if len(ks) > 1}
     if not shared:
         return None
-    parts = "; ".join(f"GPU {g}: instances {', '.join(map(str, ks))}" for g, ks in shared.items())
-    return (f"{host}: {len(instances)} ranks on {len(set(assigned))} GPU(s), instances share GPUs ({parts}); "
+    parts = "; ".join(f"{g if isinstance(g, str) else f'GPU {g}'}: instances {', '.join(map(str, ks))}"
+                      for g, ks in shared.items())
+    return (f"{host}: {len(instances)} ranks on {len(by_gpu)} GPU(s), instances share GPUs ({parts}); "
             "each instance's throughput is measured on a shared GPU")
+
+
+def plan_host_gpus(ranks: Sequence[tuple[int, tuple[str, ...]]], host: str = "this node") -> list[int]:
+    """The device index of each CUDA rank on one host: ``ranks[i]`` = (instance, ids of the GPUs the
+    host's i-th rank sees, in its own device order). Ranks that see the same GPUs share them out with
+    :func:`assign_gpus`; ranks that see others (``CUDA_VISIBLE_DEVICES`` per task, or a cgroup per task
+    that shows each its own GPU as device 0) do not compete. Two ranks of one instance that would still
+    end on one physical GPU are refused. Pure: every rank of the host computes the same plan."""
+    index = [0] * len(ranks)
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for i, (_, ids) in enumerate(ranks):
+        groups.setdefault(ids, []).append(i)
+    for ids, members in groups.items():
+        for i, gpu in zip(members, assign_gpus([ranks[i][0] for i in members], len(ids), host)):
+            index[i] = gpu
+    owner: dict[tuple[int, str], int] = {}
+    for i, (instance, ids) in enumerate(ranks):
+        other = owner.setdefault((instance, ids[index[i]]), i)
+        if other != i:
+            raise DistributedError(f"{host}: ranks {other} and {i} on this node (instance {instance}) would both use "
+                                   f"GPU {ids[index[i]]}, as their CUDA_VISIBLE_DEVICES overlap; NCCL needs one GPU "
+                                   "per rank of an instance: give each rank its own GPUs, or train on the CPU with "
+                                   "--device cpu")
+    return index
+
+
+def _visible_gpu_ids(count: int) -> tuple[str, ...]:
+    """Ids of the GPUs this rank sees, in its device order: the UUIDs, else CUDA_VISIBLE_DEVICES' entries."""
+    import torch
+
+    try:
+        return tuple(str(torch.cuda.get_device_properties(i).uuid) for i in range(count))
+    except Exception:  # noqa: BLE001 - an older torch without uuid: the visible list names them
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return tuple(f"{visible or 'all'}#{i}" for i in range(count))
 
 
 def choose_device(env: DistEnv, choice: str = "auto") -> "torch.device":
@@ -306,22 +344,20 @@ def choose_device(env: DistEnv, choice: str = "auto") -> "torch.device":
         kind = resolve_device(choice, torch.cuda.is_available(), "" if choice != "cuda" else _why_no_cuda())
     except DistributedError as exc:
         err, kind = str(exc), "cpu"
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    count = torch.cuda.device_count() if kind == "cuda" else 0
+    ids = _visible_gpu_ids(torch.cuda.device_count()) if kind == "cuda" else ()
     host = _host_comm(env.comm)
-    rows = host.allgather((kind, layout.instance, visible, count))
+    rows = host.allgather((kind, layout.instance, ids))
     me = host.Get_rank()
     host.Free()
     index: int | None = None
     if kind == "cuda" and err is None:
-        # ranks that see the same devices compete for them; others (another CUDA_VISIBLE_DEVICES) do not
-        group = [i for i, r in enumerate(rows) if r[0] == "cuda" and r[2] == visible]
-        instances = [rows[i][1] for i in group]
+        cuda = [i for i, r in enumerate(rows) if r[0] == "cuda"]
+        ranks = [(rows[i][1], rows[i][2]) for i in cuda]
         try:
-            assigned = assign_gpus(instances, count, layout.hostname)
-            index = assigned[group.index(me)]
-            note = shared_gpus_note(instances, assigned, layout.hostname)
-            if note and group[0] == me:
+            plan = plan_host_gpus(ranks, layout.hostname)
+            index = plan[cuda.index(me)]
+            note = shared_gpus_note([k for k, _ in ranks], [g[j] for (_, g), j in zip(ranks, plan)], layout.hostname)
+            if note and cuda[0] == me:
                 print(f"hpcbench: note: {note}", file=sys.stderr, flush=True)
         except DistributedError as exc:
             err = str(exc)
@@ -359,11 +395,15 @@ def device_description(device: "torch.device") -> dict[str, Any]:
         return {"device": "cpu", "gpu_name": None, "pci_bus_id": None, "cuda_visible_devices": None}
     import torch
 
-    props = torch.cuda.get_device_properties(device)
-    bus = None
-    if all(hasattr(props, a) for a in ("pci_domain_id", "pci_bus_id", "pci_device_id")):
-        bus = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
-    return {"device": str(device), "gpu_name": props.name, "pci_bus_id": bus,
+    name, bus = None, None
+    try:  # a report: a device that cannot be queried is described, not fatal (the other ranks wait for it)
+        props = torch.cuda.get_device_properties(device)
+        name = props.name
+        if all(hasattr(props, a) for a in ("pci_domain_id", "pci_bus_id", "pci_device_id")):
+            bus = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+    except Exception as exc:  # noqa: BLE001
+        name = f"unknown ({type(exc).__name__}: {exc})"
+    return {"device": str(device), "gpu_name": name, "pci_bus_id": bus,
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
 

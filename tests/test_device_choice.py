@@ -113,3 +113,19 @@ def test_job_scripts_pass_the_systems_device_and_refuse_more_ranks_than_gpus(tmp
     with pytest.raises(ConfigError, match=r"tasks_per_node = 8 ranks per node but node.gpus_per_node = 4.*--device cpu"):
         render(JobSpec(system=str(system), workload="cosmoflow"))
     assert "--device cpu" in render(JobSpec(system=str(system), workload="cosmoflow", device="cpu"))
+
+
+def test_ranks_that_see_different_gpus_do_not_compete_and_overlaps_are_caught() -> None:
+    from common.dist import plan_host_gpus
+
+    every = ("GPU-a", "GPU-b", "GPU-c", "GPU-d")
+    assert plan_host_gpus([(0, every)] * 4) == [0, 1, 2, 3]  # all see all: by node-local rank
+    # one GPU per task (CUDA_VISIBLE_DEVICES per rank, or a cgroup showing each its own GPU as device 0)
+    assert plan_host_gpus([(0, (g,)) for g in every]) == [0, 0, 0, 0]
+    with pytest.raises(DistributedError, match="2 ranks run on this node but only 1 GPU"):
+        plan_host_gpus([(0, ("GPU-a",)), (0, ("GPU-a",))], "n1")
+    with pytest.raises(DistributedError, match="ranks 0 and 1 on this node .instance 0. would both use GPU GPU-b"):
+        plan_host_gpus([(0, ("GPU-b", "GPU-a")), (0, ("GPU-b",))])
+    assert plan_host_gpus([(0, ("GPU-a",)), (1, ("GPU-a",))]) == [0, 0]  # two instances may share
+    note = shared_gpus_note([0, 1], ["GPU-a", "GPU-a"])
+    assert note is not None and "GPU-a: instances 0, 1" in note
