@@ -72,6 +72,15 @@ def test_device_cuda_without_cuda_fails_before_any_work(tmp_path: Path) -> None:
 
 
 @no_cuda
+def test_info_shows_a_refused_device_with_the_layout_and_fails() -> None:
+    proc = run_cli(["info", "--json", "--device", "cuda"])
+    assert proc.returncode == 2 and proc.stderr.count("torch sees no CUDA device") == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    assert "torch sees no CUDA device" in report["device_choice"]["error"]
+    assert [r["device"] for r in report["layout"]] == ["refused"]
+
+
+@no_cuda
 @pytest.mark.mpi
 def test_device_cuda_without_cuda_under_mpiexec_is_one_message_and_no_work(tmp_path: Path) -> None:
     results = tmp_path / "results"

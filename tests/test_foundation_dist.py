@@ -55,7 +55,8 @@ def test_four_ranks_two_instances_have_separate_groups() -> None:
 
 @pytest.mark.mpi
 def test_info_under_mpiexec_shows_ranks_and_instances() -> None:
-    proc = run_mpi(4, ["-m", "hpcbench", "info", "--instances", "2", "--json"], timeout=120)
+    # --device cpu: 2 ranks per instance on this host would be refused on a node with one GPU
+    proc = run_mpi(4, ["-m", "hpcbench", "info", "--instances", "2", "--json", "--device", "cpu"], timeout=120)
     report = json.loads(proc.stdout)
     assert report["ranks"] == 4
     assert report["nodes"] == 1  # shared-memory split: one host
