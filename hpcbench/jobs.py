@@ -36,6 +36,7 @@ class JobSpec:
     time: str | None = None
     seed: int = 1
     overrides: list[str] = field(default_factory=list)
+    device: str | None = None  # --device for train (default: the system file's node.device, else auto)
     command: str = ""  # the command line that rendered the script (for the header)
 
 
@@ -101,6 +102,18 @@ def _values(spec: JobSpec, sysd: dict[str, Any]) -> dict[str, str]:
     train = ["--config", spec.config, "--system-name", str(sysd["name"]), "--no-progress"]
     if emulate:
         train += ["--ranks-per-node", str(tpn)]
+    device = spec.device or node.get("device")
+    if device is not None:
+        if device not in ("auto", "cpu", "cuda"):
+            raise ConfigError(f"device must be auto, cpu or cuda (system settings key 'node.device' or --device), "
+                              f"got {device!r}")
+        train += ["--device", str(device)]
+    gpus = int(node.get("gpus_per_node", 0) or 0)
+    # a node's ranks all belong to one instance; on a node with GPUs, auto means CUDA
+    if device != "cpu" and gpus and tpn > gpus and not emulate:
+        raise ConfigError(f"system settings: node.tasks_per_node = {tpn} ranks per node but node.gpus_per_node = "
+                          f"{gpus} GPUs; NCCL needs one GPU per rank: use tasks_per_node <= {gpus}, "
+                          "or --device cpu")
     packed = spec.stage_from or sysd.get("data", {}).get(spec.workload, "")
     if spec.data:
         train += ["--data", spec.data]

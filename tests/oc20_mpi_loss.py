@@ -19,7 +19,7 @@ GLOBAL_BATCH = 6
 
 
 def main(data: str) -> None:
-    env = init_distributed(1)
+    env = init_distributed(1, device="cpu")  # 3 ranks on CPU tensors (gloo), also on a GPU node
     rank, world = env.layout.instance_rank, env.layout.instance_size
     cfg = OC20Workload.load_config("mini", [f"data.root={data}", "data.preload=false", "model.hidden=16",
                                             "model.out_emb=16", "model.int_emb=8", "model.blocks=1"])

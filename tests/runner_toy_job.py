@@ -76,7 +76,7 @@ def toy_train(workload, env, log, system) -> ToyResult:  # noqa: ANN001
 
 def main() -> int:
     results, instances = Path(sys.argv[1]), int(sys.argv[2])
-    env = init_distributed(instances, ranks_per_node=1, torch_backend="gloo", timeout_s=60)
+    env = init_distributed(instances, ranks_per_node=1, torch_backend="gloo", timeout_s=60, device="cpu")
     opts = RunnerOptions(results=results, system=SystemDescription(system_name="toybox"),
                          straggler_grace_s=float(os.environ.get("TOY_GRACE", "5")))
     summary = run_instances(env, "cosmoflow", lambda root: None, opts, train_fn=toy_train)

@@ -10,11 +10,14 @@ from tests.conftest import run_cli, run_mpi, result_log
 
 @pytest.mark.parametrize("loader", ["torch", "dali"])
 def test_train_two_ranks_logs_the_cosmoflow_keys(tmp_path, loader: str) -> None:
+    if loader == "dali":
+        pytest.importorskip("nvidia.dali", reason="train.loader=dali needs NVIDIA DALI, which is not installed")
     data, results = tmp_path / "data", tmp_path / "results"
     proc = run_cli(["datagen", "cosmoflow", "--out", str(data), "--samples", "16", "--val-samples", "4",
                     "--size", "8", "--quiet", "--workers", "1"] + (["--plain"] if loader == "dali" else []))
     assert proc.returncode == 0, proc.stderr
-    proc = run_mpi(2, ["-m", "hpcbench", "train", "cosmoflow", "--config", "mini", "--data", str(data),
+    # 2 ranks of one instance on this host: the CPU (gloo), also on a GPU node with fewer GPUs than ranks
+    proc = run_mpi(2, ["-m", "hpcbench", "train", "cosmoflow", "--config", "mini", "--data", str(data), "--device", "cpu",
                 "--results", str(results), "--no-progress", "--set", "data.size=8", "--set", "model.conv_layers=2",
                 "--set", "train.max_epochs=2", "--set", "train.global_batch_size=4", "--set", f"train.loader={loader}"],
             timeout=240, check=False)

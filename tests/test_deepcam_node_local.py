@@ -20,7 +20,8 @@ def test_one_instance_of_two_nodes_trains_on_node_local_parts(tmp_path: Path) ->
     proc = run_cli(["pack", "--dataset", "deepcam", "--source", str(raw), "--dest", str(packed),
                     "--shard-mb", "0.05", "--no-progress"])
     assert proc.returncode == 0, proc.stderr
-    proc = run_mpi(2, ["-m", "hpcbench", "train", "deepcam", "--config", "mini", "--instances", "1",
+    # two ranks of one instance on this host: the CPU (gloo), also on a GPU node with fewer GPUs than ranks
+    proc = run_mpi(2, ["-m", "hpcbench", "train", "deepcam", "--config", "mini", "--instances", "1", "--device", "cpu",
                        "--ranks-per-node", "1", "--stage-from", str(packed), "--stage-to", str(local / "node{node}"),
                        "--results", str(results), "--no-progress", "--set", "train.max_epochs=1",
                        "--set", "train.global_batch_size=2", "--set", "data.threads=1",

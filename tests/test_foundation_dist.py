@@ -18,14 +18,20 @@ def test_split_instances_requires_even_division() -> None:
         split_instances(4, 0)
 
 
-def test_single_process_layout_and_torch_group() -> None:
+@pytest.mark.parametrize("device", ["auto", "cpu"])
+def test_single_process_layout_and_torch_group(device: str) -> None:
+    import torch
     import torch.distributed as tdist
 
-    env = init_distributed(instances=1)
+    env = init_distributed(instances=1, device=device)
     try:
         lay = env.layout
         assert (lay.world_rank, lay.world_size, lay.instance, lay.instance_size, lay.num_nodes) == (0, 1, 0, 1, 1)
-        assert env.torch_backend == "gloo" and tdist.get_world_size() == 1
+        assert (lay.host_local_rank, lay.host_local_size) == (0, 1)
+        # auto: CUDA + NCCL where torch sees a GPU; cpu: gloo on the CPU, also on a GPU node
+        cuda = device == "auto" and torch.cuda.is_available()
+        assert env.device.type == ("cuda" if cuda else "cpu")
+        assert env.torch_backend == ("nccl" if cuda else "gloo") and tdist.get_world_size() == 1
     finally:
         env.close()
 
@@ -41,14 +47,16 @@ def test_four_ranks_two_instances_have_separate_groups() -> None:
     # all-reduce inside an instance sums only that instance's world ranks: {0,1} -> 1, {2,3} -> 5
     assert [r["torch_sum"] for r in rows] == [1.0, 1.0, 5.0, 5.0]
     assert [r["mpi_sum"] for r in rows] == [1, 1, 5, 5]
-    assert all(r["torch_world"] == 2 and r["backend"] == "gloo" for r in rows)
-    # 4 ranks share this host: threads = CPUs // 4, at least 1
+    assert all(r["torch_world"] == 2 and r["backend"] == "gloo" and r["device"] == "cpu" for r in rows)  # --device cpu
+    # 4 ranks share this host (nodes of 2 are emulated): threads = CPUs // 4, at least 1
     assert all(r["host_local_size"] == 4 and r["threads"] >= 1 for r in rows)
+    assert [r["host_local_rank"] for r in rows] == [0, 1, 2, 3] and [r["local_rank"] for r in rows] == [0, 1, 0, 1]
 
 
 @pytest.mark.mpi
 def test_info_under_mpiexec_shows_ranks_and_instances() -> None:
-    proc = run_mpi(4, ["-m", "hpcbench", "info", "--instances", "2", "--json"], timeout=120)
+    # --device cpu: 2 ranks per instance on this host would be refused on a node with one GPU
+    proc = run_mpi(4, ["-m", "hpcbench", "info", "--instances", "2", "--json", "--device", "cpu"], timeout=120)
     report = json.loads(proc.stdout)
     assert report["ranks"] == 4
     assert report["nodes"] == 1  # shared-memory split: one host

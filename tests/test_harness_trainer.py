@@ -23,7 +23,7 @@ TOY = "tests.harness_toy:ToyWorkload"
 
 @pytest.fixture(scope="module")
 def env():  # noqa: ANN201 - one singleton-MPI torch group for the in-process runs of this module
-    e = init_distributed()
+    e = init_distributed(device="cpu")  # these runs check CPU behaviour (gloo), also on a GPU node
     yield e
     e.close()
 
@@ -78,7 +78,7 @@ def test_max_epochs_without_target_is_aborted(env, tmp_path: Path) -> None:  # n
 @pytest.mark.mpi
 def test_two_instances_of_two_ranks_write_one_compliant_log_each(tmp_path: Path) -> None:
     proc = run_mpi(4, ["-m", "hpcbench", "train", TOY, "--results", str(tmp_path), "--instances", "2",
-                       "--no-progress", "--system-name", "toy", "--set", "optim.name=lamb", "--set", "optim.distributed=true",
+                       "--no-progress", "--device", "cpu", "--system-name", "toy", "--set", "optim.name=lamb", "--set", "optim.distributed=true",
                        "--set", "optim.lr=0.01"], timeout=240)
     assert "instance 0: success" in proc.stdout and "instance 1: success" in proc.stdout, proc.stdout
     folder = benchmark_dir(tmp_path, "toy", "weak", "cosmoflow")  # the runner's results layout
@@ -152,13 +152,14 @@ def test_bf16_autocast_trains_with_fp32_master_weights(env) -> None:  # noqa: AN
     ("train.graph=cuda_graph", "cuda_graph needs a CUDA device"),
 ])
 def test_gpu_only_settings_on_cpu_are_config_errors(env, override: str, match: str) -> None:  # noqa: ANN001
+    assert env.device.type == "cpu"  # --device cpu, also on a GPU node
     with pytest.raises(ConfigError, match=match):
         _trainer(env, [override]).run()
 
 
 @pytest.mark.mpi
 def test_batch_that_does_not_split_over_ranks_is_reported_by_key(tmp_path: Path) -> None:
-    proc = run_mpi(2, ["-m", "hpcbench", "train", TOY, "--results", str(tmp_path), "--no-progress",
+    proc = run_mpi(2, ["-m", "hpcbench", "train", TOY, "--results", str(tmp_path), "--no-progress", "--device", "cpu",
                        "--set", "train.global_batch_size=7"], timeout=120, check=False)
     assert proc.returncode != 0
     assert "train.global_batch_size" in proc.stderr and "multiple of 2" in proc.stderr

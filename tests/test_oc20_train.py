@@ -24,6 +24,7 @@ def test_datagen_then_train_two_ranks(tmp_path: Path) -> None:
     assert all((train[k]["force"] == other[k]["force"]).all() for k in range(8))  # deterministic per seed
     results = tmp_path / "results"
     args = ["-m", "hpcbench", "train", "oc20", "--config", "mini", "--data", str(data), "--results", str(results),
+            "--device", "cpu",  # 2 ranks of one instance on this host: gloo, also on a one-GPU node
             "--no-progress", "--set", "train.max_epochs=1", "--set", "train.eval_every=1", "--set", "train.target=10",
             "--set", "train.global_batch_size=4", "--set", "model.hidden=16", "--set", "model.out_emb=16",
             "--set", "model.int_emb=8", "--set", "model.blocks=1", "--set", "model.cutoff=4.0"]

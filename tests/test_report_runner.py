@@ -18,7 +18,7 @@ def _folder(root: Path) -> Path:
 
 
 TRAIN = ["-m", "hpcbench", "train", "tests.harness_toy:ToyWorkload", "--config", "tests/harness_configs/mini.toml",
-         "--system-name", "toybox", "--no-progress", "--ranks-per-node", "1"]
+         "--system-name", "toybox", "--no-progress", "--ranks-per-node", "1", "--device", "cpu"]  # gloo on any node
 
 
 def test_two_instances_two_ranks_report_equals_official(tmp_path: Path) -> None:

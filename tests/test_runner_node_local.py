@@ -19,7 +19,8 @@ def test_two_instances_of_two_nodes_train_on_node_local_parts(tmp_path: Path) ->
     proc = run_cli(["pack", "--dataset", "cosmoflow", "--source", str(raw), "--dest", str(packed),
                     "--shard-mb", "0.05", "--no-progress"])
     assert proc.returncode == 0, proc.stderr
-    proc = run_mpi(4, ["-m", "hpcbench", "train", "cosmoflow", "--config", "mini", "--instances", "2",
+    # 2 ranks per instance on this host: the CPU (gloo), also on a GPU node with fewer GPUs than that
+    proc = run_mpi(4, ["-m", "hpcbench", "train", "cosmoflow", "--config", "mini", "--instances", "2", "--device", "cpu",
                        "--ranks-per-node", "1", "--stage-from", str(packed), "--stage-to", str(local / "node{node}"),
                        "--results", str(results), "--no-progress", "--set", "data.size=8",
                        "--set", "model.conv_layers=2", "--set", "train.max_epochs=1",

@@ -20,3 +20,11 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config key, e.g. --set train.seed=7 (repeatable)")
     g.add_argument("--dump-config", action="store_true", help="print the resolved config as TOML and exit")
+
+
+def add_device_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="where to train: auto (default) = CUDA when torch sees a GPU, else the CPU; cuda "
+                             "fails clearly without one; cpu uses gloo, also on a GPU node. On CUDA each rank "
+                             "takes its own GPU by node-local rank (CUDA_VISIBLE_DEVICES respected), and more "
+                             "ranks of one instance per node than GPUs is refused before any work")

@@ -11,13 +11,14 @@ from typing import Any
 
 from hpcbench import __version__
 
-from ._common import add_layout_args
+from ._common import add_device_arg, add_layout_args
 
 PACKAGES = ("torch", "numpy", "mpi4py", "h5py", "zstandard", "lmdb", "mlperf_logging", "torch_geometric", "ase")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_layout_args(parser)
+    add_device_arg(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
@@ -64,13 +65,22 @@ def _devices() -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from common.dist import default_threads, init_distributed, launched_by_mpi, mpi
+    from common.dist import choose_device, default_threads, device_description, init_distributed, launched_by_mpi, mpi
+    from common.errors import DistributedError
 
     env = init_distributed(args.instances, args.ranks_per_node, torch_backend=None)
     layout = env.layout
-    rows = env.comm.gather({**layout.__dict__, "pid": os.getpid()}, root=0)
+    # the device `hpcbench train --device` would give each rank (the same choice, no process group); a
+    # refusal (raised alike on every rank) is shown with the layout it refuses, and the exit status is 2
+    refused: str | None = None
+    try:
+        described = device_description(choose_device(env, args.device))
+    except DistributedError as exc:
+        refused = str(exc)
+        described = {"device": "refused", "gpu_name": None, "pci_bus_id": None, "cuda_visible_devices": None}
+    rows = env.comm.gather({**layout.__dict__, "pid": os.getpid(), **described}, root=0)
     if not layout.is_world_leader:
-        return 0
+        return 2 if refused else 0
 
     import torch
 
@@ -92,12 +102,16 @@ def run(args: argparse.Namespace) -> int:
         "instances": layout.num_instances,
         "ranks_per_instance": layout.instance_size,
         "nodes_per_instance": layout.nodes_per_instance,
+        "device_choice": {"requested": args.device, "error": refused},
         "layout": rows,
     }
     if args.json:
         print(json.dumps(report, indent=2, default=str))
-        return 0
-    _print_table(report, torch.get_num_threads())
+    else:
+        _print_table(report, torch.get_num_threads())
+    if refused:
+        print(f"hpcbench info: error: {refused}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -117,16 +131,28 @@ def _print_table(report: dict[str, Any], threads_now: int) -> None:
     t.add_row("apex", report["apex"])
     dev = report["devices"]
     t.add_row("devices", ", ".join(dev["gpus"]) if dev["gpus"] else "CPU only (no CUDA device)")
+    choice = report["device_choice"]
+    t.add_row("--device " + choice["requested"], f"REFUSED: {choice['error']}" if choice["error"] else "ok")
     t.add_row("torch threads / rank", f"{report['torch_threads_per_rank']} (process default {threads_now})")
     t.add_row("ranks", str(report["ranks"]))
     t.add_row("nodes", str(report["nodes"]))
     t.add_row("instances", f"{report['instances']} x {report['ranks_per_instance']} ranks "
               f"({report['nodes_per_instance']} node(s) each)")
     console.print(t)
-    lt = Table(title="rank layout")
-    for col in ("rank", "host", "node", "local", "instance", "inst. rank", "inst. node"):
+    lt = Table(title="rank layout (device: what `hpcbench train --device` gives each rank)")
+    rows = report["layout"]
+    gpus = any(r["device"].startswith("cuda") for r in rows)
+    # the rank on the physical host picks the GPU; shown when nodes are emulated (it differs from "local")
+    emulated = any((r["host_local_rank"], r["host_local_size"]) != (r["local_rank"], r["local_size"]) for r in rows)
+    cols = ["rank", "host", "node", "local"] + (["host rank"] if emulated else []) + ["inst", "inst rank", "inst node",
+                                                                                      "device"]
+    for col in cols + (["GPU", "PCI bus id"] if gpus else []):
         lt.add_column(col, justify="right")
-    for r in report["layout"]:
-        lt.add_row(str(r["world_rank"]), r["hostname"], str(r["node_index"]), f"{r['local_rank']}/{r['local_size']}",
-                   str(r["instance"]), f"{r['instance_rank']}/{r['instance_size']}", str(r["instance_node_index"]))
+    for r in rows:
+        row = [str(r["world_rank"]), r["hostname"], str(r["node_index"]), f"{r['local_rank']}/{r['local_size']}"]
+        row += [f"{r['host_local_rank']}/{r['host_local_size']}"] if emulated else []
+        row += [str(r["instance"]), f"{r['instance_rank']}/{r['instance_size']}", str(r["instance_node_index"]),
+                r["device"]]
+        row += [r["gpu_name"] or "", r["pci_bus_id"] or "n/a"] if gpus else []
+        lt.add_row(*row)
     console.print(lt)

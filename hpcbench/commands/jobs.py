@@ -24,6 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--stage-to", help="node-local staging folder, {node} = node index (default: the system file's)")
     r.add_argument("--no-stage", action="store_true", help="do not stage even if the system file names a dataset")
     r.add_argument("--time", help="Slurm time limit (default: the system file's)")
+    r.add_argument("--device", choices=("auto", "cpu", "cuda"),
+                   help="hpcbench train --device in the job (default: the system file's node.device, else auto)")
     r.add_argument("--seed", type=int, default=1, help="base seed; instance k trains with seed+k")
     r.add_argument("-o", "--output", help="write the script here instead of printing it")
 
@@ -35,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     spec = JobSpec(system=args.system, workload=args.workload, mode=args.mode, launch=args.launch,
                    instances=args.instances, nodes_per_instance=args.nodes_per_instance, config=args.config,
                    results=args.results, data=args.data, stage_from=args.stage_from, stage_to=args.stage_to, no_stage=args.no_stage,
-                   time=args.time, seed=args.seed, overrides=args.overrides,
+                   time=args.time, seed=args.seed, overrides=args.overrides, device=args.device,
                    command="hpcbench " + shlex.join(sys.argv[1:]))
     script = render(spec)
     if args.output:

@@ -19,6 +19,8 @@ from pathlib import Path
 from common.errors import HpcbenchError
 from hpcbench import registry
 
+from ._common import add_device_arg
+
 DONE = ".hpcbench-complete"  # marker written after a step's output is complete
 
 
@@ -31,6 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default="mini", help="preset or TOML file (default mini)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="config override passed to train (repeatable)")
+    add_device_arg(parser)
     parser.add_argument("--seed", type=int, default=0, help="datagen seed (default 0)")
     parser.add_argument("--fresh", action="store_true", help="delete the work dir first (else reuse data and shards)")
     parser.add_argument("--mpiexec", default=None, help="mpiexec to use (default: the one next to this Python, else PATH)")
@@ -68,7 +71,12 @@ def _step(name: str, cmd: list[str], timeout: float | None = None, allowed: tupl
 
 
 def run(args: argparse.Namespace) -> int:
+    from common.dist import check_local_job
+
     cls = registry.get(args.workload)
+    # a layout the GPUs cannot hold is refused here, before any data is generated
+    device = check_local_job(args.device, args.instances, args.ranks_per_instance)
+    print(f"==> device: {device} ({args.instances} instance(s) x {args.ranks_per_instance} rank(s), --device {args.device})")
     name = registry.entry(args.workload).name
     work: Path = args.workdir.resolve()
     if args.fresh and work.exists():
@@ -97,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     train_cmd = [find_mpiexec(args.mpiexec), "-n", str(ranks), *hb, "train", name, "--config", args.config,
                  "--instances", str(args.instances), "--ranks-per-node", str(args.ranks_per_instance),
                  "--stage-from", str(packed), "--stage-to", str(local / "node{node}"),
-                 "--results", str(results), "--overwrite", "--no-progress"]
+                 "--results", str(results), "--overwrite", "--no-progress", "--device", device]
     for override in args.overrides:
         train_cmd += ["--set", override]
     # an instance that misses its target is still reported: run the report, then say so

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hpcbench import registry
 
-from ._common import add_config_args, add_layout_args
+from ._common import add_config_args, add_device_arg, add_layout_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,6 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("workload", help=f"one of: {', '.join(registry.names())}")
     add_config_args(parser)
     add_layout_args(parser)
+    add_device_arg(parser)
     parser.add_argument("--data", metavar="DIR", help="dataset root (shortcut for --set data.root=DIR)")
     parser.add_argument("--results", metavar="DIR", default="results",
                         help="submission folder: results/<system>/... and systems/<system>.json go below it")
@@ -68,7 +69,7 @@ def train(args: argparse.Namespace) -> int:
     system = SystemDescription.load(Path(args.system)) if args.system else SystemDescription()
     if args.system_name:
         system.system_name = args.system_name
-    env = init_distributed(args.instances, args.ranks_per_node)
+    env = init_distributed(args.instances, args.ranks_per_node, device=args.device)
     opts = RunnerOptions(results=Path(args.results), system=system,
                          stage_from=Path(args.stage_from) if args.stage_from else None, stage_to=args.stage_to,
                          dataset=None if ":" in args.workload else registry.entry(args.workload).name,

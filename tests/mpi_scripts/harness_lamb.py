@@ -29,7 +29,7 @@ def grads(step: int, rank: int, n: int) -> torch.Tensor:
 
 def main() -> None:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 10
-    env = init_distributed()
+    env = init_distributed(device="cpu")  # CPU tensors and gloo, also on a GPU node
     world, rank = env.layout.instance_size, env.layout.instance_rank
     cfg = OptimConfig(name="lamb", lr=0.01, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01, max_grad_norm=1.0,
                       distributed=True)

@@ -61,7 +61,7 @@ def evaluate(env) -> dict:  # noqa: ANN001
 
 
 def main() -> None:
-    env = init_distributed()
+    env = init_distributed(device="cpu")  # CPU behaviour (gloo), also on a GPU node
     out = resume(env, sys.argv[2]) if sys.argv[1] == "resume" else evaluate(env)
     print(json.dumps({"rank": env.layout.instance_rank, **out}), flush=True)
     env.close()
