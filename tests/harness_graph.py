@@ -23,7 +23,7 @@ from common.step import TrainStep, prepare_batch
 from tests.harness_toy import ToyWorkload
 
 
-def _stepper(workload: Any, mode: str, device: torch.device) -> tuple[TrainStep, FlatParams]:
+def stepper(workload: Any, mode: str, device: torch.device) -> tuple[TrainStep, FlatParams]:
     torch.manual_seed(0)
     model = workload.build_model().to(device)
     if workload.cfg.train.channels_last:
@@ -39,7 +39,7 @@ def compare(steps: int = 20, overrides: tuple[str, ...] = (), batch: int = 64) -
     device = torch.device("cuda")
     workload = ToyWorkload(ToyWorkload.load_config("mini", ["optim.name=lamb", "optim.weight_decay=0.01",
                                                             "optim.max_grad_norm=1.0", *overrides]))
-    steppers = [_stepper(workload, mode, device) for mode in ("eager", "cuda_graph")]
+    steppers = [stepper(workload, mode, device) for mode in ("eager", "cuda_graph")]
     g = torch.Generator().manual_seed(5)
     feats = workload.cfg.data.features
     batches = [{"x": torch.randn(batch, feats, generator=g).to(device), "y": torch.rand(batch, 4, generator=g).to(device)}
@@ -91,5 +91,5 @@ def compare_workload(name: str, root: str, steps: int = 6, overrides: tuple[str,
     for s in range(steps):
         host = spec.collate([source[(s * bs + j) % len(source)] for j in range(bs)])
         batches.append(spec.transform(prepare_batch(host, dev, channels_last=False)))
-    steppers = [_stepper(workload, mode, dev) for mode in modes]
+    steppers = [stepper(workload, mode, dev) for mode in modes]
     return _interleave(steppers, batches, warm=1)
