@@ -165,3 +165,13 @@ def check_staged(root: Path, dataset: str | None = None, slot: int | None = None
         if not p.is_file() or p.stat().st_size != e["size"]:
             raise DataError(f"{root}: staged file {e['name']} is missing or changed since staging; {hint}")
     return m
+
+
+def require_staged(data: Any, layout: Any, dataset: str | None) -> None:
+    """The training entry's check: a node-local data root (``data.node_local``) must be completely
+    staged for this dataset and this rank's place in the layout, unless ``data.require_staged`` is
+    false. ``layout`` is the rank's :class:`common.dist.Layout`."""
+    if not getattr(data, "node_local", False) or not getattr(data, "require_staged", True):
+        return
+    root = Path(str(data.root).replace("{node}", str(layout.node_index)))
+    check_staged(root, dataset, layout.instance_node_index, layout.nodes_per_instance)
