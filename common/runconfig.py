@@ -50,6 +50,8 @@ class DataConfig:
 
     root: str = ""  # dataset folder (``--data DIR``)
     node_local: bool = False  # root holds this node's part only (node-local staging; set by the runner)
+    # with node_local: refuse a root without staging's completion marker (false: a folder made by hand)
+    require_staged: bool = True
     threads: int = -1  # reader threads per rank; 0: read in the training thread; -1: auto (loader.reader_threads)
     prefetch: int = 2  # batches in flight per reader thread
 

@@ -70,10 +70,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HpcbenchError as exc:
         if args.debug:
             traceback.print_exc()
-        if isinstance(exc, (ConfigError, DistributedError)) and _launcher_rank() > 0:
-            return 2  # every rank hit the same deterministic error; rank 0 reports it
-        print(f"hpcbench {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        agreed = getattr(exc, "agreed", False)  # raised on every rank with the same message (staging)
+        if not ((agreed or isinstance(exc, (ConfigError, DistributedError))) and _launcher_rank() > 0):
+            print(f"hpcbench {args.command}: error: {exc}", file=sys.stderr, flush=True)
+        if agreed:  # every rank waits (bounded) for rank 0's print: an early exit would end the job first
+            exc.settle()  # type: ignore[attr-defined]
+        return 2  # with several ranks, rank 0 reports an error that every rank hit
     except KeyboardInterrupt:
         print(f"hpcbench {args.command}: interrupted", file=sys.stderr)
         return 130

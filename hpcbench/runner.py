@@ -29,7 +29,7 @@ from typing import Any
 
 from common.atomic import atomic_write_text
 from common.dist import DistEnv, mpi
-from common.errors import ConfigError
+from common.errors import ConfigError, HpcbenchError
 from common.mllog import MLPerfLogger, result_filename
 from common.system import SystemDescription
 from common.workload import Workload
@@ -152,7 +152,8 @@ def run_instances(env: DistEnv, benchmark: str, make_workload: Callable[[str | N
     except Exception as exc:  # noqa: BLE001 - any failure of this instance is reported, never propagated
         outcome["status"], outcome["error"] = "failed", f"{type(exc).__name__}: {exc}"
         print(f"[rank {lay.world_rank}, instance {lay.instance}] failed: {outcome['error']}", file=sys.stderr)
-        traceback.print_exc(file=sys.stderr)
+        if not isinstance(exc, HpcbenchError):  # a user error's message says it all
+            traceback.print_exc(file=sys.stderr)
         env.close()  # drop the torch group: peers blocked in a collective get an error, not a hang
     if lay.is_instance_leader and outcome["status"] != "success":
         mllogger.close()

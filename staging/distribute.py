@@ -5,11 +5,17 @@ Each member's *stream* is the concatenation of the shards it reads; round r move
 [r*C, (r+1)*C) of every stream with one ``Iallgatherv`` (C keeps every count and displacement below
 MPI's 2**31 limit). While round r is in flight, a reader thread fetches round r+1 from shared
 storage, and a thread pool decompresses and writes the files completed by earlier rounds.
+
+Every receiver checks what it keeps: a shard's header against the manifest's header crc32c before it
+is decoded, every frame and member after decompression, and the whole shard against the manifest's
+crc32c once all its bytes are in; only then are the shard's members renamed into place.
 """
 from __future__ import annotations
 
 import threading
 import time
+
+import crc32c
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +48,7 @@ class Stats:
     write_files: int = 0
     skipped_shards: int = 0
     repaired_files: int = 0  # staged files that --verify found damaged and staged again
+    removed_files: int = 0  # files of another dataset or layout removed from the dest
     rounds: int = 0
     times: dict[str, float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -74,6 +81,9 @@ class _ShardBuf:
         self.next = 0
         self.left = -1  # files not yet written; -1 until the header is known
         self.lock = threading.Lock()
+        self.ready: list[FileAssembly] = []  # checked temporaries waiting for the shard checksum
+        self.failed = False
+        self.finished = False
 
 
 def _truncation_error(path: Path, info: ShardInfo, size: int) -> str:
@@ -164,15 +174,16 @@ class SplitExchange:
                 sb.buf[lo - a: hi - a] = data[lo - start: hi - start]
                 sb.got = max(sb.got, hi - a)
                 self._dispatch(k, sb)
+                self._maybe_finish(k, sb)
 
     def _dispatch(self, k: int, sb: _ShardBuf) -> None:
         where = f"shard {sb.info.name}"
         if sb.files is None:
             if sb.got < sb.info.header_bytes:
                 return
-            files = decode_header(memoryview(sb.buf)[: sb.info.header_bytes], where)
+            files = decode_header(memoryview(sb.buf)[: sb.info.header_bytes], where, crc=sb.info.header_crc32c)
             if header_size(bytes(sb.buf[:12]), where) != sb.info.header_bytes or len(files) != sb.info.files:
-                raise DataError(f"{where}: header does not match the manifest (corrupt shard)")
+                raise DataError(f"corrupt {where}: header does not match the manifest")
             sb.files, sb.left = files, len(files)
         view = memoryview(sb.buf)
         while sb.next < len(sb.files) and sb.files[sb.next].end <= sb.got:
@@ -187,26 +198,63 @@ class SplitExchange:
     def _write(self, view: memoryview, fr: Any, asm: FileAssembly, k: int, sb: _ShardBuf) -> None:
         t0 = time.perf_counter()
         try:
+            if sb.failed:
+                asm.abort()
+                return
             if not asm.write_frame(view, fr, sb.info.name):
                 return
-            st = self.ctx.stats
-            with st.lock:
-                st.write_bytes += asm.entry.size
-                st.write_files += 1
             with sb.lock:
+                sb.ready.append(asm)
                 sb.left -= 1
-                last = sb.left == 0
-            if last:
-                self.ctx.journal.record(sb.info, sb.files or [])
-                sb.buf = bytearray()  # release the compressed bytes
-                self.bufs.pop(k, None)
-                with self.elock:
-                    self.buffered -= sb.info.bytes
+            self._maybe_finish(k, sb)
         except DataError as exc:
-            with self.elock:
-                self.errors.append(str(exc))
+            self._fail(sb, str(exc))
         finally:
             self.ctx.stats.add_time("write_thread_s", time.perf_counter() - t0)
+
+    def _fail(self, sb: _ShardBuf, msg: str) -> None:
+        """Drop every checked temporary of a failed shard (nothing of it appears under its name)."""
+        with sb.lock:
+            sb.failed = True
+            ready, sb.ready = sb.ready, []
+        for a in ready:
+            a.abort()
+        with self.elock:
+            self.errors.append(msg)
+
+    def _maybe_finish(self, k: int, sb: _ShardBuf) -> None:
+        """Once all bytes are in and every member is checked: the shard's crc32c, then rename all."""
+        with sb.lock:
+            if sb.finished or sb.failed or sb.left != 0 or sb.got < sb.info.bytes:
+                return
+            sb.finished = True
+        if crc32c.crc32c(sb.buf) != sb.info.crc32c:
+            self._fail(sb, f"corrupt shard {sb.info.name}: its bytes fail the manifest's crc32c check")
+            return
+        try:
+            for a in sb.ready:
+                a.commit()
+        except DataError as exc:
+            self._fail(sb, str(exc))
+            return
+        st = self.ctx.stats
+        with st.lock:
+            st.write_bytes += sum(a.entry.size for a in sb.ready)
+            st.write_files += len(sb.ready)
+        self.ctx.journal.record(sb.info, sb.files or [])
+        sb.buf, sb.ready = bytearray(), []  # release the compressed bytes
+        self.bufs.pop(k, None)
+        with self.elock:
+            self.buffered -= sb.info.bytes
+
+    def _discard(self) -> None:
+        """After a failure: remove the temporaries of shards that never completed."""
+        for sb in list(self.bufs.values()):
+            with sb.lock:
+                sb.failed = True
+                ready, sb.ready = sb.ready, []
+            for a in ready:
+                a.abort()
 
     def _pending_error(self) -> str | None:
         with self.elock:
@@ -265,9 +313,18 @@ class SplitExchange:
             for f in self.futures:
                 f.result()
             ctx.stats.add_time("drain_s", time.perf_counter() - t0)
+            if not self._pending_error():
+                incomplete = [sb.info.name for sb in self.bufs.values()]
+                if incomplete:
+                    with self.elock:
+                        self.errors.append(f"node {ctx.node}: shard {incomplete[0]} was not received completely")
         finally:
+            for f in self.futures:  # the writers finish (or fail) before their temporaries are dropped
+                f.exception()
             if nxt is not None:
                 nxt.exception()
             io.shutdown(wait=True)
             reader.close()
+            if self._pending_error() or self.bufs:
+                self._discard()
         agree(self.comm, self._pending_error(), ctx.timeout_s, f"{what}: final check")

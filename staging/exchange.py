@@ -1,19 +1,55 @@
-"""Bounded MPI waits and group-wide agreement on errors.
+"""Bounded MPI waits, group-wide agreement on errors, and a heartbeat that supervises long work.
 
-Every wait in staging polls a non-blocking request against a deadline: if a peer died or hangs, the
-waiting rank prints which step starved and calls ``MPI_Abort`` so the launcher ends the whole job,
-instead of hanging until the allocation runs out. Polling also keeps idle ranks off the CPU.
+Every wait in staging polls a non-blocking request against a deadline: if a peer died, hangs or was
+stopped, the waiting rank prints which step starved and calls ``MPI_Abort`` so the launcher ends the
+whole job, instead of hanging until the allocation runs out. Polling also keeps idle ranks off the CPU.
+
+An error is *agreed*: all ranks of the communicator learn it and raise the same :class:`AgreedError`,
+which world rank 0 prints once (``hpcbench.cli``) while the others stay quiet.
 """
 from __future__ import annotations
 
 import sys
+import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
 from common.dist import mpi
-from common.errors import DataError
+from common.errors import DataError, HpcbenchError
+
+T = TypeVar("T")
+FOREVER = 7 * 24 * 3600.0
+BEAT_S = 0.5  # seconds between heartbeats while a long step runs
+
+
+class AgreedError(DataError):
+    """An error every rank of the job raises with the same message; world rank 0 reports it."""
+
+    agreed = True
+
+    def __init__(self, message: str, comm: Any = None) -> None:
+        super().__init__(message)
+        self.comm = comm
+
+    def settle(self, timeout_s: float = 10.0) -> None:
+        """Wait (bounded) until every rank got here, so no rank's exit kills rank 0 before it printed."""
+        if self.comm is not None:
+            req = self.comm.Ibarrier()
+            t0 = time.monotonic()
+            while not req.Test() and time.monotonic() - t0 < timeout_s:
+                time.sleep(1e-3)
+
+
+def abort(timeout_s: float, what: str) -> None:
+    MPI = mpi()
+    rank = MPI.COMM_WORLD.Get_rank()
+    sys.stderr.write(f"hpcbench stage: error: rank {rank}: no progress for {timeout_s:g}s while {what}; "
+                     "a peer rank died, hangs or was stopped; aborting the job (MPI_Abort)\n")
+    sys.stderr.flush()
+    MPI.COMM_WORLD.Abort(3)
 
 
 def wait(req: Any, timeout_s: float, what: str, max_pause: float = 1e-3) -> None:
@@ -25,12 +61,7 @@ def wait(req: Any, timeout_s: float, what: str, max_pause: float = 1e-3) -> None
     pause = 0.0
     while not req.Test():
         if time.monotonic() - t0 > timeout_s:
-            MPI = mpi()
-            rank = MPI.COMM_WORLD.Get_rank()
-            sys.stderr.write(f"hpcbench stage: error: rank {rank}: no progress for {timeout_s:g}s while {what}; "
-                             "a peer rank died or hangs; aborting the job (MPI_Abort)\n")
-            sys.stderr.flush()
-            MPI.COMM_WORLD.Abort(3)
+            abort(timeout_s, what)
         time.sleep(pause)
         pause = min(max_pause, pause * 2 or 1e-5)
 
@@ -46,5 +77,53 @@ def agree(comm: Any, error: str | None, timeout_s: float, what: str) -> None:
     wait(comm.Iallgather(mine, flags), timeout_s, what)
     if flags.any():
         msgs = [m for m in comm.allgather(error) if m]
-        raise DataError(msgs[0] if len(set(msgs)) == 1 else "; ".join(dict.fromkeys(msgs)))
+        raise AgreedError(msgs[0] if len(set(msgs)) == 1 else "; ".join(dict.fromkeys(msgs)), comm)
 
+
+def describe(exc: BaseException, where: str) -> str:
+    """A one-line message for an error on this rank; a non-user error also prints its traceback."""
+    if isinstance(exc, HpcbenchError):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return f"{where}: {exc}"
+    import traceback
+
+    traceback.print_exception(exc)
+    return f"{where}: internal error {exc!r} (traceback above)"
+
+
+def supervised(comm: Any, work: Callable[[], T] | None, timeout_s: float, what: str, where: str) -> T | None:
+    """Run ``work`` (None: nothing, just keep the others company) in a thread while every rank of
+    ``comm`` exchanges a heartbeat each ``BEAT_S`` seconds. Returns when all ranks are done; a rank
+    that stops answering (dead, hung in MPI, SIGSTOP) makes the others abort after ``timeout_s``; an
+    error on any rank is agreed and raised on all."""
+    box: dict[str, Any] = {}
+    done = threading.Event()
+    if mpi().Query_thread() < mpi().THREAD_MULTIPLE:  # no MPI from two threads: run inline, no heartbeat
+        try:
+            box["value"] = work() if work is not None else None
+        except Exception as exc:  # noqa: BLE001 - agreed below
+            box["error"] = describe(exc, where)
+        agree(comm, box.get("error"), FOREVER, what)
+        return box.get("value")
+
+    def run() -> None:
+        try:
+            box["value"] = work() if work is not None else None
+        except BaseException as exc:  # noqa: BLE001 - reported through the heartbeat below
+            box["error"] = describe(exc, where)
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=run, name="hpcbench-stage", daemon=True)
+    thread.start()
+    flags = np.zeros(comm.Get_size(), dtype=np.int32)
+    while True:
+        done.wait(BEAT_S)
+        mine = np.array([1 if done.is_set() else 0], dtype=np.int32)
+        wait(comm.Iallgather(mine, flags), timeout_s, what)
+        if flags.all():
+            break
+    thread.join()
+    agree(comm, box.get("error"), timeout_s, what)
+    return box.get("value")

@@ -6,11 +6,19 @@ into ``chunk_bytes`` pieces, so they decompress in parallel and reassemble on th
 carries the crc32c of its raw bytes; every file the crc32c of its whole content.
 
 ``manifest.json`` (one per packed dataset) lists per split the shards with their sizes, file and
-sample counts and the crc32c of each shard file. The per-file listing lives in the shard headers
-(and in ``listing.tsv`` for people and tools), so the manifest stays small at 500k files.
+sample counts, the crc32c of each shard file and of its header. The per-file listing lives in the shard
+headers (and in ``listing.tsv`` for people and tools), so the manifest stays small at 500k files.
+
+Integrity chain (format v2): the manifest carries the sha256 of its own canonical content (checked on
+every load; the same hash names the dataset in a node's completion marker), the manifest holds each
+shard header's crc32c (checked before the header is decoded) and each shard's crc32c (checked over the
+received bytes before any member is renamed into place), the header holds each frame's and each
+member's crc32c (checked after decompression). One flipped bit anywhere fails with the shard's name.
+Format v1 (no manifest or header checksums) is refused with a "repack" message.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 from dataclasses import asdict, dataclass, field
@@ -23,8 +31,10 @@ from common.errors import DataError
 
 MAGIC = b"HPCBSHD1"
 FORMAT = "hpcbench-packed"
-VERSION = 1
+VERSION = 2
 MANIFEST = "manifest.json"
+#: the node-local state folder of staging: no dataset member may live below it
+STATE_DIR = ".hpcbench"
 _HDR = struct.Struct("<8sI")
 
 
@@ -57,7 +67,8 @@ class ShardInfo:
     raw_bytes: int
     files: int
     header_bytes: int
-    crc32c: int
+    crc32c: int  # of the whole shard file
+    header_crc32c: int = 0  # of the first header_bytes bytes
 
 
 @dataclass
@@ -93,7 +104,13 @@ class Manifest:
         for name, sp in self.splits.items():
             d["splits"][name] = {"replicate": sp.replicate, "files": sp.files, "raw_bytes": sp.raw_bytes,
                                  "bytes": sp.bytes, "shards": [asdict(s) for s in sp.shards]}
+        d["sha256"] = content_hash(d)
         return json.dumps(d, indent=1) + "\n"
+
+    @property
+    def sha256(self) -> str:
+        """The hash that names this exact dataset (the one stored in the manifest)."""
+        return content_hash(json.loads(self.to_json()))
 
     @classmethod
     def load(cls, path: Path) -> "Manifest":
@@ -103,23 +120,70 @@ class Manifest:
             raise DataError(f"{path}: no packed-dataset manifest here; run `hpcbench pack` first") from None
         except (OSError, ValueError) as exc:
             raise DataError(f"{path}: unreadable manifest ({exc})") from None
+        if not isinstance(d, dict):
+            raise DataError(f"{path}: not a {FORMAT} manifest (a JSON object was expected, found "
+                            f"{type(d).__name__ if d is not None else 'null'})")
+        if d.get("format") == FORMAT and d.get("version") == 1:
+            raise DataError(f"{path}: packed with format v1, which has no manifest or shard-header checksums; "
+                            f"repack it with `hpcbench pack` (this version reads v{VERSION} only)")
         if d.get("format") != FORMAT or d.get("version") != VERSION:
             raise DataError(f"{path}: not a {FORMAT} v{VERSION} manifest "
                             f"(format={d.get('format')!r}, version={d.get('version')!r})")
+        if d.get("sha256") != content_hash(d):
+            raise DataError(f"{path}: corrupt manifest: its content does not match its sha256 "
+                            "(a changed byte, or edited by hand); repack or restore it")
         try:
-            splits = {n: SplitInfo(s["replicate"], [ShardInfo(**x) for x in s["shards"]])
+            splits = {n: SplitInfo(_bool(s["replicate"]), [_shard(x) for x in s["shards"]])
                       for n, s in d["splits"].items()}
             return cls(d["dataset"], splits, d["chunk_bytes"], d.get("level", 3), d.get("source", ""))
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise DataError(f"{path}: malformed manifest ({exc!r})") from None
+
+
+def content_hash(d: dict[str, Any]) -> str:
+    """sha256 of a manifest's canonical JSON, its own ``sha256`` key left out."""
+    body = {k: v for k, v in d.items() if k != "sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _bool(x: Any) -> bool:
+    if not isinstance(x, bool):
+        raise ValueError(f"'replicate' must be true or false, got {x!r}")
+    return x
+
+
+def _shard(x: Any) -> ShardInfo:
+    s = ShardInfo(**x)
+    for k in ("bytes", "raw_bytes", "files", "header_bytes", "crc32c", "header_crc32c"):
+        v = getattr(s, k)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"shard {s.name!r}: {k!r} must be an integer >= 0, got {v!r}")
+    if not isinstance(s.name, str):
+        raise ValueError(f"shard name must be a string, got {s.name!r}")
+    safe_relpath(s.name, "manifest")
+    return s
 
 
 def safe_relpath(name: str, where: str) -> PurePosixPath:
     """A member name as a relative path; absolute paths and ``..`` are refused (path traversal)."""
+    if not isinstance(name, str):
+        raise DataError(f"{where}: member name {name!r} is not a string")
     p = PurePosixPath(name)
     if not name or p.is_absolute() or ".." in p.parts or "\\" in name or "\x00" in name:
         raise DataError(f"{where}: refusing member name {name!r}: absolute paths and '..' are not allowed")
+    if p.parts[0] == STATE_DIR or (p.name.startswith(".") and p.name.endswith(".tmp")):
+        raise DataError(f"{where}: refusing member name {name!r}: {STATE_DIR}/ and '.*.tmp' names are reserved "
+                        "for staging's own state and temporary files")
     return p
+
+
+def refuse_overlap(source: Path, dest: Path) -> None:
+    """Source and destination must be disjoint folders (resolved, both directions): writing into the
+    source would destroy it, and a source inside the destination would be cleaned or overwritten."""
+    a, b = source.resolve(), dest.resolve()
+    if a == b or b.is_relative_to(a) or a.is_relative_to(b):
+        raise DataError(f"--dest {dest} and --source {source} overlap: the destination must not be inside the "
+                        f"source, nor the source inside the destination (resolved: {b} and {a})")
 
 
 def encode_header(shard: str, files: list[FileEntry]) -> bytes:
@@ -136,7 +200,11 @@ def header_size(first_bytes: bytes, where: str) -> int:
     return _HDR.size + n
 
 
-def decode_header(data: bytes | memoryview, where: str) -> list[FileEntry]:
+def decode_header(data: bytes | memoryview, where: str, crc: int | None = None) -> list[FileEntry]:
+    """The header's file list; with ``crc`` (the manifest's header_crc32c) the bytes are checked first."""
+    if crc is not None and crc32c.crc32c(data) != crc:
+        raise DataError(f"corrupt {where}: its header fails the manifest's crc32c check "
+                        "(a changed byte in the member names or offsets)")
     n = header_size(bytes(data[: _HDR.size]), where)
     if len(data) < n:
         raise DataError(f"{where}: truncated shard header (need {n} bytes, have {len(data)})")
@@ -148,6 +216,8 @@ def decode_header(data: bytes | memoryview, where: str) -> list[FileEntry]:
         raise DataError(f"{where}: corrupt shard header ({exc!r})") from None
     for f in files:
         safe_relpath(f.name, where)
+        if sum(fr.raw_length for fr in f.frames) != f.size:
+            raise DataError(f"corrupt {where}: member {f.name}: frames do not add up to its size")
     return files
 
 

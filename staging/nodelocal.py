@@ -1,6 +1,8 @@
-"""Node-local output: atomic file writes from zstd frames, the staging journal (resume), the local
-manifest. A file appears under its final name only after every frame was decompressed, checked
-against its crc32c, written and fsynced; a temporary ``.name.*.tmp`` is removed on any error.
+"""Node-local output: atomic file writes from zstd frames, the staging journal (resume). A file
+appears under its final name only after every frame was decompressed and checked against its crc32c,
+the whole member against its crc32c, and the whole shard it came from against the manifest's crc32c
+(``commit`` is called by the exchange only then); a temporary ``.name.*.tmp`` is removed on any error.
+Ownership, the lock and the completion marker live in :mod:`staging.marker`.
 """
 from __future__ import annotations
 
@@ -8,21 +10,18 @@ import contextlib
 import errno
 import json
 import os
-import tempfile
 import threading
 from pathlib import Path
 
 import crc32c
 import zstandard
 
-from common.atomic import atomic_write_text
+from common.atomic import atomic_write, make_temp
 from common.errors import DataError
 
-from .manifest import FileEntry, Frame, ShardInfo, file_crc, safe_relpath
+from .manifest import STATE_DIR, FileEntry, Frame, ShardInfo, file_crc, safe_relpath
 
-STATE_DIR = ".hpcbench"
 JOURNAL = "staged.jsonl"
-LOCAL_MANIFEST = "staged_manifest.json"
 
 _local = threading.local()
 
@@ -77,12 +76,15 @@ class FileAssembly:
         self.lock = threading.Lock()
         self.left = len(entry.frames)
         self.failed = False
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        self.fd, self.tmp = fd, Path(tmp)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.fd, self.tmp = make_temp(path)
+        except OSError as exc:
+            raise _disk_error(exc, path, node) from None
 
     def write_frame(self, buf: memoryview, fr: Frame, shard: str) -> bool:
-        """Decompress, check and write one frame; True when this finished the file (renamed)."""
+        """Decompress, check and write one frame; True when this finished the temporary file (fsynced,
+        size and whole-member crc32c checked); :meth:`commit` then renames it into place."""
         if self.failed:
             return False
         with self._abort_on_error():
@@ -97,9 +99,17 @@ class FileAssembly:
             os.close(self.fd)
             self.fd = -1
             if self.tmp.stat().st_size != self.entry.size:
-                raise DataError(f"shard {shard}: member {self.entry.name} assembled to the wrong size")
-            os.replace(self.tmp, self.path)
+                raise DataError(f"corrupt shard {shard}: member {self.entry.name} assembled to the wrong size")
+            frames = self.entry.frames
+            crc = frames[0].crc32c if len(frames) == 1 else file_crc(self.tmp)
+            if crc != self.entry.crc32c:
+                raise DataError(f"corrupt shard {shard}: member {self.entry.name} fails its whole-file crc32c check")
         return True
+
+    def commit(self) -> None:
+        """Rename the checked temporary file into place (after its shard's checksum was verified)."""
+        with self._abort_on_error():
+            os.replace(self.tmp, self.path)
 
     @contextlib.contextmanager
     def _abort_on_error(self):  # noqa: ANN202 - a context manager
@@ -134,8 +144,10 @@ class Journal:
         self.lock = threading.Lock()
         if self.path.exists():
             for line in self.path.read_text().splitlines():
-                with contextlib.suppress(ValueError, KeyError):
+                with contextlib.suppress(ValueError, KeyError, TypeError, DataError):
                     rec = json.loads(line)
+                    for f in rec["files"]:  # a damaged record never names a path outside dest
+                        safe_relpath(f[0], str(self.path))
                     self.done[rec["shard"]] = rec
 
     def complete(self, shard: ShardInfo) -> bool:
@@ -163,14 +175,18 @@ class Journal:
         """Journal a shard staged by ``--method copy`` (no checksum known: -1)."""
         self.record(shard, [FileEntry(n, size, -1, []) for n, size in files])
 
-    def write_manifest(self, dataset: str, shards: list[str]) -> Path:
-        files = [f for s in sorted(shards) if s in self.done for f in self.done[s]["files"]]
-        out = self.dest / STATE_DIR / LOCAL_MANIFEST
-        atomic_write_text(out, json.dumps({"dataset": dataset, "files": len(files),
-                                           "bytes": sum(f[1] for f in files),
-                                           "entries": [{"name": n, "size": s, "crc32c": c} for n, s, c in files]},
-                                          indent=0) + "\n")
-        return out
+    def rewrite(self, keep: set[str]) -> None:
+        """Keep only the records of the shards in ``keep`` (atomically)."""
+        with self.lock:
+            self.done = {k: v for k, v in self.done.items() if k in keep}
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_write(self.path, "w") as fh:
+                for rec in self.done.values():
+                    fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
+
+    def files(self) -> list[list]:
+        """[name, size, crc32c] of every journaled file."""
+        return [f for rec in self.done.values() for f in rec["files"]]
 
 
 def sweep_temporaries(dest: Path) -> int:

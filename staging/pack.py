@@ -23,7 +23,8 @@ from common.atomic import atomic_write, atomic_write_text
 from common.data.layout import REPLICATED, FileLayout, scan
 from common.errors import DataError
 
-from .manifest import MANIFEST, FileEntry, Frame, Manifest, ShardInfo, SplitInfo, encode_header, file_crc
+from .manifest import (MANIFEST, FileEntry, Frame, Manifest, ShardInfo, SplitInfo, encode_header, file_crc,
+                       refuse_overlap, safe_relpath)
 
 _local = threading.local()
 
@@ -68,8 +69,7 @@ def _signature(root: Path, group: list[tuple[str, int]]) -> list[list]:
 class Packer:
     def __init__(self, source: Path, dest: Path, layout: FileLayout, shard_bytes: int, level: int = 3,
                  threads: int | None = None, chunk_bytes: int | None = None, progress: bool = True) -> None:
-        if source.resolve() == dest.resolve() or dest.resolve().is_relative_to(source.resolve()):
-            raise DataError(f"--dest {dest} must not be inside the source folder {source}")
+        refuse_overlap(source, dest)
         self.source, self.dest, self.layout = source, dest, layout
         self.shard_bytes, self.level = shard_bytes, level
         self.chunk_bytes = chunk_bytes or layout.chunk_bytes
@@ -110,17 +110,20 @@ class Packer:
                 i += 1
         hdr2 = encode_header(rel, entries)
         hdr = hdr2 if len(hdr2) == len(hdr) else _fix_header(rel, entries, len(hdr), blobs)
-        crc = crc32c.crc32c(hdr)
+        crc = hcrc = crc32c.crc32c(hdr)
         with atomic_write(self.dest / rel) as fh:
             fh.write(hdr)
             for b in blobs:
                 fh.write(b)
                 crc = crc32c.crc32c(b, crc)
         total = len(hdr) + sum(len(b) for b in blobs)
-        return ShardInfo(rel, total, sum(s for _, s in group), len(group), len(hdr), crc)
+        return ShardInfo(rel, total, sum(s for _, s in group), len(group), len(hdr), crc, hcrc)
 
     def run(self) -> Manifest:
         listing = scan(self.source, self.layout)
+        for names in listing.values():
+            for n in names:
+                safe_relpath(n, f"source {self.source}")
         sized = {sp: [(n, (self.source / n).stat().st_size) for n in names] for sp, names in listing.items()}
         plan: list[tuple[str, str, list[tuple[str, int]]]] = []
         for sp, files in sized.items():
@@ -198,6 +201,8 @@ def _load_done(done: Path, shard: Path, sig: list[list]) -> ShardInfo | None:
     try:
         d = json.loads(done.read_text())
         info = ShardInfo(**d["info"])
+        if "header_crc32c" not in d["info"]:  # written by format v1: no header checksum, pack again
+            return None
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if d.get("sources") != sig or not shard.is_file() or shard.stat().st_size != info.bytes:

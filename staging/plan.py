@@ -5,13 +5,43 @@ data-parallel share of a split). The K nodes that need set j form a *group*: eac
 1/K of the set from shared storage and an Allgatherv gives everyone the rest, so every shard is
 read exactly once per job. A replicated split (files every node needs) has one set and one group of
 all K*n nodes. Shards are balanced by size (largest first onto the least loaded), ties by index.
+
+Several instances on one node (instances smaller than a node) all need the whole split: every node
+is then slot 0 of n=1 and a group is every node (K = the node count). Layouts where an instance
+spanning several nodes shares a node with another instance, or instances of unequal node counts,
+cannot be staged (a node would need two shard-sets while training expects one) and are refused by
+:func:`node_slots` before any work starts.
 """
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
 
+from common.errors import ConfigError
+
 from .manifest import ShardInfo
+
+
+def node_slots(ranks: list[tuple[int, int, int, int]]) -> tuple[dict[int, int], int]:
+    """From every rank's (node, instance, node index in the instance, nodes of the instance): each
+    node's shard-set slot and the nodes per instance n; a :class:`ConfigError` for a layout that
+    cannot be staged (the same on every rank, so each rank may call this)."""
+    npis = sorted({r[3] for r in ranks})
+    if len(npis) != 1:
+        raise ConfigError(f"instances span different numbers of nodes ({', '.join(map(str, npis))}); "
+                          "staging needs every instance on the same number of whole nodes: change --instances "
+                          "or --ranks-per-node")
+    n = npis[0]
+    on_node: dict[int, set[tuple[int, int]]] = {}
+    for node, inst, inode, _ in ranks:
+        on_node.setdefault(node, set()).add((inst, inode))
+    for node, held in sorted(on_node.items()):
+        insts = sorted({i for i, _ in held})
+        if n > 1 and len(insts) > 1:
+            raise ConfigError(f"node {node} holds ranks of instances {insts}, and each instance spans {n} nodes: "
+                              "an instance must hold whole nodes, or fit inside one node; change --instances "
+                              "or --ranks-per-node")
+    return {node: min(j for _, j in held) for node, held in on_node.items()}, n
 
 
 def balance(sizes: list[int], bins: int) -> list[list[int]]:
@@ -31,7 +61,7 @@ class SplitPlan:
     replicate: bool
     shards: list[ShardInfo]
     sets: list[list[int]]  # shard indices needed by each node slot (instance node index)
-    instances: int
+    instances: int  # nodes that need each shard-set (K: instances, or nodes when instances share a node)
     nodes_per_instance: int
 
     def set_of(self, instance_node: int) -> int:

@@ -30,8 +30,10 @@ def _mb(x: float) -> str:
 
 
 def format_report(rep: dict[str, Any]) -> str:
-    lines = [f"staging report: {rep['dataset']} via {rep['method']}, {rep['nodes']} nodes = "
-             f"{rep['instances']} instances x {rep['nodes_per_instance']}, wall {rep['wall_s']:.2f} s",
+    shape = (f"{rep['nodes']} nodes = {rep['instances']} instances x {rep['nodes_per_instance']}"
+             if rep["instances"] <= rep["nodes"] else
+             f"{rep['nodes']} nodes x {rep['instances'] // rep['nodes']} instances per node")
+    lines = [f"staging report: {rep['dataset']} via {rep['method']}, {shape}, wall {rep['wall_s']:.2f} s",
              f"{'node':>5} {'inst':>4} {'read MB':>10} {'files rd':>8} {'allgather MB':>12} "
              f"{'written MB':>11} {'files wr':>8} {'skipped':>7} {'xfer s':>7} {'total s':>7}"]
     for r in rep["nodes_detail"]:
@@ -60,16 +62,25 @@ def known_shards(layout: FileLayout, split: str, shard_bytes: int) -> list[Shard
 def dry_run(splits: dict[str, tuple[bool, list[ShardInfo]]], nodes: int, instances: int,
             replicate: list[str]) -> str:
     """Per-node volumes for ``nodes`` nodes in ``instances`` instances, summarised per node slot."""
-    if nodes % instances:
-        raise ValueError(f"--nodes {nodes} is not a multiple of --instances {instances}")
-    n = nodes // instances
-    out = [f"plan: {nodes} nodes = {instances} instances x {n} nodes; every shard read once from shared storage"]
+    if nodes < 1 or instances < 1:
+        raise ValueError(f"--nodes and --instances must be >= 1, got {nodes} and {instances}")
+    if instances > nodes:  # several instances per node: every node needs the whole dataset
+        if instances % nodes:
+            raise ValueError(f"--instances {instances} is not a multiple of --nodes {nodes}")
+        n, groups = 1, nodes
+        head = f"plan: {nodes} nodes, {instances // nodes} instances per node"
+    else:
+        if nodes % instances:
+            raise ValueError(f"--nodes {nodes} is not a multiple of --instances {instances}")
+        n, groups = nodes // instances, instances
+        head = f"plan: {nodes} nodes = {instances} instances x {n} nodes"
+    out = [f"{head}; every shard read once from shared storage"]
     job_read = job_raw = 0
     for sp, (rep, shards) in splits.items():
-        p = plan_split(sp, rep or sp in replicate or sp == REPLICATED, shards, instances, n)
+        p = plan_split(sp, rep or sp in replicate or sp == REPLICATED, shards, groups, n)
         packed, raw = sum(s.bytes for s in shards), sum(s.raw_bytes for s in shards)
         job_read += packed
-        job_raw += raw * (nodes if p.replicate else instances)
+        job_raw += raw * (nodes if p.replicate else groups)
         out.append(f"split {sp}: {len(shards)} shards, {sum(s.files for s in shards):,} files, "
                    f"{raw / GB:,.1f} GB raw, {packed / GB:,.1f} GB packed ({packed / max(raw, 1):.1%}), "
                    f"{'replicated to every node' if p.replicate else f'{n} shard-sets, one per node of an instance'}")

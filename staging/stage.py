@@ -1,8 +1,15 @@
 """``hpcbench stage``: the orchestration on every rank. One stager per node (the node's local rank
-0) reads, exchanges and writes; the other ranks of the node wait (polling, off the CPU). Errors are
-agreed on by all ranks, so the whole job ends with the same clear message."""
+0) reads, exchanges and writes in a worker thread; every rank's main thread exchanges a heartbeat
+(:func:`staging.exchange.supervised`), so a rank that dies, hangs or is stopped ends the job within
+``--timeout``. Errors are agreed on by all ranks: the job ends with one clear message.
+
+Per node, in this order: refuse a dest that overlaps the source; take the dest's lock; remove the
+completion marker; claim the dest for this dataset (``--clean`` removes another dataset's files);
+drop files of shards this node no longer needs; stage; verify; write the marker last.
+"""
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import time
@@ -11,19 +18,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from common.data.layout import GENERIC, REPLICATED, FileLayout
 from common.dist import DistEnv, mpi
-from common.errors import ConfigError, DataError, HpcbenchError
+from common.errors import ConfigError, DataError
 
 from .copy import copy_files, raw_shards
 from .distribute import Ctx, SplitExchange, Stats
-from .exchange import agree, barrier
-from .manifest import MANIFEST, Manifest
+from .exchange import FOREVER, agree, barrier, describe, supervised, wait
+from .manifest import MANIFEST, Manifest, refuse_overlap
+from .marker import DestLock, NodeLayout, claim, remove_files, remove_marker, write_marker
 from .nodelocal import Journal, sweep_temporaries, verify_journal
-from .plan import plan_split
+from .plan import node_slots, plan_split
 
 MiB = 1 << 20
-FOREVER = 7 * 24 * 3600.0
 
 
 @dataclass
@@ -43,6 +52,17 @@ class StageOptions:
     reserve_bytes: int = 0
     shard_bytes: int = 256 * MiB  # only for --method copy (grouping raw files like pack does)
     report: Path | None = None
+    clean: bool = False  # the dest holds another dataset: remove its staged files instead of refusing
+
+    def validate(self) -> None:
+        if self.method not in ("packed", "copy"):
+            raise ConfigError(f"--method must be 'packed' or 'copy', got {self.method!r}")
+        for key, v in (("--chunk-mb", self.chunk_mb), ("--threads", self.threads), ("--timeout", self.timeout_s),
+                       ("--shard-mb", self.shard_bytes)):
+            if not v > 0:
+                raise ConfigError(f"{key} must be > 0, got {v}")
+        if self.reserve_bytes < 0:
+            raise ConfigError(f"--reserve-mb must be >= 0, got {self.reserve_bytes / MiB:g}")
 
 
 def node_dest(template: str, node: int, env: DistEnv) -> Path:
@@ -55,29 +75,21 @@ def node_dest(template: str, node: int, env: DistEnv) -> Path:
         raise ConfigError(f"--dest {template!r}: only the {{node}} placeholder is allowed ({exc})") from None
 
 
-def _load_plan_input(opts: StageOptions, env: DistEnv) -> dict[str, Any]:
-    """On world rank 0: the manifest (packed) or the raw listing (copy); broadcast to all."""
-    data: dict[str, Any] | None = None
-    err = None
-    if env.layout.world_rank == 0:
-        try:
-            if opts.method == "packed":
-                man = Manifest.load(opts.source / MANIFEST)
-                if opts.layout is not None and man.dataset != opts.layout.name:
-                    raise DataError(f"{opts.source / MANIFEST}: packed dataset is {man.dataset!r}, "
-                                    f"not --dataset {opts.layout.name!r}")
-                data = {"dataset": man.dataset,
-                        "splits": {n: (s.replicate, s.shards, None) for n, s in man.splits.items()}}
-            else:
-                layout = opts.layout or GENERIC
-                raw = raw_shards(opts.source, layout, opts.shard_bytes)
-                data = {"dataset": layout.name,
-                        "splits": {n: (n == REPLICATED, infos, groups) for n, (infos, groups) in raw.items()}}
-        except Exception as exc:  # noqa: BLE001 - all ranks wait for this answer
-            err = _describe(exc, 0)
-    barrier(env.comm, FOREVER, "waiting for rank 0 to read the manifest")
-    agree(env.comm, err, FOREVER, "reading the manifest")
-    return env.comm.bcast(data, root=0)
+def _plan_input(opts: StageOptions) -> dict[str, Any]:
+    """The manifest (packed) or the raw listing (copy), and the hash that names the dataset."""
+    if opts.method == "packed":
+        man = Manifest.load(opts.source / MANIFEST)
+        if opts.layout is not None and man.dataset != opts.layout.name:
+            raise DataError(f"{opts.source / MANIFEST}: packed dataset is {man.dataset!r}, "
+                            f"not --dataset {opts.layout.name!r}")
+        return {"dataset": man.dataset, "sha256": man.sha256,
+                "splits": {n: (s.replicate, s.shards, None) for n, s in man.splits.items()}}
+    layout = opts.layout or GENERIC
+    raw = raw_shards(opts.source, layout, opts.shard_bytes)
+    listing = sorted((f, n) for _, groups in raw.values() for g in groups for f, n in g)
+    sha = "raw-" + hashlib.sha256(json.dumps([str(opts.source.resolve()), listing]).encode()).hexdigest()
+    return {"dataset": layout.name, "sha256": sha,
+            "splits": {n: (n == REPLICATED, infos, groups) for n, (infos, groups) in raw.items()}}
 
 
 def _select(splits: dict[str, Any], opts: StageOptions) -> list[str]:
@@ -88,29 +100,39 @@ def _select(splits: dict[str, Any], opts: StageOptions) -> list[str]:
     return names + ([REPLICATED] if REPLICATED in splits and REPLICATED not in names else [])
 
 
+def _layout(env: DistEnv, timeout_s: float) -> NodeLayout:
+    """This node's place in the plan; a layout that cannot be staged is refused on every rank."""
+    lay = env.layout
+    mine = np.array([lay.node_index, lay.instance, lay.instance_node_index, lay.nodes_per_instance], dtype=np.int64)
+    every = np.zeros((lay.world_size, 4), dtype=np.int64)
+    wait(env.comm.Iallgather(mine, every), timeout_s, "exchanging the layout")
+    slots, n = node_slots([tuple(int(x) for x in row) for row in every])
+    return NodeLayout(lay.node_index, slots[lay.node_index], n, len(slots) // n, len(slots))
+
+
 def stage(env: DistEnv, opts: StageOptions, mllog: Any = None) -> dict[str, Any] | None:
     """Stage the dataset; returns the job report on world rank 0 (None elsewhere)."""
-    if opts.method not in ("packed", "copy"):
-        raise ConfigError(f"--method must be 'packed' or 'copy', got {opts.method!r}")
+    opts.validate()
     lay = env.layout
+    node = _layout(env, opts.timeout_s)
     if mllog is not None:
         mllog.start("staging_start", metadata={"method": opts.method})
     t_start = time.perf_counter()
-    info = _load_plan_input(opts, env)
+    info = supervised(env.comm, (lambda: _plan_input(opts)) if lay.world_rank == 0 else None, opts.timeout_s,
+                      "waiting for rank 0 to read the manifest", "rank 0")
+    info = env.comm.bcast(info, root=0)
     leader = lay.local_rank == 0
     leaders = env.comm.Split(0 if leader else mpi().UNDEFINED, lay.world_rank)
-    stats, err, dest = Stats(), None, None
-    if leader:
-        try:
-            dest = node_dest(opts.dest, lay.node_index, env)
-            _stage_node(env, opts, info, leaders, dest, stats)
-        except Exception as exc:  # noqa: BLE001 - agreed on below so no rank waits for a dead peer
-            err = _describe(exc, lay.node_index)
-    agree(env.comm, err, FOREVER, "waiting for all nodes to finish staging")
+    stats, where = Stats(), f"node {lay.node_index}"
+    dest = supervised(env.comm, (lambda: _stage_node(env, opts, info, leaders, node, stats)) if leader else None,
+                      opts.timeout_s, "waiting for all nodes to finish staging", where)
     stats.times["total_s"] = time.perf_counter() - t_start
     from .report import build_report
 
     rows = leaders.gather(_node_row(lay, dest, stats), root=0) if leader else None
+    if leader:
+        leaders.Free()
+    barrier(env.comm, opts.timeout_s, "finishing the job")  # nobody leaves while a peer is stuck
     if mllog is not None:
         mllog.end("staging_stop", metadata={"method": opts.method})
     if lay.world_rank != 0:
@@ -123,86 +145,130 @@ def stage(env: DistEnv, opts: StageOptions, mllog: Any = None) -> dict[str, Any]
     return report
 
 
-def _describe(exc: Exception, node: int) -> str:
-    if isinstance(exc, HpcbenchError):
-        return str(exc)
-    if isinstance(exc, OSError):
-        return f"node {node}: {exc}"
-    import traceback
-
-    traceback.print_exc()
-    return f"node {node}: internal error {exc!r} (traceback above)"
-
-
 def _node_row(lay: Any, dest: Path | None, st: Stats) -> dict[str, Any]:
     return {"node": lay.node_index, "instance": lay.instance, "dest": str(dest), "read_bytes": st.read_bytes,
             "read_files": st.read_shards, "sent_bytes": st.sent_bytes, "recv_bytes": st.recv_bytes,
             "write_bytes": st.write_bytes, "write_files": st.write_files, "skipped_shards": st.skipped_shards,
-            "repaired_files": st.repaired_files,
+            "repaired_files": st.repaired_files, "removed_files": st.removed_files,
             "rounds": st.rounds, "times": {k: round(v, 4) for k, v in st.times.items()}}
 
 
-def _stage_node(env: DistEnv, opts: StageOptions, info: dict[str, Any], leaders: Any, dest: Path, st: Stats) -> None:
-    lay = env.layout
-    K, n = lay.num_instances, lay.nodes_per_instance
+def _prepare(opts: StageOptions, info: dict[str, Any], node: NodeLayout, dest: Path, st: Stats,
+             ) -> tuple[DestLock, Journal, list[tuple[Any, list[int], Any]], list[str]]:
+    """Everything before the first byte moves (see the module docstring); returns the held lock, the
+    journal, per split (plan, shards still to stage, raw groups) and the verify problems found."""
+    refuse_overlap(opts.source, dest)
     names = _select(info["splits"], opts)
     dest.mkdir(parents=True, exist_ok=True)
-    journal = Journal(dest)
+    lock = DestLock(dest)
+    try:
+        remove_marker(dest)
+        journal = Journal(dest)
+        st.removed_files = claim(dest, info["dataset"], info["sha256"], journal, opts.clean)
+        sweep_temporaries(dest)
+        plans = []
+        for sp in names:
+            replicate, shards, groups = info["splits"][sp]
+            p = plan_split(sp, replicate or sp in opts.replicate, shards, node.instances, node.nodes_per_instance)
+            plans.append((p, p.sets[p.set_of(node.slot)], groups))
+        needed = {p.shards[i].name for p, mine, _ in plans for i in mine}
+        old = [f[0] for s, rec in journal.done.items() if s not in needed for f in rec["files"]]
+        if old:  # staged before for another layout or other splits: training must not read them
+            st.removed_files += remove_files(dest, old)
+            journal.rewrite(needed)
+        problems: list[str] = []
+        if opts.verify:
+            _, _, problems = verify_journal(journal, opts.threads)
+        work = []
+        for p, mine, groups in plans:
+            todo = [i for i in mine if not journal.complete(p.shards[i])]
+            st.skipped_shards += len(mine) - len(todo)
+            work.append((p, todo, groups))
+        need = sum(p.shards[i].raw_bytes for p, todo, _ in work for i in todo)
+        free = shutil.disk_usage(dest).free
+        if need + opts.reserve_bytes > free:
+            raise DataError(f"node {node.node}: not enough free space in {dest}: staging needs {need / MiB:.1f} MiB "
+                            f"(+{opts.reserve_bytes / MiB:.1f} MiB reserve) but only {free / MiB:.1f} MiB are free")
+        return lock, journal, work, problems
+    except BaseException:
+        lock.release()
+        raise
+
+
+def _stage_node(env: DistEnv, opts: StageOptions, info: dict[str, Any], leaders: Any, node: NodeLayout,
+                st: Stats) -> Path:
+    """On the node's stager (in the supervised thread): prepare, move every split, verify, mark."""
+    where = f"node {node.node}"
     t0 = time.perf_counter()
-    sweep_temporaries(dest)
-    problems: list[str] = []
-    if opts.verify:
-        _, _, problems = verify_journal(journal, opts.threads)
-    work = []
-    for sp in names:
-        replicate, shards, groups = info["splits"][sp]
-        p = plan_split(sp, replicate or sp in opts.replicate, shards, K, n)
-        mine = p.sets[p.set_of(lay.instance_node_index)]
-        todo = [i for i in mine if not journal.complete(shards[i])]
-        st.skipped_shards += len(mine) - len(todo)
-        work.append((p, todo, groups))
-    need = sum(p.shards[i].raw_bytes for p, todo, _ in work for i in todo)
-    free = shutil.disk_usage(dest).free
-    err = None
-    if need + opts.reserve_bytes > free:
-        err = (f"node {lay.node_index}: not enough free space in {dest}: staging needs {need / MiB:.1f} MiB "
-               f"(+{opts.reserve_bytes / MiB:.1f} MiB reserve) but only {free / MiB:.1f} MiB are free")
-    agree(leaders, err, opts.timeout_s, "checking free space")
-    st.times["plan_s"] = time.perf_counter() - t0
+    err, lock, dest = None, None, None
+    try:
+        dest = node_dest(opts.dest, node.node, env)
+        lock, journal, work, problems = _prepare(opts, info, node, dest, st)
+    except Exception as exc:  # noqa: BLE001 - every failure must reach agree(), or peers would wait
+        err = describe(exc, where)
+    try:
+        # preparing may take long (--verify re-reads everything): the heartbeat covers dead peers
+        agree(leaders, err, FOREVER, "preparing the node-local folders")
+        assert dest is not None and lock is not None
+        st.times["plan_s"] = time.perf_counter() - t0
+        _move(env, opts, leaders, node, dest, journal, work, st)
+        st.repaired_files = len(problems)
+        _finish(opts, info, node, dest, journal, work, st)
+    finally:
+        if lock is not None:
+            lock.release()
+    return dest
+
+
+def _move(env: DistEnv, opts: StageOptions, leaders: Any, node: NodeLayout, dest: Path, journal: Journal,
+          work: list[tuple[Any, list[int], Any]], st: Stats) -> None:
+    where = f"node {node.node}"
     with ThreadPoolExecutor(opts.threads) as pool:
-        ctx = Ctx(opts.source, dest, lay.node_index, journal, pool, st, opts.chunk_mb * MiB, opts.timeout_s,
-                  mem_limit=max(256 * MiB, 4 * opts.chunk_mb * MiB * K))
+        ctx = Ctx(opts.source, dest, node.node, journal, pool, st, opts.chunk_mb * MiB, opts.timeout_s,
+                  mem_limit=max(256 * MiB, 4 * opts.chunk_mb * MiB * node.instances))
         # every group communicator is made up front: Split is collective over all stagers
-        comms = [None if opts.method == "copy" else
-                 leaders.Split(p.set_of(lay.instance_node_index), p.member_of(lay.instance, lay.instance_node_index))
+        comms = [None if opts.method == "copy" else leaders.Split(p.set_of(node.slot), node.node)
                  for p, _, _ in work]
         for (p, todo, groups), comm in zip(work, comms):
             t1 = time.perf_counter()
             err = None
             try:
                 if comm is None:
-                    copy_files(opts.source, dest, [f for i in todo for f in groups[i]], lay.node_index, opts.threads, st)
+                    copy_files(opts.source, dest, [f for i in todo for f in groups[i]], node.node, opts.threads, st)
                     for i in todo:
                         journal.record_raw(p.shards[i], groups[i])
                 else:
+                    if comm.Get_size() != p.group_size():
+                        raise DataError(f"{where}: internal plan mismatch: {comm.Get_size()} nodes share shard-set "
+                                        f"{p.set_of(node.slot)} of split {p.split}, the plan expects {p.group_size()}")
                     barrier(comm, opts.timeout_s, f"planning split {p.split}")
                     union = sorted(set().union(*comm.allgather(todo)))
-                    member = p.member_of(lay.instance, lay.instance_node_index)
-                    SplitExchange(ctx, p, comm, member, todo, union).run()
+                    SplitExchange(ctx, p, comm, comm.Get_rank(), todo, union).run()
             except Exception as exc:  # noqa: BLE001 - every failure must reach agree(), or peers would wait
-                err = _describe(exc, lay.node_index)
+                err = describe(exc, where)
             # all stagers learn about a failure before anyone starts the next split
-            agree(leaders, err, FOREVER, f"finishing split {p.split}")
+            agree(leaders, err, opts.timeout_s, f"finishing split {p.split}")
             st.add_time(f"split_{p.split}_s", time.perf_counter() - t1)
         for comm in comms:
             if comm is not None:
                 comm.Free()
-    journal.write_manifest(info["dataset"], [s.name for p, _, _ in work for s in (p.shards[i] for i in
-                                                                                  p.sets[p.set_of(lay.instance_node_index)])])
-    st.repaired_files = len(problems)
+
+
+def _finish(opts: StageOptions, info: dict[str, Any], node: NodeLayout, dest: Path, journal: Journal,
+            work: list[tuple[Any, list[int], Any]], st: Stats) -> None:
+    """Check that every shard this node needs is journaled with all its files (crc32c too with
+    --verify), then write the completion marker: the last write of the run."""
+    where = f"node {node.node}"
+    needed = [p.shards[i] for p, _, _ in work for i in p.sets[p.set_of(node.slot)]]
+    missing = [s.name for s in needed if not journal.complete(s)]
+    if missing:
+        raise DataError(f"{where}: {len(missing)} shards are not completely staged in {dest} "
+                        f"(first: {missing[0]}); run the stage again")
     if opts.verify:
         t2 = time.perf_counter()
-        files, _, bad = verify_journal(journal, opts.threads)
+        _, _, bad = verify_journal(journal, opts.threads)
         st.add_time("verify_s", time.perf_counter() - t2)
         if bad:
-            raise DataError(f"node {lay.node_index}: {len(bad)} staged files fail verification: " + "; ".join(bad[:5]))
+            raise DataError(f"{where}: {len(bad)} staged files fail verification: " + "; ".join(bad[:5]))
+    files = [f for s in sorted(needed, key=lambda s: s.name) for f in journal.done[s.name]["files"]]
+    write_marker(dest, info["dataset"], info["sha256"], node, sorted({p.split for p, _, _ in work}), files)

@@ -2,22 +2,37 @@
 
     mpiexec -n 4 python tests/stage_fault_job.py KIND:RANK:ROUND stage --source ... --dest ...
 
-KIND is ``exit`` (the rank ends at once with status 17, like a crashed node) or ``hang`` (it never
-returns from its read). The fault hits world rank RANK when its shared-storage reader
-(``staging.distribute._Reader.read``, called once per Allgatherv round) reads round ROUND of a
-split; every other rank runs the real code. The remaining arguments go to ``hpcbench.cli.main``.
+KIND is ``exit`` (the rank ends at once with status 17, like a crashed node), ``hang`` (it never
+returns from its read) or ``stop`` (the whole process gets SIGSTOP, like a frozen node). The fault hits
+world rank RANK when its shared-storage reader (``staging.distribute._Reader.read``, called once per
+Allgatherv round) reads round ROUND of a split. ``exit-wait`` and ``stop-wait`` hit any rank (a
+non-stager too) at its ROUND-th supervised step (``staging.exchange.supervised``: 1 = reading the
+manifest, 2 = staging). Every other rank runs the real code. The remaining arguments go to
+``hpcbench.cli.main``.
 """
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
 from common.dist import mpi
 from hpcbench.cli import main
 from staging import distribute
+from staging import stage as stage_mod
 
-KINDS = ("exit", "hang")
+KINDS = ("exit", "hang", "stop", "exit-wait", "stop-wait")
+
+
+def _hit(kind: str, rank: int, stage_round: int) -> None:
+    sys.stderr.write(f"rank {rank}: injected fault '{kind}' at round {stage_round}\n")
+    sys.stderr.flush()
+    if kind.startswith("exit"):
+        os._exit(17)
+    if kind.startswith("stop"):
+        os.kill(os.getpid(), signal.SIGSTOP)
+    time.sleep(3600)
 
 
 def parse_fault(spec: str) -> tuple[str, int, int]:
@@ -32,18 +47,26 @@ def parse_fault(spec: str) -> tuple[str, int, int]:
 
 
 def inject(kind: str, rank: int, stage_round: int) -> None:
-    """Wrap the per-round reader so that ``rank`` dies or hangs at its read of round ``stage_round``."""
+    """Wrap the per-round reader (or the supervised steps) so that ``rank`` dies, hangs or stops."""
+    if kind.endswith("-wait"):
+        real_supervised = stage_mod.supervised
+        calls = [0]
+
+        def supervised(*a, **kw):  # noqa: ANN002, ANN003, ANN202
+            calls[0] += 1
+            if calls[0] == stage_round and mpi().COMM_WORLD.Get_rank() == rank:
+                _hit(kind, rank, stage_round)
+            return real_supervised(*a, **kw)
+
+        stage_mod.supervised = supervised  # type: ignore[assignment]
+        return
     real_read = distribute._Reader.read
 
     def read(self: distribute._Reader, start: int, count: int) -> bytes:
         r = getattr(self, "fault_reads", 0)  # one reader per split, one read per round: the round being read
         self.fault_reads = r + 1  # type: ignore[attr-defined]
         if r == stage_round and mpi().COMM_WORLD.Get_rank() == rank:
-            sys.stderr.write(f"rank {rank}: injected fault '{kind}' at round {stage_round}\n")
-            sys.stderr.flush()
-            if kind == "exit":
-                os._exit(17)
-            time.sleep(3600)
+            _hit(kind, rank, stage_round)
         return real_read(self, start, count)
 
     distribute._Reader.read = read  # type: ignore[method-assign]

@@ -137,8 +137,10 @@ def test_path_traversal_member_is_refused(tmp_path: Path) -> None:
     pk = tmp_path / "packed"
     (pk / "train").mkdir(parents=True)
     (pk / "train" / "shard-00000.zst").write_bytes(hdr + blob)
+    # a consistent (checksummed) but malicious dataset: the member name itself is refused
     man = Manifest("cosmoflow", {"train": SplitInfo(False, [ShardInfo("train/shard-00000.zst", len(hdr) + len(blob),
-                                                                      4, 1, len(hdr), 0)])}, MiB)
+                                                                      4, 1, len(hdr), crc32c.crc32c(hdr + blob),
+                                                                      crc32c.crc32c(hdr))])}, MiB)
     (pk / MANIFEST).write_text(man.to_json())
     proc = stage(pk, tmp_path / "st", check=False)
     assert proc.returncode != 0 and "refusing member name '../../escape.tfrecord'" in proc.stderr

@@ -154,3 +154,69 @@ def test_allgatherv_rounds_stay_below_the_mpi_int_limit() -> None:
     for g in (1, 3, 128, 4096):
         c = round_bytes(4 << 30, g)
         assert c * g <= INT_MAX and c > 0
+
+
+def test_training_refuses_a_folder_that_is_not_completely_staged(tmp_path: Path) -> None:
+    """staging.marker.require_staged: the training entry's check of a node-local data root."""
+    from types import SimpleNamespace
+
+    from staging.marker import NodeLayout, require_staged, write_marker
+
+    root = tmp_path / "node1"
+    (root / "train").mkdir(parents=True)
+    (root / "train" / "a.tfrecord").write_bytes(b"abc")
+    data = SimpleNamespace(root=str(tmp_path / "node{node}"), node_local=True, require_staged=True)
+    rank = SimpleNamespace(node_index=1, instance_node_index=1, nodes_per_instance=2)
+    with pytest.raises(DataError, match="not a completely staged folder"):
+        require_staged(data, rank, "cosmoflow")
+    require_staged(SimpleNamespace(**{**vars(data), "require_staged": False}), rank, "cosmoflow")  # by hand
+    write_marker(root, "cosmoflow", "f" * 64, NodeLayout(1, 1, 2, 2, 4), ["train"], [["train/a.tfrecord", 3, 0]])
+    require_staged(data, rank, "cosmoflow")
+    with pytest.raises(DataError, match="staged with dataset 'cosmoflow', not 'deepcam'"):
+        require_staged(data, rank, "deepcam")
+    with pytest.raises(DataError, match="this rank trains as node 0 of 2"):
+        require_staged(data, SimpleNamespace(node_index=1, instance_node_index=0, nodes_per_instance=2), "cosmoflow")
+    with pytest.raises(DataError, match="holds only part of the dataset"):
+        require_staged(data, SimpleNamespace(node_index=1, instance_node_index=0, nodes_per_instance=1), "cosmoflow")
+    (root / "train" / "a.tfrecord").write_bytes(b"ab")
+    with pytest.raises(DataError, match="missing or changed since staging"):
+        require_staged(data, rank, "cosmoflow")
+
+
+def test_manifest_self_check_and_v1_repack_message(tmp_path: Path) -> None:
+    write_cosmoflow(tmp_path / "raw", 3, 1, size=8)
+    pack(tmp_path / "raw", tmp_path / "packed", "cosmoflow")
+    path = tmp_path / "packed" / MANIFEST
+    d = json.loads(path.read_text())
+    assert Manifest.load(path).sha256 == d["sha256"]
+    d["splits"]["train"]["shards"][0]["crc32c"] ^= 1
+    path.write_text(json.dumps(d))
+    with pytest.raises(DataError, match="corrupt manifest"):
+        Manifest.load(path)
+    path.write_text(json.dumps({**d, "version": 1}))
+    with pytest.raises(DataError, match="repack it"):
+        Manifest.load(path)
+    for bad in ("[]", "null", "3"):
+        path.write_text(bad)
+        with pytest.raises(DataError, match="a JSON object was expected"):
+            Manifest.load(path)
+    for name in (".hpcbench/staged.jsonl", "train/.x.tmp"):
+        with pytest.raises(DataError, match="reserved"):
+            safe_relpath(name, "test")
+
+
+def test_packed_files_follow_the_umask(tmp_path: Path) -> None:
+    import stat
+
+    from common import atomic
+
+    write_cosmoflow(tmp_path / "raw", 2, 1, size=8)
+    old = atomic._UMASK
+    atomic._UMASK = 0o027
+    try:
+        pack(tmp_path / "raw", tmp_path / "packed", "cosmoflow")
+    finally:
+        atomic._UMASK = old
+    for p in (tmp_path / "packed").rglob("*"):
+        if p.is_file():
+            assert stat.S_IMODE(p.stat().st_mode) == 0o640, p

@@ -20,6 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--method", choices=["packed", "copy"], default="packed",
                         help="packed: sharded reads + Allgatherv (default); copy: baseline, each node copies raw files")
     parser.add_argument("--verify", action="store_true", help="re-check staged files' crc32c (before and after)")
+    parser.add_argument("--clean", action="store_true",
+                        help="the dest holds another dataset: remove that dataset's staged files (never other files)")
     parser.add_argument("--chunk-mb", type=int, default=64, help="bytes per member per Allgatherv round (MiB)")
     parser.add_argument("--threads", type=int, default=2, help="decompress/write threads per node")
     parser.add_argument("--timeout", type=float, default=300.0,
@@ -37,9 +39,29 @@ def _csv(s: str | None) -> list[str]:
     return [x for x in (s or "").split(",") if x]
 
 
+def _check_args(args: argparse.Namespace) -> None:
+    """Named errors for bad numbers, before MPI starts (the same on every rank: rank 0 prints it)."""
+    from common.errors import ConfigError
+
+    if args.instances < 1:
+        raise ConfigError(f"--instances must be >= 1, got {args.instances}")
+    if args.ranks_per_node is not None and args.ranks_per_node < 1:
+        raise ConfigError(f"--ranks-per-node must be >= 1, got {args.ranks_per_node} (leave it out for "
+                          "'ranks that share memory form a node')")
+    if args.nodes is not None and args.nodes < 1:
+        raise ConfigError(f"--nodes must be >= 1, got {args.nodes}")
+    for key, v in (("--chunk-mb", args.chunk_mb), ("--threads", args.threads), ("--timeout", args.timeout),
+                   ("--shard-mb", args.shard_mb)):
+        if not v > 0:
+            raise ConfigError(f"{key} must be > 0, got {v:g}")
+    if not args.reserve_mb >= 0:
+        raise ConfigError(f"--reserve-mb must be >= 0, got {args.reserve_mb:g}")
+
+
 def run(args: argparse.Namespace) -> int:
     from common.errors import ConfigError
 
+    _check_args(args)
     if args.dry_run:
         return _dry_run(args)
     if args.source is None or args.dest is None:
@@ -52,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     env = init_distributed(args.instances, args.ranks_per_node, torch_backend=None)
     opts = StageOptions(args.source, args.dest, layout, _csv(args.splits) or None, _csv(args.replicate),
                         args.method, args.verify, args.chunk_mb, args.threads, args.timeout,
-                        int(args.reserve_mb * 2**20), int(args.shard_mb * 2**20), args.report)
+                        int(args.reserve_mb * 2**20), int(args.shard_mb * 2**20), args.report, clean=args.clean)
     rep = stage(env, opts)
     if rep is not None:
         print(format_report(rep))

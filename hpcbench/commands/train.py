@@ -78,7 +78,10 @@ def train(args: argparse.Namespace) -> int:
                          instance_offset=args.instance_offset, system_nodes=args.system_nodes)
 
     def make_workload(data_root: str | None):  # noqa: ANN202
+        from staging.marker import require_staged
+
         cls, cfg = resolve_config(args, data_root)
+        require_staged(cfg.data, env.layout, opts.dataset)  # node-local data: completely staged, or refused
         return cls(cfg)
 
     summary = run_instances(env, registry.get(args.workload).benchmark, make_workload, opts)

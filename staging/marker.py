@@ -1,0 +1,177 @@
+"""What a node-local staging folder holds, and whether it can be trusted.
+
+* ``.hpcbench/lock``: one stager per folder at a time (``flock``, released by the kernel when the
+  stager exits or dies, so a killed run leaves no stale lock).
+* ``.hpcbench/owner.json``: the dataset the folder belongs to (its manifest's sha256). A folder
+  holds one dataset: restaging another removes the old one's journaled files (``--clean``) or is
+  refused; files staging did not write are never removed.
+* ``.hpcbench/staged_manifest.json``: the completion marker. Removed first by every stager, written
+  atomically last, after every file was verified; it records the dataset, its manifest hash, the
+  layout (which shard-set of which node) and every file with size and crc32c. Training from a
+  node-local folder calls :func:`check_staged` and refuses a folder without a complete marker.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from common.atomic import atomic_write_text
+from common.errors import DataError
+
+from .manifest import STATE_DIR, safe_relpath
+from .nodelocal import Journal
+
+MARKER = "staged_manifest.json"
+OWNER = "owner.json"
+LOCK = "lock"
+MARKER_FORMAT = "hpcbench-staged"
+MARKER_VERSION = 2
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    """Which part of the dataset a node holds: shard-set ``slot`` of ``nodes_per_instance``."""
+
+    node: int
+    slot: int
+    nodes_per_instance: int
+    instances: int
+    nodes: int
+
+
+def state(dest: Path, name: str) -> Path:
+    return dest / STATE_DIR / name
+
+
+class DestLock:
+    """An exclusive, non-blocking lock on ``dest`` for the life of one stager."""
+
+    def __init__(self, dest: Path) -> None:
+        self.path = state(dest, LOCK)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 200, 0).decode(errors="replace").strip() or "unknown process"
+            os.close(self.fd)
+            raise DataError(f"{dest} is being staged by another `hpcbench stage` ({holder}); wait for it to "
+                            f"finish, or stage to another folder") from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, 0)
+            os.close(self.fd)  # closing the descriptor releases the flock
+            self.fd = -1
+
+
+def remove_marker(dest: Path) -> None:
+    state(dest, MARKER).unlink(missing_ok=True)
+
+
+def claim(dest: Path, dataset: str, sha: str, journal: Journal, clean: bool) -> int:
+    """Make ``dest`` belong to dataset ``sha``; returns the number of old files removed. A folder
+    staged with another dataset is emptied of that dataset's journaled files with ``clean``, else
+    refused; a non-empty folder staging never wrote to is refused (its files would be trained on)."""
+    owner_path = state(dest, OWNER)
+    try:
+        owner = json.loads(owner_path.read_text())
+        if not isinstance(owner, dict):
+            owner = {}
+    except FileNotFoundError:
+        owner = None
+    except (OSError, ValueError):
+        owner = {}
+    removed = 0
+    if owner is None and not journal.done:
+        foreign = sorted(p.name for p in dest.iterdir() if p.name != STATE_DIR)
+        if foreign:
+            raise DataError(f"{dest} is not empty and was not made by `hpcbench stage` (it holds "
+                            f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); training would "
+                            "read those files too: stage into an empty folder")
+    elif (owner or {}).get("manifest_sha256") != sha:
+        old = (owner or {}).get("dataset", "an unknown dataset")
+        if not clean:
+            raise DataError(f"{dest} holds another dataset ({old}, manifest "
+                            f"{str((owner or {}).get('manifest_sha256', '?'))[:12]}); pass --clean to remove its "
+                            f"{len(journal.files())} staged files first, or stage to another folder")
+        removed = remove_files(dest, [f[0] for f in journal.files()])
+        journal.rewrite(set())
+    atomic_write_text(owner_path, json.dumps({"dataset": dataset, "manifest_sha256": sha}) + "\n")
+    return removed
+
+
+def remove_files(dest: Path, names: list[str]) -> int:
+    """Remove staged files (journaled names, checked again: never a path outside ``dest``)."""
+    n = 0
+    for name in names:
+        p = dest / safe_relpath(name, str(dest))
+        if p.is_file() or p.is_symlink():
+            p.unlink()
+            n += 1
+    return n
+
+
+def write_marker(dest: Path, dataset: str, sha: str, layout: NodeLayout, splits: list[str],
+                 files: list[list]) -> Path:
+    out = state(dest, MARKER)
+    atomic_write_text(out, json.dumps({
+        "format": MARKER_FORMAT, "version": MARKER_VERSION, "complete": True, "dataset": dataset,
+        "manifest_sha256": sha, "layout": asdict(layout), "splits": splits, "files": len(files),
+        "bytes": sum(f[1] for f in files),
+        "entries": [{"name": n, "size": s, "crc32c": c} for n, s, c in files]}, indent=0) + "\n")
+    return out
+
+
+def check_staged(root: Path, dataset: str | None = None, slot: int | None = None,
+                 nodes_per_instance: int | None = None) -> dict[str, Any]:
+    """Refuse a node-local folder that is not completely staged: no marker (never staged, being
+    staged, or a failed run), another dataset, another layout (this node would train on another
+    node's share), or a listed file missing or of the wrong size. Returns the marker."""
+    hint = ("stage it again with `hpcbench stage` (or set data.require_staged=false for a folder "
+            "made by hand)")
+    path = state(root, MARKER)
+    try:
+        m = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DataError(f"{root}: not a completely staged folder (no {STATE_DIR}/{MARKER}: never staged, still "
+                        f"being staged, or the last staging failed); {hint}") from None
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: unreadable completion marker ({exc}); {hint}") from None
+    if not isinstance(m, dict) or m.get("format") != MARKER_FORMAT or m.get("version") != MARKER_VERSION \
+            or m.get("complete") is not True:
+        raise DataError(f"{path}: not a completion marker of this version; {hint}")
+    if dataset is not None and m.get("dataset") != dataset:
+        raise DataError(f"{root}: staged with dataset {m.get('dataset')!r}, not {dataset!r}; {hint}")
+    lay = m.get("layout") or {}
+    if nodes_per_instance is not None and nodes_per_instance > 1 and (
+            lay.get("nodes_per_instance") != nodes_per_instance or lay.get("slot") != slot):
+        raise DataError(f"{root}: staged for shard-set {lay.get('slot')} of {lay.get('nodes_per_instance')} nodes "
+                        f"per instance, but this rank trains as node {slot} of {nodes_per_instance}; {hint}")
+    if nodes_per_instance == 1 and lay.get("nodes_per_instance") != 1:
+        raise DataError(f"{root}: holds only part of the dataset (shard-set {lay.get('slot')} of "
+                        f"{lay.get('nodes_per_instance')}), but this instance runs on one node; {hint}")
+    for e in m.get("entries", []):
+        p = root / safe_relpath(e["name"], str(path))
+        if not p.is_file() or p.stat().st_size != e["size"]:
+            raise DataError(f"{root}: staged file {e['name']} is missing or changed since staging; {hint}")
+    return m
+
+
+def require_staged(data: Any, layout: Any, dataset: str | None) -> None:
+    """The training entry's check: a node-local data root (``data.node_local``) must be completely
+    staged for this dataset and this rank's place in the layout, unless ``data.require_staged`` is
+    false. ``layout`` is the rank's :class:`common.dist.Layout`."""
+    if not getattr(data, "node_local", False) or not getattr(data, "require_staged", True):
+        return
+    root = Path(str(data.root).replace("{node}", str(layout.node_index)))
+    check_staged(root, dataset, layout.instance_node_index, layout.nodes_per_instance)

@@ -1,0 +1,425 @@
+"""The staging fault matrix (issue #12): every case runs ``hpcbench stage`` under mpiexec on tiny
+packed CosmoFlow data and is classified. A case that should succeed must exit 0 with every staged
+file equal, byte for byte, to the raw source (and each instance holding the whole dataset); a case
+that should fail must exit non-zero with its named error printed once, no traceback, no completion
+marker and no temporary file left, within its time bound. The summary line counts cases, silent
+wrong results, hangs past the timeout and tracebacks (all but the first must be 0)."""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from benchmarks.synth_data import write_cosmoflow
+from common.errors import DataError
+from hpcbench import registry
+from staging.manifest import MANIFEST, Manifest, decode_header
+from staging.marker import check_staged
+from staging.pack import Packer
+from tests.conftest import mpiexec_path, project_env
+
+pytestmark = pytest.mark.mpi
+TIMEOUT = 3  # --timeout of the runs; a run may take this plus start-up, never more than HANG_S
+HANG_S = 40
+MARKER = Path(".hpcbench") / "staged_manifest.json"
+
+
+@dataclass
+class Case:
+    name: str
+    args: list[str]  # after `stage` (--source/--dest are added unless "--source" is given)
+    expect: str | None = None  # None: success; else a substring of the one error message
+    n: int = 4
+    setup: Callable[[Path, "Data"], None] | None = None  # prepares the case folder (dest, source copies)
+    fault: str | None = None  # KIND:RANK:ROUND for tests/stage_fault_job.py
+    source: str = "packed"  # which prepared source folder (relative to the case folder or data root)
+    once: bool = True  # the error message must appear exactly once
+    umask: int | None = None
+    check: Callable[[Path, "Data"], str | None] | None = None  # extra check; returns a problem or None
+
+
+@dataclass
+class Data:
+    root: Path
+    raw: dict[str, bytes] = field(default_factory=dict)
+    raw_b: dict[str, bytes] = field(default_factory=dict)
+
+
+def _files(d: Path) -> dict[str, bytes]:
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in d.rglob("*")
+            if p.is_file() and ".hpcbench" not in p.relative_to(d).parts}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Data:
+    root = tmp_path_factory.mktemp("faults")
+    write_cosmoflow(root / "raw", 12, 4, size=8)
+    write_cosmoflow(root / "raw_b", 10, 3, size=8, seed=7)
+    for r, out in (("raw", "packed"), ("raw_b", "packed_b")):
+        Packer(root / r, root / out, registry.layout("cosmoflow"), 12000, threads=2, progress=False).run()
+    return Data(root, _files(root / "raw"), _files(root / "raw_b"))
+
+
+# ---- helpers that prepare a case ----------------------------------------------------------------
+def staged_file(node: Path) -> Path:
+    return sorted(p for p in (node / "train").iterdir() if p.is_file())[0]
+
+
+def _copy(case: Path, d: Data, name: str = "packed") -> Path:
+    return Path(shutil.copytree(d.root / name, case / name))
+
+
+def _shard(src: Path, i: int = 1) -> tuple[Path, object, bytearray]:
+    sh = Manifest.load(src / MANIFEST).splits["train"].shards[i]
+    return src / sh.name, sh, bytearray((src / sh.name).read_bytes())
+
+
+def flip_member(case: Path, d: Data) -> None:
+    path, sh, data = _shard(_copy(case, d))
+    fr = decode_header(data[: sh.header_bytes], sh.name)[1].frames[0]
+    data[fr.offset + fr.length // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def flip_at(where: Callable[[object, bytearray], int], bit: int = 0x01) -> Callable[[Path, Data], None]:
+    def setup(case: Path, d: Data) -> None:
+        path, sh, data = _shard(_copy(case, d))
+        data[where(sh, data)] ^= bit
+        path.write_bytes(bytes(data))
+    return setup
+
+
+def _header_pos(text: bytes) -> Callable[[object, bytearray], int]:
+    return lambda sh, data: bytes(data[: sh.header_bytes]).index(text) + 1
+
+
+def edit_manifest(fn: Callable[[dict], object], reseal: bool = False) -> Callable[[Path, Data], None]:
+    def setup(case: Path, d: Data) -> None:
+        src = _copy(case, d)
+        m = json.loads((src / MANIFEST).read_text())
+        m = fn(m)
+        if reseal and isinstance(m, dict):
+            from staging.manifest import content_hash
+
+            m["sha256"] = content_hash(m)
+        (src / MANIFEST).write_text(json.dumps(m))
+    return setup
+
+
+def flip_manifest_byte(frac: float) -> Callable[[Path, Data], None]:
+    def setup(case: Path, d: Data) -> None:
+        src = _copy(case, d)
+        b = bytearray((src / MANIFEST).read_bytes())
+        b[int(len(b) * frac)] ^= 0x02
+        (src / MANIFEST).write_bytes(bytes(b))
+    return setup
+
+
+def _set_crcs(m: dict) -> dict:
+    for s in m["splits"]["train"]["shards"]:
+        s["crc32c"] ^= 1
+    return m
+
+
+def truncate(case: Path, d: Data) -> None:
+    path, sh, data = _shard(_copy(case, d), 2)
+    path.write_bytes(bytes(data[: len(data) - 7]))
+
+
+def missing_shard(case: Path, d: Data) -> None:
+    path, _, _ = _shard(_copy(case, d), 0)
+    path.unlink()
+
+
+def evil_member(name: str) -> Callable[[Path, Data], None]:
+    """A consistent (checksummed) packed dataset whose one member has a bad name."""
+    def setup(case: Path, d: Data) -> None:
+        import crc32c
+        import zstandard
+
+        from staging.manifest import FileEntry, Frame, ShardInfo, SplitInfo, encode_header
+
+        payload = b"evil"
+        blob = zstandard.ZstdCompressor().compress(payload)
+        e = [FileEntry(name, 4, crc32c.crc32c(payload), [Frame(0, len(blob), 0, 4, crc32c.crc32c(payload))])]
+        hdr = encode_header("train/shard-00000.zst", e)
+        e[0].frames[0].offset = len(hdr)
+        hdr = encode_header("train/shard-00000.zst", e)
+        pk = case / "packed"
+        (pk / "train").mkdir(parents=True)
+        (pk / "train" / "shard-00000.zst").write_bytes(hdr + blob)
+        man = Manifest("cosmoflow", {"train": SplitInfo(False, [ShardInfo(
+            "train/shard-00000.zst", len(hdr) + len(blob), 4, 1, len(hdr), crc32c.crc32c(hdr + blob),
+            crc32c.crc32c(hdr))])}, 1 << 20)
+        (pk / MANIFEST).write_text(man.to_json())
+    return setup
+
+
+def stage_first(name: str = "packed", *extra: str, n: int = 4) -> Callable[[Path, Data], None]:
+    def setup(case: Path, d: Data) -> None:
+        proc = _mpi(n, ["stage", "--source", str(d.root / name), "--dest", f"{case}/st/node{{node}}",
+                        "--ranks-per-node", "1", "--timeout", str(TIMEOUT), *extra], None, None)
+        assert proc.returncode == 0, proc.stderr
+    return setup
+
+
+def then(*steps: Callable[[Path, Data], None]) -> Callable[[Path, Data], None]:
+    def setup(case: Path, d: Data) -> None:
+        for s in steps:
+            s(case, d)
+    return setup
+
+
+def file_in_the_way(case: Path, d: Data) -> None:
+    (case / "st").mkdir()
+    (case / "st" / "node1").write_text("not a folder")
+
+
+def foreign(case: Path, d: Data) -> None:
+    (case / "st" / "node2").mkdir(parents=True)
+    (case / "st" / "node2" / "notes.txt").write_text("mine")
+
+
+def break_restage(case: Path, d: Data) -> None:
+    """Same dataset (same manifest), one staged file lost and its shard damaged in the source."""
+    src = case / "packed"
+    staged_file(case / "st" / "node0").unlink()
+    for sh in Manifest.load(src / MANIFEST).splits["train"].shards:
+        data = bytearray((src / sh.name).read_bytes())
+        data[-3] ^= 0x40
+        (src / sh.name).write_bytes(bytes(data))
+
+
+# ---- checks -------------------------------------------------------------------------------------
+def verify_success(case: Path, d: Data, raw: dict[str, bytes], replicated: bool = False) -> str | None:
+    """Every node: files == marker entries, each byte-identical to the raw source; nodes of one slot
+    identical; the slots of a layout together hold the whole dataset, disjoint unless replicated."""
+    st = case / "st"
+    slots: dict[int, dict[str, bytes]] = {}
+    npi = None
+    for node in sorted(st.iterdir()):
+        try:
+            m = check_staged(node)
+        except DataError as exc:
+            return f"{node.name}: {exc}"
+        got = _files(node)
+        if set(got) != {e["name"] for e in m["entries"]}:
+            return f"{node.name}: files differ from its marker"
+        for k, v in got.items():
+            if raw.get(k) != v:
+                return f"{node.name}: {k} is not byte-identical to the source"
+        if list(node.rglob("*.tmp")):
+            return f"{node.name}: temporary files left"
+        slot, npi = m["layout"]["slot"], m["layout"]["nodes_per_instance"]
+        if slots.setdefault(slot, got) != got:
+            return f"{node.name}: differs from another node of shard-set {slot}"
+    union: dict[str, bytes] = {}
+    for got in slots.values():
+        if not replicated and set(union) & set(got):
+            return "shard-sets overlap"
+        union.update(got)
+    if union != raw or len(slots) != npi:
+        return f"the {len(slots)} shard-sets hold {len(union)} of {len(raw)} files"
+    return None
+
+
+def modes(case: Path, d: Data) -> str | None:
+    bad = [p for p in (case / "st").rglob("*") if ".hpcbench" not in p.parts
+           and (p.stat().st_mode & 0o777) != (0o750 if p.is_dir() else 0o640)]
+    return f"{len(bad)} staged paths ignore umask 027 (e.g. {bad[0]})" if bad else None
+
+
+def held_lock(case: Path, d: Data) -> None:
+    lock = case / "st" / "node1" / ".hpcbench" / "lock"
+    lock.parent.mkdir(parents=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, b"pid 1 on test\n")
+    _HELD.append(fd)  # released after the case ran
+
+
+_HELD: list[int] = []
+BASE = ["--instances", "2", "--ranks-per-node", "1", "--chunk-mb", "1"]
+R2 = ["--instances", "2", "--ranks-per-node", "2"]
+
+CASES: list[Case] = [
+    # -- must succeed, byte for byte ------------------------------------------------------------
+    Case("ok 4 ranks, 2 instances x 2 nodes", BASE + ["--verify"]),
+    Case("ok 4 ranks, 1 instance x 4 nodes", ["--instances", "1", "--ranks-per-node", "1"]),
+    Case("ok 2 instances in 1 node (-n 4)", ["--instances", "2"]),
+    Case("ok 2 instances per node, 2 nodes (-n 8)", ["--instances", "4", "--ranks-per-node", "4"], n=8),
+    Case("ok 2 ranks per node, 1 node per instance", R2),
+    Case("ok 2 ranks per node, instances span 2 nodes (-n 8)", R2, n=8),
+    Case("ok resume (second run skips)", BASE, setup=stage_first("packed", *BASE)),
+    Case("ok restage after a lost file", BASE,
+         setup=then(stage_first("packed", *BASE), lambda c, d: staged_file(c / "st/node3").unlink())),
+    Case("ok --verify repairs a same-size damaged file", BASE + ["--verify"],
+         setup=then(stage_first("packed", *BASE),
+                    lambda c, d: staged_file(c / "st/node0").write_bytes(b"\0" * staged_file(c / "st/node0").stat().st_size))),
+    Case("ok layout change 1 -> 2 nodes per instance drops other files", BASE,
+         setup=stage_first("packed", "--instances", "4")),
+    Case("ok layout change 2 -> 1 node per instance", ["--instances", "4", "--ranks-per-node", "1"],
+         setup=stage_first("packed", *BASE)),
+    Case("ok other dataset with --clean", BASE + ["--clean"], source="packed_b", setup=stage_first("packed", *BASE)),
+    Case("ok --method copy", BASE + ["--method", "copy", "--dataset", "cosmoflow"], source="raw"),
+    Case("ok --replicate train", BASE + ["--replicate", "train"]),
+    Case("ok files follow the umask (027)", BASE, umask=0o027, check=modes),
+    # -- corruption: named errors -------------------------------------------------------------------
+    Case("bit flip inside a member", BASE, "corrupt shard train/shard-00001.zst: member", setup=flip_member),
+    Case("bit flip in a header member name", BASE, "corrupt shard train/shard-00001.zst: its header",
+         setup=flip_at(_header_pos(b"univ_"))),
+    Case("bit flip in a header offset", BASE, "corrupt shard train/shard-00001.zst: its header",
+         setup=flip_at(lambda sh, d: bytes(d[: sh.header_bytes]).index(b'"offset":') + 9)),
+    Case("bit flip in the header length field", BASE, "train/shard-00001.zst", setup=flip_at(lambda sh, d: 9)),
+    Case("bit flip in the magic", BASE, "train/shard-00001.zst", setup=flip_at(lambda sh, d: 2)),
+    Case("bit flip in the last byte of a shard", BASE, "corrupt shard train/shard-00001.zst",
+         setup=flip_at(lambda sh, d: len(d) - 1)),
+    Case("manifest crc32c values wrong", BASE, "corrupt manifest", setup=edit_manifest(_set_crcs)),
+    Case("manifest crc32c wrong and resealed", BASE, "corrupt shard train/shard-00000.zst: its bytes fail",
+         setup=edit_manifest(_set_crcs, reseal=True)),
+    Case("manifest bit flip at 30%", BASE, "manifest.json", setup=flip_manifest_byte(0.3)),
+    Case("manifest bit flip at 60%", BASE, "manifest.json", setup=flip_manifest_byte(0.6)),
+    Case("manifest bit flip at 90%", BASE, "manifest.json", setup=flip_manifest_byte(0.9)),
+    Case("manifest is a JSON list", BASE, "a JSON object was expected", setup=edit_manifest(lambda m: [m])),
+    Case("manifest is null", BASE, "found null", setup=edit_manifest(lambda m: None)),
+    Case("manifest of format v1", BASE, "repack it",
+         setup=edit_manifest(lambda m: {**m, "version": 1})),
+    Case("no manifest", BASE, "no packed-dataset manifest", setup=lambda c, d: (c / "packed").mkdir()),
+    Case("truncated shard", BASE, "truncated shard train/shard-00002.zst", setup=truncate),
+    Case("missing shard", BASE, "shard train/shard-00000.zst is missing", setup=missing_shard),
+    Case("path traversal member", BASE, "refusing member name '../../escape.tfrecord'",
+         setup=evil_member("../../escape.tfrecord")),
+    Case("absolute member path", BASE, "refusing member name '/tmp/abs.tfrecord'", setup=evil_member("/tmp/abs.tfrecord")),
+    Case("reserved member .hpcbench/staged.jsonl", BASE, "are reserved", setup=evil_member(".hpcbench/staged.jsonl")),
+    Case("reserved member .x.tmp", BASE, "are reserved", setup=evil_member("train/.x.tmp")),
+    Case("failed restage removes the marker", BASE, "corrupt shard",
+         setup=then(lambda c, d: _copy(c, d), lambda c, d: stage_first(str(c / "packed"), *BASE)(c, d), break_restage)),
+    # -- destinations ---------------------------------------------------------------------------
+    Case("not enough free space", BASE + ["--reserve-mb", "1e12"], "not enough free space"),
+    Case("dest == source", ["--dest", "{src}"], "overlap", n=1),
+    Case("dest inside source", BASE + ["--dest", "{src}/st{node}"], "overlap"),
+    Case("source inside dest", ["--dest", "{case}"], "overlap", n=1, setup=lambda c, d: _copy(c, d)),
+    Case("one node's dest blocked by a file", BASE, "node 1:", setup=file_in_the_way),
+    Case("other dataset without --clean", BASE, "holds another dataset", source="packed_b",
+         setup=stage_first("packed", *BASE)),
+    Case("foreign non-empty dest", BASE, "is not empty and was not made by", setup=foreign),
+    Case("second stager on the same dest", BASE, "being staged by another", setup=held_lock),
+    # -- bad input ------------------------------------------------------------------------------
+    Case("--dry-run --instances 0", ["--dry-run", "--nodes", "4", "--instances", "0"], "--instances must be >= 1"),
+    Case("--dry-run --instances -4", ["--dry-run", "--nodes", "4", "--instances", "-4"], "--instances must be >= 1"),
+    Case("--instances 0", ["--instances", "0"], "--instances must be >= 1"),
+    Case("--ranks-per-node 0", ["--ranks-per-node", "0"], "--ranks-per-node must be >= 1"),
+    Case("--reserve-mb -100", BASE + ["--reserve-mb", "-100"], "--reserve-mb must be >= 0"),
+    Case("--chunk-mb 0", BASE + ["--chunk-mb", "0"], "--chunk-mb must be > 0"),
+    Case("--timeout 0", ["--instances", "2", "--timeout", "0"], "--timeout must be > 0"),
+    Case("unknown split", BASE + ["--splits", "nosuch"], "no split 'nosuch'"),
+    Case("wrong --dataset", BASE + ["--dataset", "deepcam"], "packed dataset is 'cosmoflow'"),
+    Case("instance sharing a node it spans (-n 6)", ["--instances", "2", "--ranks-per-node", "2"],
+         "an instance must hold whole nodes", n=6),
+    Case("ok 3 instances x 2 nodes (-n 6)", ["--instances", "3", "--ranks-per-node", "1"], n=6),
+    # -- dead, hung and stopped ranks -----------------------------------------------------------
+    Case("a stager dies mid-transfer", BASE, "injected fault", fault="exit:1:0", once=False),
+    Case("a stager hangs mid-transfer", BASE, "no progress for 3s", fault="hang:1:0", once=False),
+    Case("a stager is stopped (SIGSTOP)", BASE, "no progress for 3s", fault="stop:2:0", once=False),
+    Case("a non-stager is stopped while waiting", R2, "no progress for 3s", fault="stop-wait:1:2", once=False),
+    Case("rank 0 is stopped reading the manifest", R2, "no progress for 3s", fault="stop-wait:0:1", once=False),
+    Case("a non-stager dies while waiting", R2, "injected fault", fault="exit-wait:3:2", once=False),
+]
+
+
+def _mpi(n: int, args: list[str], fault: str | None, umask: int | None) -> subprocess.CompletedProcess[str]:
+    entry = [str(Path(__file__).with_name("stage_fault_job.py")), fault] if fault else ["-m", "hpcbench"]
+    cmd = [mpiexec_path(), "-n", str(n), sys.executable, *entry, *args]
+    pre = (lambda: os.umask(umask)) if umask is not None else None
+    proc = subprocess.Popen(cmd, env=project_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=pre)
+    try:
+        out, err = proc.communicate(timeout=HANG_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGCONT)
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return subprocess.CompletedProcess(cmd, -999, out, err)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def run_case(case: Case, d: Data, folder: Path) -> dict[str, object]:
+    folder.mkdir(parents=True)
+    if case.setup:
+        try:
+            case.setup(folder, d)
+        except Exception as exc:  # noqa: BLE001 - a broken case is reported with the others
+            return {"case": case.name, "rc": None, "took": 0.0, "hang": False, "traceback": False, "wrong": False,
+                    "problem": f"setup failed: {exc!r}"}
+    src = folder / case.source if (folder / case.source).exists() else d.root / case.source
+    args = ["stage"]
+    if "--dry-run" not in case.args:
+        args += ["--source", str(src)]
+        if "--dest" not in case.args:
+            args += ["--dest", f"{folder}/st/node{{node}}"]
+    args += [a.replace("{src}", str(src)).replace("{case}", str(folder)) for a in case.args]
+    if "--timeout" not in case.args:
+        args += ["--timeout", str(TIMEOUT)]
+    t0 = time.monotonic()
+    proc = _mpi(case.n, args, case.fault, case.umask)
+    took = time.monotonic() - t0
+    out = proc.stdout + proc.stderr
+    res: dict[str, object] = {"case": case.name, "rc": proc.returncode, "took": round(took, 1),
+                              "hang": proc.returncode == -999 or took > HANG_S - 5,
+                              "traceback": "Traceback" in out, "wrong": False, "problem": None}
+    if case.expect is None:
+        if proc.returncode != 0:
+            res["problem"] = f"exit {proc.returncode}: {out[-600:]}"
+        else:
+            raw = d.raw_b if case.source == "packed_b" else d.raw
+            bad = verify_success(folder, d, raw, replicated="--replicate" in case.args)
+            bad = bad or (case.check(folder, d) if case.check else None)
+            if bad:
+                res["wrong"], res["problem"] = True, bad
+    else:
+        if proc.returncode == 0:
+            res["wrong"], res["problem"] = True, "exit 0 where an error was expected"
+        elif case.expect not in out:
+            res["problem"] = f"expected {case.expect!r} in: {out[-600:]}"
+        elif case.once and out.count("hpcbench stage: error:") != 1:
+            res["problem"] = f"error printed {out.count('hpcbench stage: error:')} times: {out[-600:]}"
+        st = folder / "st"
+        if st.is_dir():
+            done = [p for p in st.glob("*/" + str(MARKER))]
+            if done and not case.fault:
+                res["wrong"], res["problem"] = True, f"completion marker left after a failure: {done[0]}"
+            if list(st.rglob("*.tmp")) and not case.fault:
+                res["problem"] = "temporary files left after a failure"
+    return res
+
+
+def test_fault_matrix(data: Data, tmp_path: Path) -> None:
+    assert len(CASES) >= 40
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(lambda ic: run_case(ic[1], data, tmp_path / f"c{ic[0]:02d}"), enumerate(CASES)))
+    finally:
+        for fd in _HELD:
+            os.close(fd)
+    wrong = sum(bool(r["wrong"]) for r in results)
+    hangs = sum(bool(r["hang"]) for r in results)
+    tracebacks = sum(bool(r["traceback"]) for r in results)
+    failed = [r for r in results if r["problem"] or r["hang"] or r["traceback"]]
+    print(f"\nstaging fault matrix: {len(results)} cases, {wrong} silent wrong results, {hangs} hangs past the "
+          f"timeout, {tracebacks} tracebacks, {len(failed)} failed cases")
+    for r in results:
+        print(f"  {'FAIL' if r in failed else 'ok  '} {r['took']:>5}s rc={r['rc']:<4} {r['case']}"
+              + (f": {r['problem']}" if r["problem"] else ""))
+    assert not failed, "\n".join(f"{r['case']}: {r['problem'] or ('hang' if r['hang'] else 'traceback')}"
+                                 for r in failed)
