@@ -6,11 +6,14 @@ parameters as float32. The dataset root has ``train/`` and ``validation/`` folde
 
 :func:`read_sample` validates everything a file can get wrong (the framing and both CRCs of exactly
 one record, the presence, kind and size of ``x`` and ``y``) and raises a :class:`DataError` naming
-the file and what was expected. It reads the file once and decodes without copying: the sample's
-``x`` is a read-only view of the file's (inflated) bytes.
+the file and what was expected. :func:`read_into` does the same straight into a slot of a batch
+buffer: an uncompressed file is read once, placed so that its ``x`` bytes land in the slot, its
+payload CRC taken piece by piece as it arrives; the batch needs no collate copy. A gzip file is
+inflated in one call into a buffer of the final size, validated, and its ``x`` copied to the slot.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import NamedTuple
 
@@ -24,10 +27,12 @@ from .dataset import LAYOUT
 N_CHANNELS = 4
 N_TARGETS = 4
 _EXAMPLE_OVERHEAD = 128  # protobuf tags, lengths and y around x (55 bytes): sizes the inflate buffer
+HEAD_BYTES = 4096  # read first, to find where x starts in the file
+PAD = 4096  # free bytes before the first slot and after the last of a batch buffer (a placed file's head, tail)
 
 
 class Sample(NamedTuple):
-    x: np.ndarray  # int16 [S, S, S, 4] (read-only when read from a file)
+    x: np.ndarray  # int16 [S, S, S, 4]
     y: np.ndarray  # float32 [4]
 
 
@@ -75,8 +80,57 @@ def decode_sample(payload: bytes | memoryview, size: int, name: str) -> Sample:
     return Sample(x, y)
 
 
+def buffer_bytes(size: int, n: int) -> int:
+    """Bytes of a buffer for :func:`read_into` with ``n`` slots: PAD, n times ``x``, PAD."""
+    return PAD + n * x_bytes(size) + PAD
+
+
+def slot(buf: np.ndarray, size: int, j: int) -> np.ndarray:
+    """Slot ``j``'s x of a :func:`buffer_bytes` buffer, as int16 [S, S, S, 4]."""
+    start = PAD + j * x_bytes(size)
+    return buf[start:start + x_bytes(size)].view("<i2").reshape(size, size, size, N_CHANNELS)
+
+
 def read_sample(path: str | Path, size: int) -> Sample:
     """One validated sample file: exactly one record, both CRCs, ``x`` and ``y`` as expected."""
+    buf = np.empty(buffer_bytes(size, 1), np.uint8)
+    y = read_into(path, size, buf, 0)
+    return Sample(slot(buf, size, 0), y)
+
+
+def read_into(path: str | Path, size: int, buf: np.ndarray, j: int) -> np.ndarray:
+    """Read and validate one sample file (as :func:`read_sample`) with its ``x`` going to slot ``j``
+    of ``buf`` (uint8, :func:`buffer_bytes` long); returns ``y``. The file's bytes after ``x`` (a few
+    dozen) may land in slot ``j + 1``: fill a buffer's slots in order. The bytes before ``x`` go to
+    the end of slot ``j - 1`` and are put back."""
+    name, xb = str(path), x_bytes(size)
+    at = PAD + j * xb
+    try:
+        with open(path, "rb", buffering=0) as fh:
+            nbytes = os.fstat(fh.fileno()).st_size
+            head = fh.read(HEAD_BYTES)
+            off = None if head[:2] == tfrecord.GZIP_MAGIC else tfrecord.value_offset(head, "x")
+            if off is not None and off <= at and at - off + nbytes <= len(buf):
+                start = at - off
+                saved = buf[start:at].copy()  # the previous slot's last bytes
+                fh.seek(0)
+                view = memoryview(buf)[start:start + nbytes]
+                try:
+                    n, crc = tfrecord.read_into(fh, view)
+                    sample = decode_sample(tfrecord.single_record(view[:n], name, crc), size, name)
+                finally:
+                    buf[start:at] = saved
+                if sample.x.ctypes.data == buf.ctypes.data + at:
+                    return sample.y
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read TFRecord file: {exc.strerror or exc}") from None
+    sample = _read_whole(path, size)  # gzip, or x not where the headers said: copy it into the slot
+    buf[at:at + xb] = sample.x.reshape(-1).view(np.uint8)
+    return sample.y
+
+
+def _read_whole(path: str | Path, size: int) -> Sample:
+    """Read (and inflate) the whole file into one buffer and validate it; ``x`` is a view of it."""
     name = str(path)
     stream = tfrecord.read_file_bytes(path, size_hint=tfrecord.HEADER_BYTES + x_bytes(size) + _EXAMPLE_OVERHEAD
                                       + tfrecord.FOOTER_BYTES)

@@ -1,8 +1,9 @@
 """The CosmoFlow dataset spec: file layout (for pack/stage), validated reader, collate, DALI graph.
 
 A sample is one ``<split>/*.tfrecord[.gz]`` file read and validated by
-:func:`cosmoflow.data.read_sample`: (x int16 [S,S,S,4], y float32 [4]). ``collate`` stacks them
-into int16 and float32 batches, so the counts cross to the device as int16; ``transform`` takes
+:func:`cosmoflow.data.read_sample`: (x int16 [S,S,S,4], y float32 [4]). ``read_batch`` reads and
+validates the batch's files straight into one reused (or pinned) int16 batch buffer, as ``collate``
+would stack them, so the counts cross to the device as int16; ``transform`` takes
 ``log1p`` in float32 and gives x as [B,4,S,S,S]: with ``train.channels_last`` the permuted view of
 the NDHWC batch (already ``channels_last_3d``, no copy), else contiguous NCDHW. The DALI graph does
 the same from the raw samples. Light to import (``hpcbench pack``/``stage`` load :data:`LAYOUT`):
@@ -17,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from common.data.buffers import HostBuffers
 from common.data.layout import FileLayout, KnownSplit
-from common.data.spec import DatasetSpec, FileSamples
+from common.data.spec import DatasetSpec, FileSamples, SampleSource
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -47,6 +49,7 @@ class CosmoFlowData(DatasetSpec):
         self.size = size  # cube edge S
         self.limits = {self.train_split: n_train, self.eval_split: n_eval}  # first N files; 0: all
         self.channels_last = channels_last
+        self._buffers = HostBuffers()
 
     def open(self, root: Path, split: str) -> FileSamples:
         from .data import list_files, read_sample
@@ -64,6 +67,21 @@ class CosmoFlowData(DatasetSpec):
             x[j] = sample.x
         y = np.stack([sample.y for sample in samples])
         return torch.from_numpy(x), torch.from_numpy(y)
+
+    def read_batch(self, source: SampleSource, indices: Sequence[int], pin: bool = False) -> Batch:
+        """``collate`` of the samples, each file read and validated straight into its batch slot."""
+        import torch
+
+        from .data import PAD, buffer_bytes, read_into, x_bytes
+
+        files = getattr(source, "files", None)
+        if files is None:
+            return super().read_batch(source, indices, pin)
+        n, s = len(indices), self.size
+        buf, raw = self._buffers.take(buffer_bytes(s, n), pin)
+        y = np.stack([read_into(files[int(i)], s, buf, j) for j, i in enumerate(indices)])
+        x = raw[PAD:PAD + n * x_bytes(s)].view(torch.int16).view(n, s, s, s, 4)
+        return x, torch.from_numpy(y)
 
     def transform(self, batch: Batch) -> Batch:
         """x as float32 log(1 + counts) [B,4,S,S,S]: a channels_last_3d view, or contiguous."""

@@ -43,7 +43,10 @@ Feature = Union[list[memoryview], np.ndarray]  # what decode_example gives: byte
 # --- framing ------------------------------------------------------------------------------
 def masked_crc(data: bytes | memoryview) -> int:
     """TFRecord's masked CRC-32C: rotate right by 15 bits and add a constant."""
-    crc = _crc32c.crc32c(data)
+    return _mask(_crc32c.crc32c(data))
+
+
+def _mask(crc: int) -> int:
     return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
 
 
@@ -87,8 +90,10 @@ def gunzip(raw: bytes, name: str, size_hint: int = 0) -> bytes:
         raise DataError(f"{name}: corrupt gzip stream: {exc}") from None
 
 
-def iter_records(data: bytes, name: str = "<bytes>", verify: bool = True) -> Iterator[memoryview]:
-    """Payloads of the framed records in ``data``; a bad frame is a DataError naming ``name``."""
+def iter_records(data: bytes | memoryview, name: str = "<bytes>", verify: bool = True,
+                 first_crc: int | None = None) -> Iterator[memoryview]:
+    """Payloads of the framed records in ``data``; a bad frame is a DataError naming ``name``.
+    ``first_crc``: the CRC-32C of the first payload, already computed while reading it."""
     view = memoryview(data)
     pos, n, index = 0, len(view), 0
     while pos < n:
@@ -106,16 +111,18 @@ def iter_records(data: bytes, name: str = "<bytes>", verify: bool = True) -> Ite
                             f"file has {n - start - FOOTER_BYTES}")
         payload = view[start:end]
         (data_crc,) = _U32.unpack(view[end:end + FOOTER_BYTES])
-        if verify and masked_crc(payload) != data_crc:
+        crc = _crc32c.crc32c(payload) if first_crc is None or index else first_crc
+        if verify and _mask(crc) != data_crc:
             raise DataError(f"{name}: record {index} at byte {pos}: payload CRC-32C mismatch (corrupt file)")
         yield payload
         pos = end + FOOTER_BYTES
         index += 1
 
 
-def single_record(data: bytes, name: str = "<bytes>") -> memoryview:
-    """The payload of a stream that must hold exactly one record (CRCs checked)."""
-    first = next(iter_records(data, name), None)
+def single_record(data: bytes | memoryview, name: str = "<bytes>", payload_crc: int | None = None) -> memoryview:
+    """The payload of a stream that must hold exactly one record (CRCs checked; ``payload_crc``:
+    the payload's CRC-32C as :func:`read_into` computed it)."""
+    first = next(iter_records(data, name, first_crc=payload_crc), None)
     if first is None:
         raise DataError(f"{name}: holds no TFRecord record; expected exactly one")
     end = HEADER_BYTES + len(first) + FOOTER_BYTES
@@ -123,6 +130,26 @@ def single_record(data: bytes, name: str = "<bytes>") -> memoryview:
         raise DataError(f"{name}: a second TFRecord record starts at byte {end} ({len(data) - end} more bytes); "
                         "expected exactly one record per file")
     return first
+
+
+def read_into(fh: BinaryIO, out: memoryview, chunk: int = 1 << 20) -> tuple[int, int]:
+    """Read a framed stream from ``fh`` into ``out`` (up to its length) in ``chunk``-byte pieces,
+    taking the CRC-32C of the first record's payload piece by piece while the piece is in cache
+    (faster than a second pass over the whole buffer). Returns (bytes read, that CRC); the CRC
+    covers only what was read, which :func:`single_record` then checks is the whole payload."""
+    n = crc = 0
+    end = -1  # end of the first payload, known once its length field is read
+    while n < len(out):
+        got = fh.readinto(out[n:n + chunk])
+        if not got:
+            break
+        if end < 0 and n + got >= 8:
+            end = HEADER_BYTES + _U64.unpack(out[:8])[0]
+        lo, hi = max(n, HEADER_BYTES), min(n + got, end)
+        if hi > lo:
+            crc = _crc32c.crc32c(out[lo:hi], crc)
+        n += got
+    return n, crc
 
 
 def record_index(data: bytes, name: str = "<bytes>") -> list[tuple[int, int]]:
@@ -271,6 +298,41 @@ def _decode_feature(buf: memoryview, name: str) -> Feature:
             arr = np.array(values, dtype=np.uint64)
             return arr.astype(np.int64)
     return []
+
+
+def value_offset(head: bytes | memoryview, key: str) -> int | None:
+    """Where the first ``bytes_list`` value of feature ``key`` starts in a framed one-record stream,
+    found from the message headers in ``head`` (the stream's first bytes) alone, or None when
+    ``head`` does not reach it. A guess to place a read: only :func:`decode_example` on the whole
+    record says where the value is (and whether the record is valid)."""
+    buf, want, entry = memoryview(head), key.encode(), 1 << 3 | 2  # field 1, length-delimited
+    try:
+        pos = HEADER_BYTES
+        tag, pos = _read_varint(buf, pos, "")
+        if tag != entry:  # Example.features
+            return None
+        length, pos = _read_varint(buf, pos, "")
+        end = pos + length
+        while pos < end:  # Features.feature map entries: key (1) then value (2)
+            tag, pos = _read_varint(buf, pos, "")
+            length, pos = _read_varint(buf, pos, "")
+            after = pos + length
+            if tag == entry:
+                tag, p = _read_varint(buf, pos, "")
+                size, p = _read_varint(buf, p, "")
+                if tag == entry and bytes(buf[p:p + size]) == want:
+                    p += size
+                    # value (field 2) -> Feature.bytes_list (1) -> BytesList.value (1)
+                    for expected in (2 << 3 | 2, entry, entry):
+                        tag, p = _read_varint(buf, p, "")
+                        if tag != expected:
+                            return None
+                        _, p = _read_varint(buf, p, "")
+                    return p
+            pos = after
+    except DataError:  # the head ends inside a header
+        return None
+    return None
 
 
 def decode_example(payload: bytes | memoryview, name: str = "<record>") -> dict[str, Feature]:

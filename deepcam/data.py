@@ -76,6 +76,19 @@ def sample_shape(path: Path) -> tuple[int, int]:
 def read_sample(path: Path, channels: Sequence[int], shape: tuple[int, int] | None = None,
                 check_labels: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(data (H, W, len(channels)) float32, labels (H, W) uint8) of one file, validated."""
+    return _read(path, channels, shape, None, check_labels)
+
+
+def read_into(path: Path, channels: Sequence[int], data: np.ndarray, labels: np.ndarray,
+              check_labels: bool = True) -> None:
+    """:func:`read_sample` straight into ``data`` (H, W, len(channels)) float32 and ``labels``
+    (H, W) uint8, e.g. a sample's slots of a batch: HDF5 reads the stored bytes into them (and
+    converts a stored type other than float32 / uint8 on the way) with no copy of its own."""
+    _read(path, channels, data.shape[:2], (data, labels), check_labels)
+
+
+def _read(path: Path, channels: Sequence[int], shape: tuple[int, ...] | None,
+          out: tuple[np.ndarray, np.ndarray] | None, check_labels: bool) -> tuple[np.ndarray, np.ndarray]:
     try:
         with h5py.File(path, "r") as f:
             if "climate/data" not in f or "climate/labels_0" not in f:
@@ -89,15 +102,28 @@ def read_sample(path: Path, channels: Sequence[int], shape: tuple[int, int] | No
                                 f"{shape[0]}x{shape[1]} like the rest of the dataset")
             if tuple(lset.shape) != tuple(dset.shape[:2]):
                 raise DataError(f"'{path}': climate/labels_0 has shape {lset.shape}; expected {dset.shape[:2]}")
-            all_channels = list(channels) == list(range(dset.shape[2]))
-            data = dset[...] if all_channels else dset[...][..., list(channels)]
-            labels = lset[...]
+            h, w = dset.shape[:2]
+            data, labels = out if out is not None else (np.empty((h, w, len(channels)), np.float32),
+                                                         np.empty((h, w), np.uint8))
+            if list(channels) == list(range(dset.shape[2])):
+                dset.read_direct(data)
+            else:
+                data[...] = dset[...][..., list(channels)]
+            stored = labels
+            if lset.dtype == labels.dtype:
+                lset.read_direct(labels)
+            else:
+                stored = lset[...]
     except OSError as exc:
         raise DataError(f"cannot read DeepCAM sample '{path}': {exc}") from None
-    data = np.ascontiguousarray(data, dtype=np.float32)
     if check_labels:
-        bad = (labels < 0) | (labels >= NUM_CLASSES) | (labels != np.round(labels))
+        if stored.dtype == np.uint8:  # one pass: only values above 2 can be wrong
+            bad = stored >= NUM_CLASSES
+        else:
+            bad = (stored < 0) | (stored >= NUM_CLASSES) | (stored != np.round(stored))
         if bad.any():
-            raise DataError(f"'{path}': climate/labels_0 holds value {labels[bad].flat[0].item():g} at "
+            raise DataError(f"'{path}': climate/labels_0 holds value {stored[bad].flat[0].item():g} at "
                             f"{int(bad.sum())} pixel(s); classes must be 0, 1 or 2")
-    return data, labels.astype(np.uint8)
+    if stored is not labels:
+        labels[...] = stored
+    return data, labels

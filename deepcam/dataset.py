@@ -3,11 +3,13 @@
 A sample is one ``<split>/data-*.h5`` file read by :func:`deepcam.data.read_sample` (format, shape
 against the split's first file, label values): raw (H, W, C) float32 data and (H, W) uint8 labels.
 ``stats.h5`` at the root holds the per-channel statistics every node needs (the layout replicates
-it); opening a split loads it. ``collate`` normalizes (x - min) / (max - min) into the batch on the
-reader thread; ``transform`` gives the inputs as N, C, H, W: a zero-copy channels-last view of the
-HWC batch with ``train.channels_last``, else contiguous. The DALI graph does both from the raw
-samples. Light to import (``hpcbench pack``/``stage`` load :data:`LAYOUT`): h5py and torch are
-imported where they are used.
+it); opening a split loads it. ``read_batch`` has HDF5 read each file straight into its slot of one
+reused (or pinned) batch buffer in the stored dtypes (what ``collate`` stacks): float32 data and
+uint8 labels cross to the device like that. ``transform`` (on the device on a GPU, in the reader
+thread on the CPU) normalizes (x - min) / (max - min), makes the labels int64 and gives the inputs
+as N, C, H, W: a channels-last view of the HWC batch with ``train.channels_last``, else contiguous.
+The DALI graph does the same from the raw samples. Light to import (``hpcbench pack``/``stage``
+load :data:`LAYOUT`): h5py and torch are imported where they are used.
 """
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from common.data.buffers import HostBuffers
 from common.data.layout import FileLayout, KnownSplit
-from common.data.spec import DatasetSpec, FileSamples
+from common.data.spec import DatasetSpec, FileSamples, SampleSource
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -37,7 +40,18 @@ LAYOUT = FileLayout(
 )
 
 Sample = tuple[np.ndarray, np.ndarray]  # (data H x W x C float32 raw, labels H x W uint8)
-Batch = tuple["torch.Tensor", "torch.Tensor"]  # (inputs, labels N x H x W int64)
+Batch = tuple["torch.Tensor", "torch.Tensor"]  # host: (N x H x W x C float32 raw, N x H x W uint8);
+# after transform: (inputs N x C x H x W normalized, labels N x H x W int64)
+
+
+class SplitFiles(FileSamples):
+    """A split's sample files and the grid (H, W) of its first file, which every sample must have."""
+
+    def __init__(self, files: Sequence[Path], channels: Sequence[int], shape: tuple[int, int]) -> None:
+        from .data import read_sample
+
+        super().__init__(files, partial(read_sample, channels=channels, shape=shape))
+        self.shape = shape
 
 
 class DeepCAMData(DatasetSpec):
@@ -51,14 +65,16 @@ class DeepCAMData(DatasetSpec):
         self.stats_file = stats_file
         self.train_split, self.eval_split = train_split, eval_split
         self._norm: Normalizer | None = None
+        self._norm_on: dict["torch.device", tuple["torch.Tensor", "torch.Tensor"]] = {}
+        self._buffers = HostBuffers()
 
-    def open(self, root: Path, split: str) -> FileSamples:
-        from .data import Normalizer, list_samples, read_sample, sample_shape
+    def open(self, root: Path, split: str) -> SplitFiles:
+        from .data import Normalizer, list_samples, sample_shape
 
         files = list_samples(root, split)  # the clearer error first when the dataset is missing
         self._norm = Normalizer.from_stats(Path(root) / self.stats_file, self.channels)
-        shape = sample_shape(files[0])
-        return FileSamples(files, partial(read_sample, channels=self.channels, shape=shape))
+        self._norm_on = {}
+        return SplitFiles(files, self.channels, sample_shape(files[0]))
 
     @property
     def norm(self) -> "Normalizer":
@@ -68,23 +84,43 @@ class DeepCAMData(DatasetSpec):
         return self._norm
 
     def collate(self, samples: Sequence[Sample]) -> Batch:
-        """(inputs N x H x W x C float32 normalized, labels N x H x W int64)."""
+        """(data N x H x W x C float32 raw, labels N x H x W uint8), as stored."""
         import torch
 
-        norm = self.norm
-        h, w, c = samples[0][0].shape  # every sample of a split has its first file's shape
-        x = np.empty((len(samples), h, w, c), np.float32)
-        y = np.empty((len(samples), h, w), np.int64)
-        for j, (data, labels) in enumerate(samples):
-            norm.apply(data, out=x[j])
-            y[j] = labels
-        return torch.from_numpy(x), torch.from_numpy(y)
+        return torch.from_numpy(np.stack([d for d, _ in samples])), torch.from_numpy(np.stack([l for _, l in samples]))
+
+    def read_batch(self, source: SampleSource, indices: Sequence[int], pin: bool = False) -> Batch:
+        """``collate`` of the samples, each file read by HDF5 straight into its slots of the batch."""
+        import torch
+
+        from .data import read_into
+
+        if not isinstance(source, SplitFiles):
+            return super().read_batch(source, indices, pin)
+        (h, w), c, n = source.shape, len(self.channels), len(indices)
+        xb = n * h * w * c * 4
+        buf, raw = self._buffers.take(xb + n * h * w, pin)
+        x, y = buf[:xb].view(np.float32).reshape(n, h, w, c), buf[xb:].reshape(n, h, w)
+        for j, i in enumerate(indices):
+            read_into(source.files[int(i)], self.channels, x[j], y[j])
+        return raw[:xb].view(torch.float32).view(n, h, w, c), raw[xb:].view(n, h, w)
 
     def transform(self, batch: Batch) -> Batch:
-        """Inputs as N x C x H x W: the channels-last view of the HWC batch, or contiguous NCHW."""
+        """Inputs normalized, as N x C x H x W (the channels-last view of the HWC batch, or
+        contiguous NCHW); labels int64."""
         x, y = batch
-        x = x.permute(0, 3, 1, 2)
-        return (x if self.channels_last else x.contiguous()), y
+        shift, scale = self._norm_tensors(x.device)
+        x = (x - shift).mul_(scale).permute(0, 3, 1, 2)
+        return (x if self.channels_last else x.contiguous()), y.long()
+
+    def _norm_tensors(self, device: "torch.device") -> tuple["torch.Tensor", "torch.Tensor"]:
+        """min and 1 / (max - min) per channel on ``device``, copied there once."""
+        import torch
+
+        if device not in self._norm_on:
+            self._norm_on[device] = (torch.from_numpy(self.norm.shift).to(device),
+                                     torch.from_numpy(self.norm.scale).to(device))
+        return self._norm_on[device]
 
     def dali(self) -> "DaliNormalize":
         return DaliNormalize(self.norm, self.channels_last)

@@ -56,7 +56,7 @@ class Loader:
 
     def read(self, idx: Sequence[int]) -> Any:
         """One host batch: validated samples, collated (pinned on a GPU, transformed on the CPU)."""
-        batch = self.spec.collate([self.source[int(i)] for i in idx])
+        batch = self.spec.read_batch(self.source, idx, pin=self.cuda)
         return pin(batch) if self.cuda else self.spec.transform(batch)
 
     def __iter__(self) -> Iterator[Any]:

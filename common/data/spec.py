@@ -87,6 +87,13 @@ class DatasetSpec(ABC):
     def collate(self, samples: Sequence[Any]) -> Any:
         """A host batch (tensors) from validated samples; runs in a reader thread."""
 
+    def read_batch(self, source: SampleSource, indices: Sequence[int], pin: bool = False) -> Any:
+        """The host batch of ``source``'s samples ``indices``, validated as ``source[i]`` validates
+        them; runs in a reader thread. ``pin``: the batch goes to a GPU next (page-locked memory
+        saves the loader a copy). Default: ``collate`` of the samples; a spec may read each sample
+        straight into its slot of the batch instead (no collate copy)."""
+        return self.collate([source[int(i)] for i in indices])
+
     def transform(self, batch: Any) -> Any:
         """Batch transform in torch ops (e.g. ``log1p``, a layout change). It runs in the reader
         thread when training on the CPU and on the device after the copy on a GPU, so the storage

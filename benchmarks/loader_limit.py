@@ -1,0 +1,267 @@
+"""Loader rate vs the machine's own limit, at full shapes, measured in the same run.
+
+For CosmoFlow (128^3 x 4 int16; plain and gzip TFRecords) and DeepCAM (768 x 1152 x 16 float32 +
+labels), this prints the training loader's samples/s and decoded bytes/s, in total and per core,
+with ``data.threads = 0`` (one core: the caller reads) and with N reader threads (per core = total
+/ N), next to the limit measured the same way (the same files, the same parallelism):
+
+  (a) plain TFRecords: each file read from the page cache into one reused buffer and its CRC-32C
+      taken (the ``crc32c`` package, hardware when ``crc32c_hardware``), the fastest way to read
+      and check the bytes at all;
+  (b) gzip TFRecords: the file read and inflated by ``zlib.decompress`` into its final size
+      (zlib's own rate; it checks the gzip CRC-32 itself);
+  (c) DeepCAM: a plain h5py read of ``climate/data`` and ``climate/labels_0`` into numpy.
+
+The loader is measured on its host output in the storage dtype (read + validate + batch: int16
+counts, float32 data + uint8 labels), which is what crosses to a GPU, where the spec's transform
+(log1p; normalization) runs; ``+cpu transform`` adds that transform in the reader thread, as when
+training on the CPU (for information). Goals: CosmoFlow plain >= 80% of (a) per core, gzip >= 80%
+of (b), DeepCAM >= 80% of (c). With CUDA, the training step's samples/s (the harness's step,
+bf16 channels-last, on a batch from the loader) is printed beside them; DALI, when installed, is
+shown with its transform. The page cache is warmed first (every file read once), so the rates are
+CPU costs, not the disk's. Rounds interleave every measurement; the best round counts.
+
+  python benchmarks/loader_limit.py --work /tmp/ll      # writes the datasets there when missing:
+  python -m hpcbench datagen cosmoflow --out /tmp/ll/cf-plain --samples 48 --val-samples 1 --size 128 --plain
+  python -m hpcbench datagen cosmoflow --out /tmp/ll/cf-gzip --samples 48 --val-samples 1 --size 128
+  python -m hpcbench datagen deepcam --out /tmp/ll/dc --samples 12 --eval-samples 1 --height 768 --width 1152
+(48 CosmoFlow samples: 785 MiB plain, 142 MiB gzip; 12 DeepCAM samples: 660 MiB; fits a 2-core 24 GiB box.)
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import crc32c
+import h5py
+import numpy as np
+import torch
+
+from common.data.loader import reader_threads
+from common.data.prefetch import prefetch_map
+from common.step import prepare_batch
+from common.workload import DataShard, Workload
+from cosmoflow.workload import CosmoFlowWorkload
+from deepcam.workload import DeepCAMWorkload
+from deepcam_step import build, time_steps  # noqa: E402 - sibling benchmark module
+from machine import describe, header  # noqa: E402 - sibling benchmark module
+
+DATASETS = {  # name -> (workload, datagen arguments)
+    "cf-plain": ("cosmoflow", ["--samples", "{cf}", "--val-samples", "1", "--size", "128", "--plain", "--quiet"]),
+    "cf-gzip": ("cosmoflow", ["--samples", "{cf}", "--val-samples", "1", "--size", "128", "--quiet"]),
+    "dc": ("deepcam", ["--samples", "{dc}", "--eval-samples", "1", "--height", "768", "--width", "1152"]),
+}
+
+
+def make_datasets(work: Path, cf: int, dc: int) -> None:
+    for name, (workload, args) in DATASETS.items():
+        out = work / name
+        if (out / ".done").exists():
+            continue
+        args = [a.format(cf=cf, dc=dc) for a in args]
+        print(f"+ hpcbench datagen {workload} --out {out} {' '.join(args)}", flush=True)
+        subprocess.run([sys.executable, "-m", "hpcbench", "datagen", workload, "--out", str(out), "--workers", "2",
+                        *args], check=True, stdout=subprocess.DEVNULL)
+        (out / ".done").write_text("")
+
+
+# --- the limits: the same files, the plainest read, per thread ------------------------------
+def read_crc(files: list[Path]) -> int:
+    """(a): each file into one reused buffer, then its CRC-32C."""
+    buf = bytearray(max(f.stat().st_size for f in files))
+    n = 0
+    for f in files:
+        with open(f, "rb", buffering=0) as fh:
+            got = fh.readinto(buf)
+        crc32c.crc32c(memoryview(buf)[:got])
+        n += got
+    return n
+
+
+def read_inflate(files: list[Path], out_size: int) -> int:
+    """(b): each gzip file read, then inflated by zlib into its final size (zlib checks the CRC-32)."""
+    n = 0
+    for f in files:
+        n += len(zlib.decompress(f.read_bytes(), 31, out_size))
+    return n
+
+
+def read_h5(files: list[Path]) -> int:
+    """(c): a plain h5py read of a DeepCAM sample's two datasets into numpy."""
+    n = 0
+    for f in files:
+        with h5py.File(f, "r") as h:
+            n += h["climate/data"][...].nbytes + h["climate/labels_0"][...].nbytes
+    return n
+
+
+def parallel_rate(fn: Callable[[list[Path]], int], files: list[Path], threads: int) -> float:
+    """Bytes/s of ``fn`` over ``files``, split over ``threads`` threads (0: this one)."""
+    t = time.perf_counter()
+    if threads <= 1:
+        n = fn(files)
+    else:
+        with ThreadPoolExecutor(threads) as pool:
+            n = sum(pool.map(fn, [files[i::threads] for i in range(threads)]))
+    return n / (time.perf_counter() - t)
+
+
+# --- the loaders ------------------------------------------------------------------------------
+def loader(wl: Workload, threads: int, batch: int, device: torch.device) -> Any:
+    wl.cfg.data.threads = threads  # type: ignore[attr-defined]
+    return wl.train_loader(DataShard(rank=0, size=1, seed=1, local_batch_size=batch, device=device))
+
+
+def storage_batches(ld: Any) -> Iterator[Any]:
+    """The loader's host batches before the transform: ``Loader.__iter__`` on a GPU, less the copy."""
+    return prefetch_map(lambda idx: ld.spec.read_batch(ld.source, idx, pin=ld.cuda), ld.sampler.batches(),
+                        ld.threads, ld.prefetch)
+
+
+def loader_rate(batches: Iterable[Any], sample_bytes: int) -> tuple[float, float]:
+    """(samples/s, decoded bytes/s) of one pass."""
+    t, n = time.perf_counter(), 0
+    for b in batches:
+        n += len(b[0])
+    dt = time.perf_counter() - t
+    return n / dt, n * sample_bytes / dt
+
+
+def step_rate(wl: Workload, ld: Any, batch: int, device: torch.device, steps: int) -> float:
+    """Samples/s of the harness's training step (bf16, channels-last) on one batch from the loader."""
+    step = build(wl, "bf16", True, "eager", device)
+    x = prepare_batch(next(iter(ld)), device, channels_last=True)
+    time_steps(step, x, 2, device)
+    return batch / time_steps(step, x, steps, device)
+
+
+# --- one workload -------------------------------------------------------------------------------
+class Case:
+    def __init__(self, title: str, wl: Workload, files: list[Path], sample_bytes: int,
+                 limit: Callable[[list[Path]], int], limit_name: str, goal: str) -> None:
+        self.title, self.wl, self.files, self.sample_bytes = title, wl, files, sample_bytes
+        self.limit, self.limit_name, self.goal = limit, limit_name, goal
+        self.best: dict[str, tuple[float, float]] = {}
+
+    def record(self, key: str, rate: tuple[float, float]) -> None:
+        if rate[1] > self.best.get(key, (0.0, 0.0))[1]:
+            self.best[key] = rate
+
+
+def run_round(case: Case, thread_counts: list[int], batch: int, device: torch.device, dali: bool) -> None:
+    for n in thread_counts:
+        lim = parallel_rate(case.limit, case.files, n)
+        case.record(f"limit/{n}", (lim / (case.sample_bytes * 1.0), lim))
+        ld = loader(case.wl, n, batch, device)
+        case.record(f"loader/{n}", loader_rate(storage_batches(ld), case.sample_bytes))
+        if device.type == "cpu":
+            case.record(f"loader+transform/{n}", loader_rate(ld, case.sample_bytes))
+        if dali:
+            case.wl.cfg.train.loader = "dali"  # type: ignore[attr-defined]
+            case.record(f"dali/{n}", loader_rate(loader(case.wl, n, batch, device), case.sample_bytes))
+            case.wl.cfg.train.loader = "torch"  # type: ignore[attr-defined]
+
+
+def report(case: Case, thread_counts: list[int], step: float | None) -> list[str]:
+    out = [f"{case.title}: {len(case.files)} files, {case.sample_bytes / 2**20:.1f} MiB decoded per sample; "
+           f"limit {case.limit_name}; goal {case.goal}"]
+    if step is not None:
+        out.append(f"  training step (bf16, channels-last, harness): {step:9.1f} samples/s")
+    for n in thread_counts:
+        cores = max(1, n)
+        lim = case.best[f"limit/{n}"][1]
+        label = "threads=0" if n == 0 else f"threads={n}"
+        out.append(f"  {label}: limit {lim / 1e9:6.3f} GB/s total, {lim / cores / 1e9:6.3f} GB/s per core")
+        for key, what in (("loader", "loader (storage dtype)"), ("loader+transform", "loader +cpu transform"),
+                          ("dali", "DALI cpu (+transform)")):
+            if f"{key}/{n}" not in case.best:
+                continue
+            sps, bps = case.best[f"{key}/{n}"]
+            ratio = f" = {100 * bps / lim:5.1f}% of the limit" if key == "loader" else ""
+            out.append(f"    {what:24s} {sps:8.2f} samples/s {bps / 1e9:6.3f} GB/s total, {sps / cores:7.2f} "
+                       f"samples/s {bps / cores / 1e9:6.3f} GB/s per core{ratio}")
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--work", default="/tmp/loader_limit", help="dataset folder (made there when missing)")
+    p.add_argument("--cosmoflow-samples", type=int, default=48)
+    p.add_argument("--deepcam-samples", type=int, default=12)
+    p.add_argument("--threads", type=int, default=0, help="N reader threads (0: data.threads=-1's choice on a GPU, "
+                   "min(4, cores))")
+    p.add_argument("--batch", type=int, default=0, help="local batch (0: 8 CosmoFlow, 4 DeepCAM)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=10, help="timed training steps on a GPU (0: none)")
+    p.add_argument("--only", choices=["cf-plain", "cf-gzip", "dc"], action="append", default=[])
+    a = p.parse_args()
+    work = Path(a.work)
+    make_datasets(work, a.cosmoflow_samples, a.deepcam_samples)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    n_threads = a.threads or reader_threads(-1, None)
+    thread_counts = [0, n_threads]
+    try:
+        import nvidia.dali  # noqa: F401
+
+        dali = True
+    except ImportError:
+        dali = False
+
+    cases: dict[str, Case] = {}
+    for name in ("cf-plain", "cf-gzip"):
+        wl = CosmoFlowWorkload(CosmoFlowWorkload.load_config(
+            "full", [f"data.root={work / name}", "train.loader=torch"]))
+        files = sorted((work / name / "train").iterdir())
+        xb = 128 ** 3 * 4 * 2
+        if name == "cf-plain":
+            cases[name] = Case("CosmoFlow plain TFRecords", wl, files, xb, read_crc,
+                               "(a) page-cache read + crc32c", "loader >= 80% of (a) per core")
+        else:
+            size = xb + 200  # the inflated stream: record framing + Example around x
+            cases[name] = Case("CosmoFlow gzip TFRecords", wl, files, xb, lambda f, s=size: read_inflate(f, s),
+                               "(b) read + zlib inflate", "loader >= 80% of (b)")
+    wl = DeepCAMWorkload(DeepCAMWorkload.load_config("full", [f"data.root={work / 'dc'}", "train.loader=torch"]))
+    files = sorted((work / "dc" / "train").glob("data-*.h5"))
+    cases["dc"] = Case("DeepCAM HDF5", wl, files, 768 * 1152 * (16 * 4 + 1), read_h5,
+                       "(c) plain h5py read into numpy", "loader >= 80% of (c)")
+    if a.only:
+        cases = {k: v for k, v in cases.items() if k in a.only}
+
+    for case in cases.values():  # warm the page cache: the rates below are CPU costs
+        for f in case.files:
+            f.read_bytes()
+    for r in range(a.rounds):
+        for name, case in cases.items():
+            batch = a.batch or (8 if name.startswith("cf") else 4)
+            print(f"round {r + 1}/{a.rounds}: {case.title}", file=sys.stderr, flush=True)
+            run_round(case, thread_counts, batch, device, dali)
+
+    print(header(describe()))
+    print(f"loader_limit: device {device}, reader threads 0 and {n_threads}, best of {a.rounds} interleaved rounds, "
+          f"page cache warm; torch threads {torch.get_num_threads()}; DALI {'installed' if dali else 'not installed'}")
+    print("loader rate = read + validate (CRCs, shapes, dtypes) + batch, in the storage dtype (what a GPU receives)")
+    for name, case in cases.items():
+        batch = a.batch or (8 if name.startswith("cf") else 4)
+        step = None
+        if device.type == "cuda" and a.steps and name != "cf-gzip":
+            step = step_rate(case.wl, loader(case.wl, n_threads, batch, device), batch, device, a.steps)
+        print(f"batch {batch}: " + "\n".join(report(case, thread_counts, step)))
+    print("goals (loader / limit):")
+    for name, case in cases.items():
+        for n in thread_counts:
+            lim, got = case.best[f"limit/{n}"][1], case.best[f"loader/{n}"][1]
+            verdict = "met" if got >= 0.8 * lim else f"MISSED by {100 * (0.8 - got / lim):.1f} points"
+            print(f"  {case.title:26s} threads={n}: {100 * got / lim:5.1f}% of {case.limit_name} "
+                  f"(goal >= 80%): {verdict}")
+
+
+if __name__ == "__main__":
+    main()
