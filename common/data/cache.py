@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-import warnings
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -289,9 +288,10 @@ def _numpy_view(t: torch.Tensor) -> np.ndarray | None:
 
 
 def _pin_in_place(owner: object, tensors: list[torch.Tensor]) -> bool:
-    """Page-lock host tensors where they are (cudaHostRegister: no copy, and no rounding up of the
-    size as the caching pinned allocator does); False, with a warning, where that fails (the batch
-    gather still lands in pinned buffers, so the copies stay asynchronous)."""
+    """Page-lock host tensors where they are (cudaHostRegister, as torch.cuda._pin_memory_utils
+    does: no copy, and no rounding up to a power of two as the caching pinned allocator does).
+    A failure is refused, not worked around: cudaHostRegister leaves its error as CUDA's last
+    error, which the next kernel launch would then report as its own."""
     if not torch.cuda.is_available():
         return False
     rt = torch.cuda.cudart()
@@ -299,16 +299,24 @@ def _pin_in_place(owner: object, tensors: list[torch.Tensor]) -> bool:
     for t in tensors:
         if t.numel() == 0:
             continue
-        err = rt.cudaHostRegister(t.data_ptr(), t.numel() * t.element_size(), 0)
-        if int(getattr(err, "value", err)) != 0:
+        code = rt.cudaHostRegister(t.data_ptr(), t.numel() * t.element_size(), 0)
+        if int(code) != 0:
             for ptr in done:
                 rt.cudaHostUnregister(ptr)
-            warnings.warn(f"data.cache = 'host': could not page-lock the cache ({err}); it stays in pageable "
-                          "memory and batches are still gathered into pinned buffers", stacklevel=3)
-            return False
+            total = sum(x.numel() * x.element_size() for x in tensors)
+            raise ConfigError(f"config key 'data.cache' = \"host\": page-locking the {_size(total)} cache failed "
+                              f"(CUDA error {int(code)}: {_cuda_error_text(rt, code)}); use data.cache = \"none\", or "
+                              "more nodes with node-local staging (data.node_local)")
         done.append(t.data_ptr())
     weakref.finalize(owner, _unpin, rt, done)
     return True
+
+
+def _cuda_error_text(rt: Any, code: Any) -> str:
+    try:
+        return str(rt.cudaGetErrorString(code))
+    except (TypeError, RuntimeError):
+        return "see the CUDA runtime's error codes"
 
 
 def _unpin(rt: Any, ptrs: list[int]) -> None:
