@@ -31,7 +31,7 @@ import dataclasses
 import os
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -151,18 +151,19 @@ def tensor_leaves(batch: Any) -> list[torch.Tensor] | None:
 
 def rebuild(template: Any, leaves: Sequence[torch.Tensor]) -> Any:
     """``template``'s tree with its tensors replaced by ``leaves`` (in :func:`tensor_leaves` order)."""
-    it = iter(leaves)
+    return _rebuild(template, iter(leaves))
 
-    def walk(node: Any) -> Any:
-        if isinstance(node, torch.Tensor):
-            return next(it)
-        if isinstance(node, Mapping):
-            return {k: walk(v) for k, v in node.items()}
-        if isinstance(node, tuple) and hasattr(node, "_fields"):
-            return type(node)(*(walk(v) for v in node))
-        return type(node)(walk(v) for v in node)
 
-    return walk(template)
+def _rebuild(node: Any, it: Iterator[torch.Tensor]) -> Any:
+    # a module-level function, not a closure over itself: that would be a reference cycle holding
+    # the batch's tensors (and a reused gather buffer) until the cyclic collector runs
+    if isinstance(node, torch.Tensor):
+        return next(it)
+    if isinstance(node, Mapping):
+        return {k: _rebuild(v, it) for k, v in node.items()}
+    if isinstance(node, tuple) and hasattr(node, "_fields"):
+        return type(node)(*(_rebuild(v, it) for v in node))
+    return type(node)(_rebuild(v, it) for v in node)
 
 
 def batchable(batch: Any) -> bool:
@@ -217,7 +218,8 @@ class BatchCache:
     reads its sample; within an epoch a sample appears once, so reader threads never race on a slot.
     """
 
-    def __init__(self, template: Any, share: np.ndarray, n: int, device: torch.device, pin: bool) -> None:
+    def __init__(self, template: Any, share: np.ndarray, n: int, device: torch.device, pin: bool,
+                 reuse: int = 2) -> None:
         leaves = tensor_leaves(template)
         assert leaves is not None
         self.template, self.device = template, device
@@ -228,10 +230,10 @@ class BatchCache:
         # zeros, not empty: host pages are touched now, so a later cache (and MemAvailable) sees them
         self.store = [torch.zeros((share.size, *t.shape[1:]), dtype=t.dtype, device=device) for t in leaves]
         self.pinned = pin and device.type == "cpu" and _pin_in_place(self, self.store)
-        # numpy views of a host store: np.take's output comes from numpy's allocator, which asks for
-        # huge pages; a fresh torch CPU tensor of a DeepCAM batch pays one page fault per 4 KiB
-        # (measured 5.5 vs 45 ms for a 56 MB gather on the 2-core box)
+        # host gathers land in reused buffers: a fresh 56 MB batch costs its page faults every time
+        # (on the 2-core box 1 ms/sample of copying became 7-13 ms/sample of kernel time)
         self._np = [_numpy_view(t) for t in self.store] if device.type == "cpu" else [None] * len(self.store)
+        self._out = HostBuffers(reuse)
         self._lock = threading.Lock()
 
     @property
@@ -274,10 +276,37 @@ class BatchCache:
                 buf = torch.empty((slots.numel(), *src.shape[1:]), dtype=src.dtype, pin_memory=True)
                 out.append(torch.index_select(src, 0, slots, out=buf))
             elif view is not None:
-                out.append(torch.from_numpy(np.take(view, slots.numpy(), axis=0)))
+                dst = self._out.get((slots.numel(), *view.shape[1:]), view.dtype)
+                out.append(torch.from_numpy(np.take(view, slots.numpy(), axis=0, out=dst, mode="clip")))
             else:
                 out.append(torch.index_select(src, 0, slots))
         return rebuild(self.template, out)
+
+
+class HostBuffers:
+    """Reusable host arrays for gathered batches. Each hand-out is a fresh view of a pooled buffer;
+    the buffer is handed out again only once that view is gone, i.e. once no tensor made from it
+    (``torch.from_numpy`` keeps it alive, and so does every view of that tensor) is left, so a batch
+    a consumer keeps is never overwritten. At most ``per_shape`` buffers per shape are kept."""
+
+    def __init__(self, per_shape: int = 2) -> None:
+        self.per_shape = max(1, per_shape)
+        self._bufs: dict[tuple[Any, ...], list[tuple[np.ndarray, weakref.ref[np.ndarray]]]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        with self._lock:
+            entries = self._bufs.setdefault((shape, dtype.str), [])
+            for k, (buf, ref) in enumerate(entries):
+                if ref() is None:
+                    view = buf.view()
+                    entries[k] = (buf, weakref.ref(view))
+                    return view
+            buf = np.empty(shape, dtype)
+            view = buf.view()
+            if len(entries) < self.per_shape:
+                entries.append((buf, weakref.ref(view)))
+            return view
 
 
 def _numpy_view(t: torch.Tensor) -> np.ndarray | None:
@@ -350,9 +379,10 @@ class SampleCache:
 
 def build_cache(mode: str, spec: DatasetSpec, source: SampleSource, sampler: EpochSampler,
                 device: torch.device, host_ranks: int = 1, samples_only: bool = False,
-                what: str = "this loader") -> BatchCache | SampleCache | None:
+                what: str = "this loader", in_flight: int = 2) -> BatchCache | SampleCache | None:
     """The cache for one loader, after checking that the rank's share fits (refused with the sizes
-    otherwise). ``samples_only``: the loader consumes samples, not collated batches (DALI)."""
+    otherwise). ``samples_only``: the loader consumes samples, not collated batches (DALI);
+    ``in_flight``: batches the loader may hold at once (host gather buffers kept for reuse)."""
     if mode not in CACHE_MODES:
         raise ConfigError(f"config key 'data.cache': {mode!r} is not allowed; expected one of "
                           + ", ".join(repr(m) for m in CACHE_MODES))
@@ -380,6 +410,6 @@ def build_cache(mode: str, spec: DatasetSpec, source: SampleSource, sampler: Epo
     per_sample = sum(t.numel() * t.element_size() for t in tensor_leaves(template) or [])
     check_fits(mode, per_sample, int(share.size), budget(on_device, device, host_ranks), why)
     store_on = device if on_device else torch.device("cpu")
-    cache = BatchCache(template, share, sampler.n, store_on, pin=device.type == "cuda")
+    cache = BatchCache(template, share, sampler.n, store_on, pin=device.type == "cuda", reuse=in_flight)
     cache.put(np.asarray([share[0]]), template)
     return cache

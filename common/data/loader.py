@@ -57,7 +57,8 @@ class Loader:
         self.threads, self.prefetch = threads, prefetch
         self.cuda = device.type == "cuda"
         what = f"the {'training' if sampler.train else 'evaluation'} loader of {type(spec).__name__}"
-        self.cache = build_cache(cache, spec, source, sampler, device, host_ranks, self.samples_only, what)
+        self.cache = build_cache(cache, spec, source, sampler, device, host_ranks, self.samples_only, what,
+                                 in_flight=max(1, threads) * prefetch + 2)
         if isinstance(self.cache, SampleCache):
             self.source = self.cache  # samples kept in host memory, collated (or fed to DALI) again
 
