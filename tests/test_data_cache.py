@@ -215,3 +215,19 @@ def test_dali_host_cache_keeps_the_raw_samples(cosmoflow_root: Path, monkeypatch
     assert isinstance(loader.source, SampleCache)
     raw = loader.source.source
     assert np.array_equal(loader.source[3].x, raw[3].x) and 3 in loader.source.samples
+
+
+def test_gather_buffers_are_reused_but_never_under_a_batch_still_held(deepcam_root: Path) -> None:
+    _, ref = _epochs(_workload("deepcam", deepcam_root, "none"), True, (1, 2, 3))
+    loader, _ = _epochs(_workload("deepcam", deepcam_root, "host"), True, (1,))
+    kept = []
+    for e in (2, 3):
+        loader.set_epoch(e)
+        for k, batch in enumerate(loader):
+            _same([[batch]], [[ref[e - 1][k]]])
+            if k % 2 == 0:
+                kept.append((e, k, batch))  # held on: its buffer must not be handed out again
+    for e, k, batch in kept:
+        _same([[batch]], [[ref[e - 1][k]]])
+    pools = loader.cache._out._bufs
+    assert pools and all(len(v) <= loader.cache._out.per_shape for v in pools.values())
