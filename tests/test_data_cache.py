@@ -64,13 +64,13 @@ def _workload(name: str, root: Path, cache: str) -> Workload:
 
 
 def _epochs(wl: Workload, train: bool, epochs: tuple[int, ...], rank: int = 0, size: int = 1,
-            batch: int = 2) -> tuple[Any, list[list[Any]]]:
-    shard = DataShard(rank=rank, size=size, seed=4, local_batch_size=batch, device=CPU)
+            batch: int = 2, device: torch.device = CPU) -> tuple[Any, list[list[Any]]]:
+    shard = DataShard(rank=rank, size=size, seed=4, local_batch_size=batch, device=device)
     loader = wl.train_loader(shard) if train else wl.eval_loader(shard)
     out = []
     for e in epochs:
         loader.set_epoch(e)
-        out.append(list(loader))
+        out.append([tuple(t.cpu() for t in b) if device.type == "cuda" else b for b in loader])
     return loader, out
 
 
@@ -231,3 +231,18 @@ def test_gather_buffers_are_reused_but_never_under_a_batch_still_held(deepcam_ro
         _same([[batch]], [[ref[e - 1][k]]])
     pools = loader.cache._out._bufs
     assert pools and all(len(v) <= loader.cache._out.per_shape for v in pools.values())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: the pinned host and GPU-memory caches")
+@pytest.mark.parametrize("mode", ["host", "device"])
+@pytest.mark.parametrize("name", ["cosmoflow", "deepcam"])
+def test_cuda_cached_epochs_yield_exactly_the_uncached_batches(name: str, mode: str,
+                                                              request: pytest.FixtureRequest) -> None:
+    root, cuda = request.getfixturevalue(f"{name}_root"), torch.device("cuda", torch.cuda.current_device())
+    _, ref = _epochs(_workload(name, root, "none"), True, (1, 2, 3, 4), device=cuda)
+    loader, got = _epochs(_workload(name, root, mode), True, (1, 2, 3, 4), device=cuda)
+    _same(ref, got)
+    if mode == "device":
+        assert loader.cache.store[0].is_cuda
+    else:
+        assert loader.cache.pinned and loader.cache.store[0].is_pinned()

@@ -15,7 +15,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
-
 import torch
 
 from common.step import prepare_batch, tree_map
@@ -110,9 +109,11 @@ class Loader:
         threads = 0 if on_device and cache.complete() else self.threads
         for k, (new, got) in enumerate(prefetch_map(read, range(len(batches)), threads, self.prefetch)):
             if on_device:
-                if new.size:
-                    cache.put(new, prepare_batch(got, cache.device, channels_last=False))
-                yield self.spec.transform(cache.take(slots[bounds[k]:bounds[k + 1]]))
+                fresh = prepare_batch(got, cache.device, channels_last=False) if new.size else None
+                if fresh is not None:
+                    cache.put(new, fresh)  # a copy: an in-place transform of ``fresh`` leaves it alone
+                whole = fresh is not None and new.size == bounds[k + 1] - bounds[k]
+                yield self.spec.transform(fresh if whole else cache.take(slots[bounds[k]:bounds[k + 1]]))
             elif self.cuda:
                 yield self.spec.transform(prepare_batch(got, self.device, channels_last=False))
             else:
