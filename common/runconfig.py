@@ -54,11 +54,17 @@ class DataConfig:
     require_staged: bool = True
     threads: int = -1  # reader threads per rank; 0: read in the training thread; -1: auto (loader.reader_threads)
     prefetch: int = 2  # batches in flight per reader thread
+    # keep this rank's samples after their first read (common/data/cache.py): "host" (pinned on a GPU
+    # run), "device" (GPU memory; host memory when training on the CPU), "none"
+    cache: Literal["none", "host", "device"] = "none"
 
     def validate(self) -> None:
         if self.threads < -1 or self.prefetch < 1:
             raise ConfigError(f"config keys 'data.threads' >= -1 (auto) and 'data.prefetch' >= 1, got "
                               f"{self.threads} and {self.prefetch}")
+        if self.cache not in ("none", "host", "device"):
+            raise ConfigError(f"config key 'data.cache': {self.cache!r} is not allowed; expected one of "
+                              "'none', 'host', 'device'")
 
 
 @dataclass
@@ -94,3 +100,4 @@ class TrainConfig:
 class RunConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+

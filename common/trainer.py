@@ -162,7 +162,8 @@ class Trainer:
         node_local = bool(getattr(getattr(self.cfg, "data", None), "node_local", False))
         group = reader_group(self.env, node_local)
         shard = DataShard(rank=group.rank, size=group.size, seed=self.seed,
-                          local_batch_size=self.cfg.train.global_batch_size // self.world, device=self.device)
+                          local_batch_size=self.cfg.train.global_batch_size // self.world, device=self.device,
+                          host_ranks=self.env.layout.host_local_size)
 
         def build() -> tuple[Any, Any, tuple[int, int]]:
             return (self.workload.train_loader(shard), self.workload.eval_loader(shard),

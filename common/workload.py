@@ -47,6 +47,7 @@ class DataShard:
     seed: int
     local_batch_size: int
     device: "torch.device"
+    host_ranks: int = 1  # ranks on this physical host: they share its memory (data.cache = "host")
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,7 @@ class Workload(ABC, Generic[C]):
         d = self.cfg.data  # type: ignore[attr-defined]
         cls = DaliLoader if self.cfg.train.loader == "dali" else Loader
         return cls(spec, source, sampler, shard.device, threads=reader_threads(d.threads, shard.device),
-                   prefetch=d.prefetch)
+                   prefetch=d.prefetch, cache=getattr(d, "cache", "none"), host_ranks=shard.host_ranks)
 
     # model and maths ----------------------------------------------------------------------
     @abstractmethod

@@ -1,7 +1,9 @@
 """DALI behind the same loader: the reader threads read and *validate* samples exactly as the torch
 loader does (a corrupt file fails with its name either way) and feed a DALI pipeline through an
 external source; the pipeline runs the workload's transform (on the GPU on clusters, on the CPU
-here). DALI is imported only when this loader is chosen."""
+here). DALI is imported only when this loader is chosen. ``data.cache = "host"`` sits in front of the
+graph: the validated raw samples it consumes are kept in host memory after the first read;
+``"device"`` is refused with this loader (the external source takes host arrays)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -14,7 +16,7 @@ from common.errors import ConfigError
 
 from .loader import Loader
 from .prefetch import prefetch_map
-from .spec import DaliGraph
+from .spec import DaliGraph, DatasetSpec
 
 
 def dali_available() -> bool:
@@ -40,15 +42,17 @@ def tensor_to_torch(tl: Any, device: torch.device) -> torch.Tensor:
 class DaliLoader(Loader):
     """:class:`Loader` whose transform is a DALI pipeline built from the spec's :class:`DaliGraph`."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        graph = self.spec.dali()
+    samples_only = True  # data.cache keeps the raw samples the graph consumes (host memory only)
+
+    def __init__(self, spec: DatasetSpec, *args: Any, **kwargs: Any) -> None:
+        graph = spec.dali()
         if graph is None:
-            raise ConfigError(f"config key 'train.loader': the {self.spec.layout.name} dataset has no DALI "
+            raise ConfigError(f"config key 'train.loader': the {spec.layout.name} dataset has no DALI "
                               "pipeline; use loader = \"torch\"")
         if not dali_available():
             raise ConfigError("config key 'train.loader' = \"dali\" needs NVIDIA DALI (nvidia-dali-cuda120), "
                               "which is not installed; use loader = \"torch\"")
+        super().__init__(spec, *args, **kwargs)
         self.graph: DaliGraph = graph
         self._source: Iterator[list[list[np.ndarray]]] = iter(())
         self._error: BaseException | None = None

@@ -1,0 +1,140 @@
+"""The dataset cache's speed-up: epoch-2 loader samples/s with ``data.cache`` against the uncached
+loader, for CosmoFlow and DeepCAM, in the same process on the same files.
+
+For each workload one training loader of one rank per mode (``none``: the baseline; ``host``; on a
+GPU also ``device``) is built and run for ``--epochs`` epochs with no model, the modes' epochs
+interleaved; epoch 1 reads the files (and fills the cache), the later epochs are what the cache is
+for (their median is compared). The
+uncached baseline's later epochs read files the page cache already holds (the most favourable case
+for it: no disk). A batch counts when the loader has yielded it on the training device, transformed
+(on a GPU the time includes a synchronize at the end of each epoch).
+
+    python benchmarks/data_cache.py --work /tmp/dc                  # mid shapes (CPU box)
+    python benchmarks/data_cache.py --work /tmp/dc --shape full     # 128^3 x 4 and 768 x 1152 x 16
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+SHAPES: dict[str, dict[str, tuple[list[str], list[str]]]] = {
+    # workload: (datagen options, config overrides)
+    "mid": {
+        "cosmoflow": (["--samples", "96", "--val-samples", "8", "--size", "64", "--plain", "--quiet"],
+                      ["data.size=64"]),
+        "deepcam": (["--samples", "48", "--eval-samples", "8", "--height", "384", "--width", "576"], []),
+    },
+    "full": {
+        "cosmoflow": (["--samples", "48", "--val-samples", "4", "--size", "128", "--plain", "--quiet"],
+                      ["data.size=128"]),
+        "deepcam": (["--samples", "16", "--eval-samples", "4", "--height", "768", "--width", "1152"], []),
+    },
+}
+
+
+def dataset(work: Path, shape: str, name: str) -> Path:
+    out = work / shape / name
+    if not (out / ".done").exists():
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        proc = subprocess.run([sys.executable, "-m", "hpcbench", "datagen", name, "--out", str(out), "--workers", "2",
+                               *SHAPES[shape][name][0]], env=env, capture_output=True, text=True, timeout=3600)
+        if proc.returncode:
+            raise SystemExit(f"datagen {name} failed:\n{proc.stderr[-2000:]}")
+        (out / ".done").write_text("")
+    return out
+
+
+def loaders(name: str, root: Path, overrides: list[str], modes: list[str], batch: int, threads: int,
+            device: Any) -> dict[str, tuple[Any, Any]]:
+    import torch  # noqa: F401
+
+    from common.workload import DataShard
+    from hpcbench import registry
+
+    cls = registry.get(name)
+    out = {}
+    for mode in modes:
+        wl = cls(cls.load_config("mini", [f"data.root={root}", f"data.cache={mode}", "train.loader=torch",
+                                          f"data.threads={threads}", *overrides]))
+        out[mode] = wl, wl.train_loader(DataShard(rank=0, size=1, seed=1, local_batch_size=batch, device=device))
+    return out
+
+
+def epoch_rate(wl: Any, loader: Any, epoch: int, device: Any) -> tuple[float, float]:
+    """(samples/s of wall time, process CPU ms per sample): on a shared box the CPU time is the
+    steadier measure of the work the loader does per sample."""
+    import torch
+
+    loader.set_epoch(epoch)
+    t0, c0, n = time.perf_counter(), time.process_time(), 0
+    for b in loader:
+        n += wl.batch_size(b)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return n / (time.perf_counter() - t0), 1e3 * (time.process_time() - c0) / n
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "hpcbench-data-cache")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="mid")
+    ap.add_argument("--workloads", default="cosmoflow,deepcam")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--threads", type=int, default=-1, help="data.threads (-1: auto, 0 on a CPU device)")
+    ap.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    a = ap.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from machine import describe, header
+
+    import torch
+
+    dev = torch.device("cuda" if a.device == "auto" and torch.cuda.is_available() else
+                       ("cpu" if a.device == "auto" else a.device))
+    info = describe()
+    print(header(info), flush=True)
+    print(f"# benchmarks/data_cache.py --shape {a.shape} --batch {a.batch} --epochs {a.epochs} --threads {a.threads}; "
+          f"device {dev}; one rank, loader only (no model); samples/s per epoch; baseline = data.cache=none on "
+          "the same files in the same process (page cache warm after epoch 1), epochs interleaved", flush=True)
+    modes = ["none", "host"] + (["device"] if dev.type == "cuda" else [])
+    results: dict[str, Any] = {"machine": info, "shape": a.shape, "batch": a.batch, "device": str(dev),
+                               "workloads": {}}
+    for name in a.workloads.split(","):
+        root = dataset(a.work, a.shape, name)
+        built = loaders(name, root, SHAPES[a.shape][name][1], modes, a.batch, a.threads, dev)
+        # epochs interleaved over the modes (none, host, ..., none, host, ...): a shared machine's
+        # load drifts, and each mode then sees the same drift
+        per_mode: dict[str, list[tuple[float, float]]] = {m: [] for m in modes}
+        for epoch in range(1, a.epochs + 1):
+            for mode in modes:
+                per_mode[mode].append(epoch_rate(*built[mode], epoch, dev))
+        del built
+        for mode in modes:
+            print(f"{name} cache={mode}: samples/s " + ", ".join(f"{r:.1f}" for r, _ in per_mode[mode])
+                  + "; CPU ms/sample " + ", ".join(f"{c:.2f}" for _, c in per_mode[mode]) + " (epochs 1..)",
+                  flush=True)
+        results["workloads"][name] = {m: [{"samples_per_s": r, "cpu_ms_per_sample": c} for r, c in v]
+                                      for m, v in per_mode.items()}
+        rate = {m: statistics.median(r for r, _ in v[1:]) for m, v in per_mode.items()}
+        cpu = {m: statistics.median(c for _, c in v[1:]) for m, v in per_mode.items()}
+        for mode in modes[1:]:
+            print(f"{name}: epochs 2..{a.epochs} median, cache={mode} vs none: {rate[mode]:.1f} vs "
+                  f"{rate['none']:.1f} samples/s = {rate[mode] / rate['none']:.2f}x; CPU {cpu[mode]:.2f} vs "
+                  f"{cpu['none']:.2f} ms/sample = {cpu['none'] / cpu[mode]:.2f}x less work; epoch 1 (filling the "
+                  f"cache) {per_mode[mode][0][0] / per_mode['none'][0][0]:.2f}x of uncached epoch 1", flush=True)
+    if a.json:
+        a.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
