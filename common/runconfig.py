@@ -57,11 +57,17 @@ class DataConfig:
     # keep this rank's samples after their first read (common/data/cache.py): "host" (pinned on a GPU
     # run), "device" (GPU memory; host memory when training on the CPU), "none"
     cache: Literal["none", "host", "device"] = "none"
+    # training order: "global" reshuffles the whole split over the ranks each epoch (the reference
+    # loaders); "local" gives each rank a fixed part and shuffles inside it (NVIDIA's DeepCAM strong-
+    # scaling submissions), so a rank's cache holds 1/ranks of the split instead of all of it
+    shuffle: Literal["global", "local"] = "global"
 
     def validate(self) -> None:
         if self.threads < -1 or self.prefetch < 1:
             raise ConfigError(f"config keys 'data.threads' >= -1 (auto) and 'data.prefetch' >= 1, got "
                               f"{self.threads} and {self.prefetch}")
+        if self.shuffle not in ("global", "local"):
+            raise ConfigError(f"config key 'data.shuffle': {self.shuffle!r} is not allowed; expected 'global' or 'local'")
         if self.cache not in ("none", "host", "device"):
             raise ConfigError(f"config key 'data.cache': {self.cache!r} is not allowed; expected one of "
                               "'none', 'host', 'device'")

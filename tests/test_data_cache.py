@@ -246,3 +246,38 @@ def test_cuda_cached_epochs_yield_exactly_the_uncached_batches(name: str, mode: 
         assert loader.cache.store[0].is_cuda
     else:
         assert loader.cache.pinned and loader.cache.store[0].is_pinned()
+
+
+@pytest.mark.parametrize("part", ["contiguous", "strided"])
+def test_local_shuffle_keeps_a_fixed_disjoint_part_per_rank_and_reorders_it(part: str) -> None:
+    n, size, b = 23, 3, 2
+    samplers = [EpochSampler(n, b, r, size, 7, part, shuffle="local") for r in range(size)]
+    parts = [s.fixed_part() for s in samplers]
+    assert sum(p.size for p in parts) == (n // size) * size and len(set(np.concatenate(parts).tolist())) == 21
+    for s, p in zip(samplers, parts):
+        assert rank_share(s)[0].tolist() == p.tolist()  # the cache holds 1/size of the split
+        orders = []
+        for epoch in (1, 2, 3):
+            s.set_epoch(epoch)
+            got = s.indices()
+            assert len(s.batches()) == len(EpochSampler(n, b, s.rank, size, 7, part)) == len(s)
+            assert set(got.tolist()) <= set(p.tolist()) and len(got) == len(s) * b
+            orders.append(got.tolist())
+        assert orders[0] != orders[1] or orders[1] != orders[2]  # the order inside the part changes
+
+
+def test_local_shuffle_is_refused_for_the_cost_balanced_sampler() -> None:
+    with pytest.raises(ConfigError, match="data.shuffle"):
+        EpochSampler(10, 2, 0, 2, 1, "balanced", costs=np.ones(10), shuffle="local")
+
+
+def test_local_shuffle_fills_the_cache_in_one_epoch_with_a_part_of_the_split(cosmoflow_root: Path) -> None:
+    wl = _workload("cosmoflow", cosmoflow_root, "host")
+    wl.cfg.data.shuffle = "local"  # type: ignore[attr-defined]
+    ref_wl = _workload("cosmoflow", cosmoflow_root, "none")
+    ref_wl.cfg.data.shuffle = "local"  # type: ignore[attr-defined]
+    _, ref = _epochs(ref_wl, True, (1, 2, 3), rank=1, size=2)
+    loader, got = _epochs(wl, True, (1, 2, 3), rank=1, size=2)
+    _same(ref, got)
+    assert loader.cache.store[0].shape[0] == len(loader.source) // 2
+    assert loader.cache.complete()

@@ -18,7 +18,9 @@ Which samples a rank caches (its *share*) follows from :class:`~common.data.samp
   epoch fills it (less the ``n % batch`` samples it drops, read when a later epoch first asks); on
   ``size`` ranks each epoch brings the samples not seen yet, so the cache fills over epochs (after
   ``k`` epochs about ``1 - (1 - 1/size)**k`` of the share), and memory for the whole share is
-  claimed, and checked, before the first epoch.
+  claimed, and checked, before the first epoch. With ``data.shuffle = local`` each rank keeps a fixed
+  part of the split (:meth:`EpochSampler.fixed_part`) and the share is that part: 1/ranks of the split,
+  filled by the first epoch.
 
 A workload whose collate does not give a tree of tensors with a leading sample dimension (OC20's
 graph batches), and the DALI loader (whose graph consumes the raw samples), cache the validated
@@ -124,8 +126,10 @@ def rank_share(sampler: EpochSampler) -> tuple[np.ndarray, str]:
     """The sample indices this rank can be asked for over all epochs, sorted, and why (module doc)."""
     if not sampler.train:
         return np.sort(sampler.indices()), f"rank {sampler.rank} of {sampler.size}'s evaluation samples"
-    why = ("every training sample: the split is reshuffled over the ranks each epoch" if sampler.size > 1
-           else "every training sample")
+    if sampler.shuffle == "local":
+        return sampler.fixed_part(), f"rank {sampler.rank} of {sampler.size}'s fixed part (data.shuffle = local)"
+    why = ("every training sample: the split is reshuffled over the ranks each epoch (data.shuffle = local "
+           "keeps 1/ranks per rank)" if sampler.size > 1 else "every training sample")
     return np.arange(sampler.n, dtype=np.int64), why
 
 

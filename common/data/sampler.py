@@ -11,6 +11,11 @@ the natural order (evaluation), so no communication is needed:
   batch is split by greedy longest-processing-time on a per-sample cost (largest first, each to the
   least-loaded rank), so ranks get different sample counts but similar work.
 
+``shuffle="local"`` (training, ``contiguous``/``strided``): each rank keeps a fixed part of the
+natural order for the whole run (its ``n // size`` samples: a contiguous block, or every ``size``-th
+sample) and only the order inside it changes each epoch, seeded from ``(seed, epoch, rank)``; a rank
+then reads, and can cache, 1/size of the split.
+
 Evaluation (``train=False``) never shuffles or drops: over the ranks every sample is seen exactly
 once (``contiguous`` and ``strided`` deal round-robin, ``balanced`` splits each global batch).
 """
@@ -25,6 +30,7 @@ import numpy as np
 from common.errors import ConfigError
 
 Partition = Literal["contiguous", "strided", "balanced"]
+Shuffle = Literal["global", "local"]
 PARTITIONS: tuple[str, ...] = get_args(Partition)
 
 
@@ -46,15 +52,21 @@ class EpochSampler:
 
     def __init__(self, n: int, local_batch: int, rank: int, size: int, seed: int,
                  partition: Partition = "contiguous", train: bool = True,
-                 costs: np.ndarray | None = None) -> None:
+                 costs: np.ndarray | None = None, shuffle: Shuffle = "global") -> None:
         if partition not in PARTITIONS:
             raise ConfigError(f"unknown partition {partition!r}; expected one of {', '.join(PARTITIONS)}")
+        if shuffle not in ("global", "local"):
+            raise ConfigError(f"config key 'data.shuffle': expected 'global' or 'local', got {shuffle!r}")
+        if shuffle == "local" and partition == "balanced" and train:
+            raise ConfigError("config key 'data.shuffle' = 'local' does not apply to this workload: its sampler "
+                              "balances the cost of every global batch over the ranks, which needs the whole "
+                              "split; use 'global'")
         if not 0 <= rank < size or local_batch < 1:
             raise ValueError(f"rank {rank} of {size} with local batch {local_batch}")
         if partition == "balanced" and (costs is None or len(costs) != n):
             raise ValueError(f"the balanced partition needs one cost per sample ({n})")
         self.n, self.local_batch, self.rank, self.size, self.seed = n, local_batch, rank, size, seed
-        self.partition, self.train = partition, train
+        self.partition, self.train, self.shuffle = partition, train, shuffle
         self.costs = None if costs is None else np.asarray(costs, dtype=np.float64)
         self.epoch = 0
         if train and len(self) < 1:
@@ -90,6 +102,8 @@ class EpochSampler:
             return [part for part in (self._split(g) for g in self._global_batches(order)) if part.size]
         if not self.train:
             mine = order[self.rank::self.size]
+        elif self.shuffle == "local":
+            mine = np.random.default_rng([self.seed, self.epoch, self.rank]).permutation(self.fixed_part())
         elif self.partition == "contiguous":
             per_rank = self.n // self.size
             mine = order[self.rank * per_rank:(self.rank + 1) * per_rank]
@@ -98,6 +112,13 @@ class EpochSampler:
         if self.train:
             mine = mine[: len(self) * b]
         return [mine[i:i + b] for i in range(0, len(mine), b)]
+
+    def fixed_part(self) -> np.ndarray:
+        """With ``shuffle="local"``: the samples this rank reads in every epoch, in natural order."""
+        per_rank = self.n // self.size
+        if self.partition == "contiguous":
+            return np.arange(self.rank * per_rank, (self.rank + 1) * per_rank, dtype=np.int64)
+        return np.arange(per_rank * self.size, dtype=np.int64)[self.rank::self.size]
 
     def _global_batches(self, order: np.ndarray) -> list[np.ndarray]:
         g = self.local_batch * self.size
