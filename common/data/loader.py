@@ -94,7 +94,7 @@ class Loader:
         def read(k: int) -> tuple[np.ndarray, Any]:
             idx = batches[k]
             new = cache.missing(idx)
-            host = self.spec.collate([self.source[int(i)] for i in new]) if new.size else None
+            host = self.spec.read_batch(self.source, new, pin=self.cuda) if new.size else None
             if on_device:
                 return new, (pin(host) if host is not None and self.cuda else host)
             if host is not None:
