@@ -9,10 +9,12 @@ which world rank 0 prints once (``hpcbench.cli``) while the others stay quiet.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import numpy as np
@@ -23,6 +25,7 @@ from common.errors import DataError, HpcbenchError
 T = TypeVar("T")
 FOREVER = 7 * 24 * 3600.0
 BEAT_S = 0.5  # seconds between heartbeats while a long step runs
+ABORT_DRAIN_S = 1.0  # seconds between writing the message and MPI_Abort (which kills the launcher's forwarding)
 
 
 class AgreedError(DataError):
@@ -44,12 +47,57 @@ class AgreedError(DataError):
 
 
 def abort(timeout_s: float, what: str) -> None:
+    """Print why, give the launcher time to forward it, then end the whole job (MPI_Abort kills the
+    stopped or hung peer too). Without the pause the message is often lost in the abort's race."""
     MPI = mpi()
     rank = MPI.COMM_WORLD.Get_rank()
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
     sys.stderr.write(f"hpcbench stage: error: rank {rank}: no progress for {timeout_s:g}s while {what}; "
                      "a peer rank died, hangs or was stopped; aborting the job (MPI_Abort)\n")
     sys.stderr.flush()
+    time.sleep(ABORT_DRAIN_S)
     MPI.COMM_WORLD.Abort(3)
+
+
+@contextlib.contextmanager
+def deadline(timeout_s: float, what: str) -> Iterator[None]:
+    """Bound a blocking MPI call (bcast, gather, Split, the collectives of ``init_distributed``): if it
+    has not returned after ``timeout_s`` seconds, a watchdog thread aborts the job. mpi4py releases the
+    GIL inside blocking calls, so the watchdog runs. If MPI is not initialized yet (a peer stopped
+    during ``MPI_Init`` itself) nothing can end the other ranks from here: this rank exits with 3."""
+    fired = threading.Event()
+
+    def fire() -> None:
+        fired.set()
+        mod = sys.modules.get("mpi4py.MPI")
+        if mod is not None and mod.Is_initialized() and not mod.Is_finalized():
+            abort(timeout_s, what)
+        sys.stderr.write(f"hpcbench stage: error: no progress for {timeout_s:g}s while {what}\n")
+        sys.stderr.flush()
+        os._exit(3)
+
+    timer = threading.Timer(timeout_s, fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def hard_exit(rc: int, timeout_s: float) -> None:
+    """End this rank without ``MPI_Finalize``: a bounded barrier first (a peer that never gets there
+    makes this rank abort the job), then ``os._exit``. ``MPI_Finalize`` waits for every peer without a
+    bound, so a rank stopped after the report would otherwise keep the job alive forever."""
+    MPI = mpi()
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    sys.stderr.flush()
+    wait(MPI.COMM_WORLD.Ibarrier(), timeout_s, "exiting (waiting for every rank to finish)")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
 
 
 def wait(req: Any, timeout_s: float, what: str, max_pause: float = 1e-3) -> None:
@@ -76,7 +124,8 @@ def agree(comm: Any, error: str | None, timeout_s: float, what: str) -> None:
     mine = np.array([1 if error else 0], dtype=np.int32)
     wait(comm.Iallgather(mine, flags), timeout_s, what)
     if flags.any():
-        msgs = [m for m in comm.allgather(error) if m]
+        with deadline(timeout_s, what):
+            msgs = [m for m in comm.allgather(error) if m]
         raise AgreedError(msgs[0] if len(set(msgs)) == 1 else "; ".join(dict.fromkeys(msgs)), comm)
 
 
