@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     rc = _run(args)
     on_exit = getattr(args, "on_exit", None)
-    if on_exit is not None:  # a command that must end its MPI ranks itself (stage); may not return
+    if on_exit is not None:  # a command that bounds its ranks' exit (stage); may abort the job
         on_exit(rc)
     return rc
 

@@ -26,6 +26,11 @@ T = TypeVar("T")
 FOREVER = 7 * 24 * 3600.0
 BEAT_S = 0.5  # seconds between heartbeats while a long step runs
 ABORT_DRAIN_S = 1.0  # seconds between writing the message and MPI_Abort (which kills the launcher's forwarding)
+ABORT_STAGGER_RANKS = 4
+ABORT_STAGGER_S = 2.5  # > ABORT_DRAIN_S plus the spread of the moments the ranks' waits started
+_ABORTING = threading.Lock()
+#: called (best effort) just before MPI_Abort, e.g. to remove this node's temporary files
+ON_ABORT: list[Callable[[], object]] = []
 
 
 class AgreedError(DataError):
@@ -51,11 +56,20 @@ def abort(timeout_s: float, what: str) -> None:
     stopped or hung peer too). Without the pause the message is often lost in the abort's race."""
     MPI = mpi()
     rank = MPI.COMM_WORLD.Get_rank()
+    if not _ABORTING.acquire(blocking=False):  # another thread of this rank is already aborting
+        while True:
+            time.sleep(60)
     with contextlib.suppress(Exception):
         sys.stdout.flush()
+    # every live rank times out at about the same moment: the lowest speaks first and its abort ends
+    # the others before they print (ranks 0-3 stagger; from rank 4 on they share the last slot)
+    time.sleep(min(rank, ABORT_STAGGER_RANKS) * ABORT_STAGGER_S)
     sys.stderr.write(f"hpcbench stage: error: rank {rank}: no progress for {timeout_s:g}s while {what}; "
                      "a peer rank died, hangs or was stopped; aborting the job (MPI_Abort)\n")
     sys.stderr.flush()
+    for fn in list(ON_ABORT):
+        with contextlib.suppress(Exception):
+            fn()
     time.sleep(ABORT_DRAIN_S)
     MPI.COMM_WORLD.Abort(3)
 
@@ -86,18 +100,20 @@ def deadline(timeout_s: float, what: str) -> Iterator[None]:
         timer.cancel()
 
 
-def hard_exit(rc: int, timeout_s: float) -> None:
-    """End this rank without ``MPI_Finalize``: a bounded barrier first (a peer that never gets there
-    makes this rank abort the job), then ``os._exit``. ``MPI_Finalize`` waits for every peer without a
-    bound, so a rank stopped after the report would otherwise keep the job alive forever."""
+def end_job(rc: int, timeout_s: float) -> None:
+    """Before this rank exits: a bounded barrier (a peer that never gets here, e.g. stopped after the
+    report, makes this rank abort the job), then a watchdog over ``MPI_Finalize``, which waits for
+    every peer without a bound: if a peer stops in the short gap after the barrier, faulthandler's C
+    thread (it needs no GIL, which Finalize holds) ends this rank after ``timeout_s`` and the launcher
+    then ends the others. A rank must not skip Finalize: the launcher kills a job whose rank does."""
+    import faulthandler
+
     MPI = mpi()
     with contextlib.suppress(Exception):
         sys.stdout.flush()
     sys.stderr.flush()
     wait(MPI.COMM_WORLD.Ibarrier(), timeout_s, "exiting (waiting for every rank to finish)")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(rc)
+    faulthandler.dump_traceback_later(timeout_s, exit=True)
 
 
 def wait(req: Any, timeout_s: float, what: str, max_pause: float = 1e-3) -> None:

@@ -110,10 +110,16 @@ def claim(dest: Path, dataset: str, sha: str, journal: Journal, clean: bool) -> 
     return removed
 
 
-def refuse_links(dest: Path) -> None:
+def refuse_links(dest: Path, state_only: bool = False) -> None:
     """Refuse a dest with a symbolic link to a folder anywhere inside it (``.hpcbench`` included):
     removing or writing a file below it would act on the link's target, outside dest. Checked before
     anything in dest is removed or written; :func:`inside` checks every path again."""
+    if state_only:
+        p = dest / STATE_DIR
+        if p.is_symlink():
+            raise DataError(f"{p} is a symbolic link (to {os.readlink(p)}); staging keeps its state there and "
+                            "never writes through a link: remove the link (or stage to another folder)")
+        return
     for top, dirs, _ in os.walk(dest):
         for d in dirs:
             p = Path(top) / d

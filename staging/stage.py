@@ -166,10 +166,11 @@ def _prepare(opts: StageOptions, info: dict[str, Any], node: NodeLayout, dest: P
     refuse_overlap(opts.source, dest)
     names = _select(info["splits"], opts)
     dest.mkdir(parents=True, exist_ok=True)
-    refuse_links(dest)
+    refuse_links(dest, state_only=True)  # the lock and the marker live there
     lock = DestLock(dest)
     try:
         remove_marker(dest)
+        refuse_links(dest)  # before anything is removed: never through a linked folder
         journal = Journal(dest)
         st.removed_files = claim(dest, info["dataset"], info["sha256"], journal, opts.clean)
         sweep_temporaries(dest)
@@ -229,6 +230,9 @@ def _stage_node(env: DistEnv, opts: StageOptions, info: dict[str, Any], leaders:
     try:
         dest = node_dest(opts.dest, node.node, env)
         lock, journal, work, problems = _prepare(opts, info, node, dest, st)
+        from . import exchange
+
+        exchange.ON_ABORT.append(lambda: sweep_temporaries(dest))  # an abort leaves no temporaries
     except Exception as exc:  # noqa: BLE001 - every failure must reach agree(), or peers would wait
         err = describe(exc, where)
     try:

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if args.source is None or args.dest is None:
         raise ConfigError("stage needs --source and --dest (or --dry-run)")
     from common.dist import init_distributed
-    from staging.exchange import deadline, hard_exit
+    from staging.exchange import deadline, end_job
     from staging.report import format_report
     from staging.stage import StageOptions, stage
 
@@ -81,9 +81,9 @@ def run(args: argparse.Namespace) -> int:
     # a peer stopped during MPI_Init itself cannot be detected from here (docs/staging.md)
     with deadline(args.timeout, "setting up MPI (init_distributed)"):
         env = init_distributed(args.instances, args.ranks_per_node, torch_backend=None)
-    # hpcbench.cli calls this with the exit status: every rank ends through a bounded barrier and
-    # os._exit, never MPI_Finalize (unbounded: a peer stopped after the report would hang the job)
-    args.on_exit = lambda rc: hard_exit(rc, args.timeout)
+    # hpcbench.cli calls this with the exit status: a bounded barrier, then a watched MPI_Finalize
+    # (unbounded otherwise: a peer stopped after the report would keep the job alive forever)
+    args.on_exit = lambda rc: end_job(rc, args.timeout)
     opts = StageOptions(args.source, args.dest, layout, _csv(args.splits) or None, _csv(args.replicate),
                         args.method, args.verify, args.chunk_mb, args.threads, args.timeout,
                         int(args.reserve_mb * 2**20), int(args.shard_mb * 2**20), args.report, clean=args.clean)
