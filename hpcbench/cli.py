@@ -56,12 +56,38 @@ def _launcher_rank() -> int:
     return 0
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse on every rank, but only the first rank prints a usage error (the others wait briefly so
+    their early exit does not make the launcher kill rank 0 before it printed)."""
+    if _launcher_rank() == 0:
+        return parser.parse_args(argv)
+    import contextlib
+    import io
+    import time
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            return parser.parse_args(argv)
+    except SystemExit as exc:
+        if exc.code:
+            time.sleep(1.0)
+        raise
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     if args.command is None:
         parser.print_help()
         return 2
+    rc = _run(args)
+    on_exit = getattr(args, "on_exit", None)
+    if on_exit is not None:  # a command that bounds its ranks' exit (stage); may abort the job
+        on_exit(rc)
+    return rc
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args._module.run(args) or 0)
     except NotImplementedYet as exc:

@@ -152,7 +152,7 @@ def run_instances(env: DistEnv, benchmark: str, make_workload: Callable[[str | N
     except Exception as exc:  # noqa: BLE001 - any failure of this instance is reported, never propagated
         outcome["status"], outcome["error"] = "failed", f"{type(exc).__name__}: {exc}"
         print(f"[rank {lay.world_rank}, instance {lay.instance}] failed: {outcome['error']}", file=sys.stderr)
-        if not isinstance(exc, HpcbenchError):  # a user error's message says it all
+        if not isinstance(exc, HpcbenchError) and not _peer_gone(exc):  # those messages say it all
             traceback.print_exc(file=sys.stderr)
         env.close()  # drop the torch group: peers blocked in a collective get an error, not a hang
     if lay.is_instance_leader and outcome["status"] != "success":
@@ -161,6 +161,15 @@ def run_instances(env: DistEnv, benchmark: str, make_workload: Callable[[str | N
     mllogger.close()
     env.close()
     return _report(env, outcome, opts)
+
+
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "NCCL communicator was aborted")
+
+
+def _peer_gone(exc: BaseException) -> bool:
+    """A collective that failed because a peer of this instance failed first and dropped its process
+    group: the peer reports the cause; a traceback here would only hide it."""
+    return isinstance(exc, RuntimeError) and any(k in str(exc) for k in PEER_GONE)
 
 
 def _report(env: DistEnv, outcome: dict[str, Any], opts: RunnerOptions) -> list[dict[str, Any]] | None:

@@ -88,6 +88,9 @@ class _ShardBuf:
 
 def _truncation_error(path: Path, info: ShardInfo, size: int) -> str:
     where = f"shard {info.name}"
+    if size > info.bytes:
+        return (f"wrong size of {where} ({path}): {size} bytes on disk, manifest says {info.bytes} "
+                f"({size - info.bytes} bytes too many); restore or repack it")
     try:
         with open(path, "rb") as fh:
             files = decode_header(fh.read(info.header_bytes), where)

@@ -9,10 +9,12 @@ which world rank 0 prints once (``hpcbench.cli``) while the others stay quiet.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import numpy as np
@@ -23,6 +25,12 @@ from common.errors import DataError, HpcbenchError
 T = TypeVar("T")
 FOREVER = 7 * 24 * 3600.0
 BEAT_S = 0.5  # seconds between heartbeats while a long step runs
+ABORT_DRAIN_S = 1.0  # seconds between writing the message and MPI_Abort (which kills the launcher's forwarding)
+ABORT_STAGGER_RANKS = 4
+ABORT_STAGGER_S = 2.5  # > ABORT_DRAIN_S plus the spread of the moments the ranks' waits started
+_ABORTING = threading.Lock()
+#: called (best effort) just before MPI_Abort, e.g. to remove this node's temporary files
+ON_ABORT: list[Callable[[], object]] = []
 
 
 class AgreedError(DataError):
@@ -44,12 +52,68 @@ class AgreedError(DataError):
 
 
 def abort(timeout_s: float, what: str) -> None:
+    """Print why, give the launcher time to forward it, then end the whole job (MPI_Abort kills the
+    stopped or hung peer too). Without the pause the message is often lost in the abort's race."""
     MPI = mpi()
     rank = MPI.COMM_WORLD.Get_rank()
+    if not _ABORTING.acquire(blocking=False):  # another thread of this rank is already aborting
+        while True:
+            time.sleep(60)
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    # every live rank times out at about the same moment: the lowest speaks first and its abort ends
+    # the others before they print (ranks 0-3 stagger; from rank 4 on they share the last slot)
+    time.sleep(min(rank, ABORT_STAGGER_RANKS) * ABORT_STAGGER_S)
     sys.stderr.write(f"hpcbench stage: error: rank {rank}: no progress for {timeout_s:g}s while {what}; "
                      "a peer rank died, hangs or was stopped; aborting the job (MPI_Abort)\n")
     sys.stderr.flush()
+    for fn in list(ON_ABORT):
+        with contextlib.suppress(Exception):
+            fn()
+    time.sleep(ABORT_DRAIN_S)
     MPI.COMM_WORLD.Abort(3)
+
+
+@contextlib.contextmanager
+def deadline(timeout_s: float, what: str) -> Iterator[None]:
+    """Bound a blocking MPI call (bcast, gather, Split, the collectives of ``init_distributed``): if it
+    has not returned after ``timeout_s`` seconds, a watchdog thread aborts the job. mpi4py releases the
+    GIL inside blocking calls, so the watchdog runs. If MPI is not initialized yet (a peer stopped
+    during ``MPI_Init`` itself) nothing can end the other ranks from here: this rank exits with 3."""
+    fired = threading.Event()
+
+    def fire() -> None:
+        fired.set()
+        mod = sys.modules.get("mpi4py.MPI")
+        if mod is not None and mod.Is_initialized() and not mod.Is_finalized():
+            abort(timeout_s, what)
+        sys.stderr.write(f"hpcbench stage: error: no progress for {timeout_s:g}s while {what}\n")
+        sys.stderr.flush()
+        os._exit(3)
+
+    timer = threading.Timer(timeout_s, fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def end_job(rc: int, timeout_s: float) -> None:
+    """Before this rank exits: a bounded barrier (a peer that never gets here, e.g. stopped after the
+    report, makes this rank abort the job), then a watchdog over ``MPI_Finalize``, which waits for
+    every peer without a bound: if a peer stops in the short gap after the barrier, faulthandler's C
+    thread (it needs no GIL, which Finalize holds) ends this rank after ``timeout_s`` and the launcher
+    then ends the others. A rank must not skip Finalize: the launcher kills a job whose rank does."""
+    import faulthandler
+
+    MPI = mpi()
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    sys.stderr.flush()
+    wait(MPI.COMM_WORLD.Ibarrier(), timeout_s, "exiting (waiting for every rank to finish)")
+    faulthandler.dump_traceback_later(timeout_s, exit=True)
 
 
 def wait(req: Any, timeout_s: float, what: str, max_pause: float = 1e-3) -> None:
@@ -76,7 +140,8 @@ def agree(comm: Any, error: str | None, timeout_s: float, what: str) -> None:
     mine = np.array([1 if error else 0], dtype=np.int32)
     wait(comm.Iallgather(mine, flags), timeout_s, what)
     if flags.any():
-        msgs = [m for m in comm.allgather(error) if m]
+        with deadline(timeout_s, what):
+            msgs = [m for m in comm.allgather(error) if m]
         raise AgreedError(msgs[0] if len(set(msgs)) == 1 else "; ".join(dict.fromkeys(msgs)), comm)
 
 

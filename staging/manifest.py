@@ -228,3 +228,38 @@ def file_crc(path: Path) -> int:
         while chunk := fh.read(8 << 20):
             crc = crc32c.crc32c(chunk, crc)
     return crc
+
+
+def member_index(source: Path, shards: list[ShardInfo], threads: int = 8) -> dict[str, list[str]]:
+    """Member names of every shard, from its header (checked against the manifest's header crc32c),
+    read before any work: staging must know every file it will write (to refuse or remove anything
+    else in the split folders) and a dataset naming one file twice (in one shard or in two) is
+    refused naming both shards. A missing or cut-off shard is left to the transfer's own check."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def names(s: ShardInfo) -> list[str] | None:
+        try:
+            with open(source / s.name, "rb") as fh:
+                data = fh.read(s.header_bytes)
+        except FileNotFoundError:
+            raise DataError(f"shard {s.name} is missing from {source}") from None
+        except OSError as exc:
+            raise DataError(f"shard {s.name}: cannot read its header in {source}: {exc}") from None
+        if len(data) < s.header_bytes:
+            return None  # truncated: the transfer's preflight names it with the sizes
+        return [f.name for f in decode_header(data, f"shard {s.name}", crc=s.header_crc32c)]
+
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        got = list(pool.map(names, shards))
+    out: dict[str, list[str]] = {}
+    owner: dict[str, str] = {}
+    for s, ns in zip(shards, got):
+        for n in ns or []:
+            if n in owner:
+                other = owner[n]
+                where = f"twice in shard {s.name}" if other == s.name else f"in shards {other} and {s.name}"
+                raise DataError(f"corrupt packed dataset {source}: member {n!r} appears {where}; "
+                                "one name must be one file: repack it with `hpcbench pack`")
+            owner[n] = s.name
+        out[s.name] = ns or []
+    return out

@@ -110,15 +110,74 @@ def claim(dest: Path, dataset: str, sha: str, journal: Journal, clean: bool) -> 
     return removed
 
 
+def refuse_links(dest: Path, state_only: bool = False) -> None:
+    """Refuse a dest with a symbolic link to a folder anywhere inside it (``.hpcbench`` included):
+    removing or writing a file below it would act on the link's target, outside dest. Checked before
+    anything in dest is removed or written; :func:`inside` checks every path again."""
+    if state_only:
+        p = dest / STATE_DIR
+        if p.is_symlink():
+            raise DataError(f"{p} is a symbolic link (to {os.readlink(p)}); staging keeps its state there and "
+                            "never writes through a link: remove the link (or stage to another folder)")
+        return
+    for top, dirs, _ in os.walk(dest):
+        for d in dirs:
+            p = Path(top) / d
+            if p.is_symlink():
+                raise DataError(f"{p} is a symbolic link (to {os.readlink(p)}) inside the staging folder {dest}; "
+                                "staging never removes or writes files through a link: remove the link "
+                                "(or stage to another folder)")
+
+
+def inside(dest: Path, name: str) -> Path:
+    """``dest/name`` for a member or journaled name, refusing one whose folders (below dest) include
+    a symbolic link: the path would lead outside dest."""
+    rel = safe_relpath(name, str(dest))
+    p = dest
+    for part in rel.parts[:-1]:
+        p = p / part
+        if p.is_symlink():
+            raise DataError(f"{p} is a symbolic link inside the staging folder {dest}; refusing to remove or "
+                            f"write {name} through it")
+    return dest / rel
+
+
 def remove_files(dest: Path, names: list[str]) -> int:
-    """Remove staged files (journaled names, checked again: never a path outside ``dest``)."""
+    """Remove staged files (journaled names, checked again: never a path outside ``dest``, never
+    through a linked folder). Every name is checked before the first removal."""
+    paths = [inside(dest, name) for name in names]
     n = 0
-    for name in names:
-        p = dest / safe_relpath(name, str(dest))
+    for p in paths:
         if p.is_file() or p.is_symlink():
             p.unlink()
             n += 1
     return n
+
+
+def split_folders(names: list[str], splits: list[str]) -> set[str]:
+    """The folders a staged layout owns: the top folder of every listed file and every split name
+    (``""``: dest itself, when files are listed at the top)."""
+    tops = {n.split("/", 1)[0] if "/" in n else "" for n in names}
+    return tops | {sp for sp in splits if sp and not sp.startswith("_")}
+
+
+def unlisted(dest: Path, names: list[str], splits: list[str]) -> list[str]:
+    """Files in the layout's split folders that the list does not name (hidden files aside, which
+    no loader reads): a loader lists those folders, so it would read them too."""
+    listed = set(names)
+    out: list[str] = []
+    for top in sorted(split_folders(names, splits)):
+        d = dest / top if top else dest
+        if d.is_symlink() or not d.is_dir():
+            continue
+        found = (d.rglob("*") if top else d.iterdir())
+        for p in found:
+            rel = p.relative_to(dest)
+            if STATE_DIR in rel.parts or any(x.startswith(".") for x in rel.parts) or p.is_dir():
+                continue
+            if rel.as_posix() not in listed:
+                out.append(rel.as_posix())
+    return sorted(out)
 
 
 def write_marker(dest: Path, dataset: str, sha: str, layout: NodeLayout, splits: list[str],
@@ -160,10 +219,16 @@ def check_staged(root: Path, dataset: str | None = None, slot: int | None = None
     if nodes_per_instance == 1 and lay.get("nodes_per_instance") != 1:
         raise DataError(f"{root}: holds only part of the dataset (shard-set {lay.get('slot')} of "
                         f"{lay.get('nodes_per_instance')}), but this instance runs on one node; {hint}")
-    for e in m.get("entries", []):
+    entries = m.get("entries", [])
+    for e in entries:
         p = root / safe_relpath(e["name"], str(path))
         if not p.is_file() or p.stat().st_size != e["size"]:
             raise DataError(f"{root}: staged file {e['name']} is missing or changed since staging; {hint}")
+    extra = unlisted(root, [e["name"] for e in entries], list(m.get("splits") or []))
+    if extra:
+        raise DataError(f"{root}: {len(extra)} files in the staged folders are not in the completion marker "
+                        f"({', '.join(extra[:3])}{', ...' if len(extra) > 3 else ''}); the loader would read them "
+                        f"too: remove them or {hint}")
     return m
 
 

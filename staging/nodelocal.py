@@ -37,6 +37,11 @@ def target(dest: Path, name: str, where: str) -> Path:
     """``dest/name`` after refusing absolute paths and ``..`` (and anything resolving outside dest)."""
     rel = safe_relpath(name, where)
     out = dest / rel
+    p = dest
+    for part in rel.parts[:-1]:  # never write through a linked folder inside dest
+        p = p / part
+        if p.is_symlink():
+            raise DataError(f"{where}: refusing member {name!r}: {p} is a symbolic link inside {dest}")
     if not out.resolve().is_relative_to(dest.resolve()):
         raise DataError(f"{where}: refusing member {name!r}: it resolves outside {dest}")
     return out

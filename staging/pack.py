@@ -121,9 +121,13 @@ class Packer:
 
     def run(self) -> Manifest:
         listing = scan(self.source, self.layout)
-        for names in listing.values():
+        seen: dict[str, str] = {}
+        for sp, names in listing.items():
             for n in names:
                 safe_relpath(n, f"source {self.source}")
+                if n in seen:  # one name must be one file: staging would write it twice
+                    raise DataError(f"source {self.source}: {n!r} is listed in split {seen[n]!r} and in {sp!r}")
+                seen[n] = sp
         sized = {sp: [(n, (self.source / n).stat().st_size) for n in names] for sp, names in listing.items()}
         plan: list[tuple[str, str, list[tuple[str, int]]]] = []
         for sp, files in sized.items():

@@ -26,9 +26,10 @@ from common.errors import ConfigError, DataError
 
 from .copy import copy_files, raw_shards
 from .distribute import Ctx, SplitExchange, Stats
-from .exchange import FOREVER, agree, barrier, describe, supervised, wait
-from .manifest import MANIFEST, Manifest, refuse_overlap
-from .marker import DestLock, NodeLayout, claim, remove_files, remove_marker, write_marker
+from .exchange import FOREVER, agree, barrier, deadline, describe, supervised, wait
+from .manifest import MANIFEST, Manifest, member_index, refuse_overlap
+from .marker import (DestLock, NodeLayout, claim, refuse_links, remove_files, remove_marker, unlisted,
+                     write_marker)
 from .nodelocal import Journal, sweep_temporaries, verify_journal
 from .plan import node_slots, plan_split
 
@@ -82,13 +83,15 @@ def _plan_input(opts: StageOptions) -> dict[str, Any]:
         if opts.layout is not None and man.dataset != opts.layout.name:
             raise DataError(f"{opts.source / MANIFEST}: packed dataset is {man.dataset!r}, "
                             f"not --dataset {opts.layout.name!r}")
-        return {"dataset": man.dataset, "sha256": man.sha256,
+        members = member_index(opts.source, [sh for s in man.splits.values() for sh in s.shards], 8)
+        return {"dataset": man.dataset, "sha256": man.sha256, "members": members,
                 "splits": {n: (s.replicate, s.shards, None) for n, s in man.splits.items()}}
     layout = opts.layout or GENERIC
     raw = raw_shards(opts.source, layout, opts.shard_bytes)
     listing = sorted((f, n) for _, groups in raw.values() for g in groups for f, n in g)
     sha = "raw-" + hashlib.sha256(json.dumps([str(opts.source.resolve()), listing]).encode()).hexdigest()
-    return {"dataset": layout.name, "sha256": sha,
+    members = {info.name: [f for f, _ in g] for infos, groups in raw.values() for info, g in zip(infos, groups)}
+    return {"dataset": layout.name, "sha256": sha, "members": members,
             "splits": {n: (n == REPLICATED, infos, groups) for n, (infos, groups) in raw.items()}}
 
 
@@ -120,16 +123,19 @@ def stage(env: DistEnv, opts: StageOptions, mllog: Any = None) -> dict[str, Any]
     t_start = time.perf_counter()
     info = supervised(env.comm, (lambda: _plan_input(opts)) if lay.world_rank == 0 else None, opts.timeout_s,
                       "waiting for rank 0 to read the manifest", "rank 0")
-    info = env.comm.bcast(info, root=0)
+    with deadline(opts.timeout_s, "receiving the manifest from rank 0"):
+        info = env.comm.bcast(info, root=0)
     leader = lay.local_rank == 0
-    leaders = env.comm.Split(0 if leader else mpi().UNDEFINED, lay.world_rank)
+    with deadline(opts.timeout_s, "making the stagers' communicator"):
+        leaders = env.comm.Split(0 if leader else mpi().UNDEFINED, lay.world_rank)
     stats, where = Stats(), f"node {lay.node_index}"
     dest = supervised(env.comm, (lambda: _stage_node(env, opts, info, leaders, node, stats)) if leader else None,
                       opts.timeout_s, "waiting for all nodes to finish staging", where)
     stats.times["total_s"] = time.perf_counter() - t_start
     from .report import build_report
 
-    rows = leaders.gather(_node_row(lay, dest, stats), root=0) if leader else None
+    with deadline(opts.timeout_s, "gathering the nodes' reports"):
+        rows = leaders.gather(_node_row(lay, dest, stats), root=0) if leader else None
     if leader:
         leaders.Free()
     barrier(env.comm, opts.timeout_s, "finishing the job")  # nobody leaves while a peer is stuck
@@ -160,9 +166,11 @@ def _prepare(opts: StageOptions, info: dict[str, Any], node: NodeLayout, dest: P
     refuse_overlap(opts.source, dest)
     names = _select(info["splits"], opts)
     dest.mkdir(parents=True, exist_ok=True)
+    refuse_links(dest, state_only=True)  # the lock and the marker live there
     lock = DestLock(dest)
     try:
         remove_marker(dest)
+        refuse_links(dest)  # before anything is removed: never through a linked folder
         journal = Journal(dest)
         st.removed_files = claim(dest, info["dataset"], info["sha256"], journal, opts.clean)
         sweep_temporaries(dest)
@@ -170,12 +178,25 @@ def _prepare(opts: StageOptions, info: dict[str, Any], node: NodeLayout, dest: P
         for sp in names:
             replicate, shards, groups = info["splits"][sp]
             p = plan_split(sp, replicate or sp in opts.replicate, shards, node.instances, node.nodes_per_instance)
+            empty = [j for j, st_ in enumerate(p.sets) if not st_]
+            if empty:  # that node of every instance would train without this split
+                raise DataError(f"split {sp} has {len(shards)} shards, too few for instances of "
+                                f"{node.nodes_per_instance} nodes (node {empty[0]} of each instance would get none of "
+                                f"it): pack it with a smaller --shard-mb (at least {node.nodes_per_instance} shards "
+                                f"per split), or pass --replicate {sp}")
             plans.append((p, p.sets[p.set_of(node.slot)], groups))
         needed = {p.shards[i].name for p, mine, _ in plans for i in mine}
         old = [f[0] for s, rec in journal.done.items() if s not in needed for f in rec["files"]]
         if old:  # staged before for another layout or other splits: training must not read them
             st.removed_files += remove_files(dest, old)
             journal.rewrite(needed)
+        listed = _listed(info, plans)
+        extra = unlisted(dest, listed, [sp for sp in info["splits"]])
+        if extra and not opts.clean:  # a journal lost or cut short, or files placed by hand
+            raise DataError(f"node {node.node}: {dest} holds {len(extra)} files in its split folders that this "
+                            f"dataset does not list ({', '.join(extra[:3])}{', ...' if len(extra) > 3 else ''}); "
+                            "training would read them: pass --clean to remove them, or stage to another folder")
+        st.removed_files += remove_files(dest, extra)
         problems: list[str] = []
         if opts.verify:
             _, _, problems = verify_journal(journal, opts.threads)
@@ -195,6 +216,11 @@ def _prepare(opts: StageOptions, info: dict[str, Any], node: NodeLayout, dest: P
         raise
 
 
+def _listed(info: dict[str, Any], plans: list[tuple[Any, list[int], Any]]) -> list[str]:
+    """Every file this node will hold (the members of the shards it needs)."""
+    return [n for p, mine, _ in plans for i in mine for n in info["members"][p.shards[i].name]]
+
+
 def _stage_node(env: DistEnv, opts: StageOptions, info: dict[str, Any], leaders: Any, node: NodeLayout,
                 st: Stats) -> Path:
     """On the node's stager (in the supervised thread): prepare, move every split, verify, mark."""
@@ -204,6 +230,9 @@ def _stage_node(env: DistEnv, opts: StageOptions, info: dict[str, Any], leaders:
     try:
         dest = node_dest(opts.dest, node.node, env)
         lock, journal, work, problems = _prepare(opts, info, node, dest, st)
+        from . import exchange
+
+        exchange.ON_ABORT.append(lambda: sweep_temporaries(dest))  # an abort leaves no temporaries
     except Exception as exc:  # noqa: BLE001 - every failure must reach agree(), or peers would wait
         err = describe(exc, where)
     try:
@@ -271,4 +300,8 @@ def _finish(opts: StageOptions, info: dict[str, Any], node: NodeLayout, dest: Pa
         if bad:
             raise DataError(f"{where}: {len(bad)} staged files fail verification: " + "; ".join(bad[:5]))
     files = [f for s in sorted(needed, key=lambda s: s.name) for f in journal.done[s.name]["files"]]
+    extra = unlisted(dest, [f[0] for f in files], list(info["splits"]))
+    if extra:  # placed while staging ran: never mark a folder whose loader would read more
+        raise DataError(f"{where}: {len(extra)} files appeared in {dest} during staging that the dataset does not "
+                        f"list ({', '.join(extra[:3])}); remove them and run the stage again")
     write_marker(dest, info["dataset"], info["sha256"], node, sorted({p.split for p, _, _ in work}), files)

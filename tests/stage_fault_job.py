@@ -7,7 +7,8 @@ returns from its read) or ``stop`` (the whole process gets SIGSTOP, like a froze
 world rank RANK when its shared-storage reader (``staging.distribute._Reader.read``, called once per
 Allgatherv round) reads round ROUND of a split. ``exit-wait`` and ``stop-wait`` hit any rank (a
 non-stager too) at its ROUND-th supervised step (``staging.exchange.supervised``: 1 = reading the
-manifest, 2 = staging). Every other rank runs the real code. The remaining arguments go to
+manifest, 2 = staging). ``stop-exit`` stops rank RANK after the report was printed, as it enters
+``staging.exchange.end_job`` (ROUND is ignored). Every other rank runs the real code. The remaining arguments go to
 ``hpcbench.cli.main``.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ from hpcbench.cli import main
 from staging import distribute
 from staging import stage as stage_mod
 
-KINDS = ("exit", "hang", "stop", "exit-wait", "stop-wait")
+KINDS = ("exit", "hang", "stop", "exit-wait", "stop-wait", "stop-exit")
 
 
 def _hit(kind: str, rank: int, stage_round: int) -> None:
@@ -48,6 +49,19 @@ def parse_fault(spec: str) -> tuple[str, int, int]:
 
 def inject(kind: str, rank: int, stage_round: int) -> None:
     """Wrap the per-round reader (or the supervised steps) so that ``rank`` dies, hangs or stops."""
+    if kind == "stop-exit":
+        from staging import exchange
+
+        real_exit = exchange.end_job
+
+        def end_job(rc: int, timeout_s: float) -> None:
+            if mpi().COMM_WORLD.Get_rank() == rank:
+                sys.stdout.flush()
+                _hit(kind, rank, stage_round)
+            real_exit(rc, timeout_s)
+
+        exchange.end_job = end_job  # type: ignore[assignment]
+        return
     if kind.endswith("-wait"):
         real_supervised = stage_mod.supervised
         calls = [0]

@@ -30,8 +30,9 @@ from staging.pack import Packer
 from tests.conftest import mpiexec_path, project_env
 
 pytestmark = pytest.mark.mpi
-TIMEOUT = 3  # --timeout of the runs; a run may take this plus start-up, never more than HANG_S
-HANG_S = 40
+TIMEOUT = 3  # --timeout of the runs
+GRACE_S = 10  # start-up, the abort's stagger and drain: a run past its --timeout plus this is a hang
+HANG_S = 40  # a run is killed here
 MARKER = Path(".hpcbench") / "staged_manifest.json"
 
 
@@ -44,7 +45,8 @@ class Case:
     setup: Callable[[Path, "Data"], None] | None = None  # prepares the case folder (dest, source copies)
     fault: str | None = None  # KIND:RANK:ROUND for tests/stage_fault_job.py
     source: str = "packed"  # which prepared source folder (relative to the case folder or data root)
-    once: bool = True  # the error message must appear exactly once
+    once: bool = True  # the error message must appear exactly once (False: at most once, e.g. a rank dies)
+    marker_ok: bool = False  # a failure after the data were completely staged (the marker stays)
     umask: int | None = None
     check: Callable[[Path, "Data"], str | None] | None = None  # extra check; returns a problem or None
 
@@ -250,13 +252,94 @@ def held_lock(case: Path, d: Data) -> None:
 
 
 _HELD: list[int] = []
+_PROCS: list[subprocess.Popen] = []
+
+
+def stopped_stager(case: Path, d: Data) -> None:
+    """A real first stager on node 1's folder, stopped (SIGSTOP) at its first read, holding the lock."""
+    cmd = [mpiexec_path(), "-n", "1", sys.executable, str(Path(__file__).with_name("stage_fault_job.py")),
+           "stop:0:0", "stage", "--source", str(d.root / "packed"), "--dest", f"{case}/st/node1", "--timeout", "60"]
+    _PROCS.append(subprocess.Popen(cmd, env=project_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   start_new_session=True))
+    lock = case / "st" / "node1" / ".hpcbench" / "lock"
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 30:
+        if lock.exists() and b"pid" in lock.read_bytes():
+            fd = os.open(lock, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            except BlockingIOError:
+                return
+            finally:
+                os.close(fd)
+        time.sleep(0.05)
+    raise RuntimeError("the first stager never took the lock")
+
+
+def link_victim(case: Path, d: Data) -> None:
+    """node0/train replaced by a link to a folder outside dest that holds a copy of the raw files."""
+    shutil.copytree(d.root / "raw" / "train", case / "victim")
+    shutil.rmtree(case / "st" / "node0" / "train")
+    (case / "st" / "node0" / "train").symlink_to(case / "victim")
+
+
+def victim_intact(case: Path, d: Data) -> str | None:
+    got = {p.name: p.read_bytes() for p in (case / "victim").iterdir()}
+    want = {k.split("/", 1)[1]: v for k, v in d.raw.items() if k.startswith("train/")}
+    return None if got == want else f"the folder outside dest lost {len(set(want) - set(got))} files"
+
+
+def _journal(case: Path) -> Path:
+    return case / "st" / "node0" / ".hpcbench" / "staged.jsonl"
+
+
+def cut_journal(case: Path, d: Data) -> None:
+    j = _journal(case)
+    j.write_bytes(j.read_bytes()[:300])
+
+
+def hand_placed(case: Path, d: Data) -> None:
+    (case / "st" / "node2" / "train" / "zz.tfrecord").write_bytes(b"not staged")
+    (case / "st" / "node2" / "train" / "notes.txt").write_text("mine")
+
+
+def lengthen(case: Path, d: Data) -> None:
+    path, _, data = _shard(_copy(case, d), 1)
+    path.write_bytes(bytes(data) + b"XXXX")
+
+
+def duplicate_member(case: Path, d: Data) -> None:
+    """Shard 1's first member renamed to shard 0's first member; header crc, shard crc and manifest
+    sha256 recomputed: a consistent dataset that names one file twice."""
+    import crc32c
+
+    from staging.manifest import content_hash
+
+    src = _copy(case, d)
+    m = json.loads((src / MANIFEST).read_text())
+    shards = m["splits"]["train"]["shards"]
+    first = decode_header((src / shards[0]["name"]).read_bytes()[: shards[0]["header_bytes"]], "s0")[0].name
+    path = src / shards[1]["name"]
+    data = bytearray(path.read_bytes())
+    hb = shards[1]["header_bytes"]
+    mine = decode_header(data[:hb], "s1")[0].name
+    assert len(mine) == len(first)
+    hdr = bytes(data[:hb]).replace(mine.encode(), first.encode(), 1)
+    data[:hb] = hdr
+    path.write_bytes(bytes(data))
+    shards[1]["header_crc32c"] = crc32c.crc32c(hdr)
+    shards[1]["crc32c"] = crc32c.crc32c(bytes(data))
+    m["sha256"] = content_hash(m)
+    (src / MANIFEST).write_text(json.dumps(m))
 BASE = ["--instances", "2", "--ranks-per-node", "1", "--chunk-mb", "1"]
 R2 = ["--instances", "2", "--ranks-per-node", "2"]
 
 CASES: list[Case] = [
     # -- must succeed, byte for byte ------------------------------------------------------------
     Case("ok 4 ranks, 2 instances x 2 nodes", BASE + ["--verify"]),
-    Case("ok 4 ranks, 1 instance x 4 nodes", ["--instances", "1", "--ranks-per-node", "1"]),
+    Case("ok 4 ranks, 1 instance x 4 nodes", ["--instances", "1", "--ranks-per-node", "1", "--replicate",
+                                              "validation"]),
     Case("ok 2 instances in 1 node (-n 4)", ["--instances", "2"]),
     Case("ok 2 instances per node, 2 nodes (-n 8)", ["--instances", "4", "--ranks-per-node", "4"], n=8),
     Case("ok 2 ranks per node, 1 node per instance", R2),
@@ -272,7 +355,7 @@ CASES: list[Case] = [
     Case("ok layout change 2 -> 1 node per instance", ["--instances", "4", "--ranks-per-node", "1"],
          setup=stage_first("packed", *BASE)),
     Case("ok other dataset with --clean", BASE + ["--clean"], source="packed_b", setup=stage_first("packed", *BASE)),
-    Case("ok --method copy", BASE + ["--method", "copy", "--dataset", "cosmoflow"], source="raw"),
+    Case("ok --method copy", BASE + ["--method", "copy", "--dataset", "cosmoflow", "--shard-mb", "0.005"], source="raw"),
     Case("ok --replicate train", BASE + ["--replicate", "train"]),
     Case("ok files follow the umask (027)", BASE, umask=0o027, check=modes),
     # -- corruption: named errors -------------------------------------------------------------------
@@ -281,8 +364,10 @@ CASES: list[Case] = [
          setup=flip_at(_header_pos(b"univ_"))),
     Case("bit flip in a header offset", BASE, "corrupt shard train/shard-00001.zst: its header",
          setup=flip_at(lambda sh, d: bytes(d[: sh.header_bytes]).index(b'"offset":') + 9)),
-    Case("bit flip in the header length field", BASE, "train/shard-00001.zst", setup=flip_at(lambda sh, d: 9)),
-    Case("bit flip in the magic", BASE, "train/shard-00001.zst", setup=flip_at(lambda sh, d: 2)),
+    Case("bit flip in the header length field", BASE, "corrupt shard train/shard-00001.zst: its header fails",
+         setup=flip_at(lambda sh, d: 9)),
+    Case("bit flip in the magic", BASE, "corrupt shard train/shard-00001.zst: its header fails",
+         setup=flip_at(lambda sh, d: 2)),
     Case("bit flip in the last byte of a shard", BASE, "corrupt shard train/shard-00001.zst",
          setup=flip_at(lambda sh, d: len(d) - 1)),
     Case("manifest crc32c values wrong", BASE, "corrupt manifest", setup=edit_manifest(_set_crcs)),
@@ -297,6 +382,9 @@ CASES: list[Case] = [
          setup=edit_manifest(lambda m: {**m, "version": 1})),
     Case("no manifest", BASE, "no packed-dataset manifest", setup=lambda c, d: (c / "packed").mkdir()),
     Case("truncated shard", BASE, "truncated shard train/shard-00002.zst", setup=truncate),
+    Case("shard longer than the manifest says", BASE, "bytes too many", setup=lengthen),
+    Case("duplicate member across shards (resealed)", BASE,
+         "appears in shards train/shard-00000.zst and train/shard-00001.zst", setup=duplicate_member),
     Case("missing shard", BASE, "shard train/shard-00000.zst is missing", setup=missing_shard),
     Case("path traversal member", BASE, "refusing member name '../../escape.tfrecord'",
          setup=evil_member("../../escape.tfrecord")),
@@ -315,14 +403,35 @@ CASES: list[Case] = [
          setup=stage_first("packed", *BASE)),
     Case("foreign non-empty dest", BASE, "is not empty and was not made by", setup=foreign),
     Case("second stager on the same dest", BASE, "being staged by another", setup=held_lock),
+    Case("second stager while a real one is stopped holding the lock", BASE, "being staged by another `hpcbench "
+         "stage` (pid", setup=stopped_stager),
+    Case("linked folder in dest, layout change", BASE, "is a symbolic link", setup=then(
+        stage_first("packed", "--instances", "4"), link_victim), check=victim_intact),
+    Case("linked folder in dest, other dataset --clean", BASE + ["--clean"], "is a symbolic link", source="packed_b",
+         setup=then(stage_first("packed", "--instances", "4"), link_victim), check=victim_intact),
+    Case("ok journal lost, other dataset --clean", BASE + ["--clean"], source="packed_b",
+         setup=then(stage_first("packed", *BASE), lambda c, d: _journal(c).unlink())),
+    Case("ok journal cut to 300 bytes, other dataset --clean", BASE + ["--clean"], source="packed_b",
+         setup=then(stage_first("packed", *BASE), cut_journal)),
+    Case("hand-placed files in a staged dest", BASE, "does not list (train/notes.txt, train/zz.tfrecord)",
+         setup=then(stage_first("packed", *BASE), hand_placed)),
+    Case("ok hand-placed files removed with --clean", BASE + ["--clean"],
+         setup=then(stage_first("packed", *BASE), hand_placed)),
+    Case("split with fewer shards than an instance's nodes", ["--instances", "1", "--ranks-per-node", "1"],
+         "too few for instances of 4 nodes (node"),
     # -- bad input ------------------------------------------------------------------------------
     Case("--dry-run --instances 0", ["--dry-run", "--nodes", "4", "--instances", "0"], "--instances must be >= 1"),
     Case("--dry-run --instances -4", ["--dry-run", "--nodes", "4", "--instances", "-4"], "--instances must be >= 1"),
     Case("--instances 0", ["--instances", "0"], "--instances must be >= 1"),
     Case("--ranks-per-node 0", ["--ranks-per-node", "0"], "--ranks-per-node must be >= 1"),
-    Case("--reserve-mb -100", BASE + ["--reserve-mb", "-100"], "--reserve-mb must be >= 0"),
-    Case("--chunk-mb 0", BASE + ["--chunk-mb", "0"], "--chunk-mb must be > 0"),
-    Case("--timeout 0", ["--instances", "2", "--timeout", "0"], "--timeout must be > 0"),
+    Case("--reserve-mb -100", BASE + ["--reserve-mb", "-100"], "--reserve-mb must be a finite number >= 0"),
+    Case("--chunk-mb 0", BASE + ["--chunk-mb", "0"], "--chunk-mb must be a finite number > 0"),
+    Case("--timeout 0", ["--instances", "2", "--timeout", "0"], "--timeout must be a finite number > 0"),
+    Case("--timeout inf", BASE + ["--timeout", "inf"], "--timeout must be a finite number > 0"),
+    Case("--reserve-mb nan", BASE + ["--reserve-mb", "nan"], "--reserve-mb must be a finite number"),
+    Case("--report is a folder", BASE + ["--report", "{case}"], "is a folder"),
+    Case("--chunk-mb nan (usage error)", BASE + ["--chunk-mb", "nan"], "invalid int value: 'nan'"),
+    Case("--instances x (usage error)", ["--instances", "x"], "invalid int value: 'x'"),
     Case("unknown split", BASE + ["--splits", "nosuch"], "no split 'nosuch'"),
     Case("wrong --dataset", BASE + ["--dataset", "deepcam"], "packed dataset is 'cosmoflow'"),
     Case("instance sharing a node it spans (-n 6)", ["--instances", "2", "--ranks-per-node", "2"],
@@ -330,11 +439,14 @@ CASES: list[Case] = [
     Case("ok 3 instances x 2 nodes (-n 6)", ["--instances", "3", "--ranks-per-node", "1"], n=6),
     # -- dead, hung and stopped ranks -----------------------------------------------------------
     Case("a stager dies mid-transfer", BASE, "injected fault", fault="exit:1:0", once=False),
-    Case("a stager hangs mid-transfer", BASE, "no progress for 3s", fault="hang:1:0", once=False),
-    Case("a stager is stopped (SIGSTOP)", BASE, "no progress for 3s", fault="stop:2:0", once=False),
-    Case("a non-stager is stopped while waiting", R2, "no progress for 3s", fault="stop-wait:1:2", once=False),
-    Case("rank 0 is stopped reading the manifest", R2, "no progress for 3s", fault="stop-wait:0:1", once=False),
+    Case("a stager hangs mid-transfer", BASE, "no progress for 3s", fault="hang:1:0"),
+    Case("a stager is stopped (SIGSTOP)", BASE, "no progress for 3s", fault="stop:2:0"),
+    Case("a non-stager is stopped while waiting", R2, "no progress for 3s", fault="stop-wait:1:2",
+         marker_ok=True),  # the stagers finished: their nodes are completely staged
+    Case("rank 0 is stopped reading the manifest", R2, "no progress for 3s", fault="stop-wait:0:1"),
     Case("a non-stager dies while waiting", R2, "injected fault", fault="exit-wait:3:2", once=False),
+    Case("a rank is stopped after the report", R2, "no progress for 3s while exiting", fault="stop-exit:3:0",
+         marker_ok=True),
 ]
 
 
@@ -371,12 +483,13 @@ def run_case(case: Case, d: Data, folder: Path) -> dict[str, object]:
     args += [a.replace("{src}", str(src)).replace("{case}", str(folder)) for a in case.args]
     if "--timeout" not in case.args:
         args += ["--timeout", str(TIMEOUT)]
+    timeout = TIMEOUT if "--timeout" not in case.args else 0
     t0 = time.monotonic()
     proc = _mpi(case.n, args, case.fault, case.umask)
     took = time.monotonic() - t0
     out = proc.stdout + proc.stderr
     res: dict[str, object] = {"case": case.name, "rc": proc.returncode, "took": round(took, 1),
-                              "hang": proc.returncode == -999 or took > HANG_S - 5,
+                              "hang": proc.returncode == -999 or took > timeout + GRACE_S,
                               "traceback": "Traceback" in out, "wrong": False, "problem": None}
     if case.expect is None:
         if proc.returncode != 0:
@@ -392,15 +505,19 @@ def run_case(case: Case, d: Data, folder: Path) -> dict[str, object]:
             res["wrong"], res["problem"] = True, "exit 0 where an error was expected"
         elif case.expect not in out:
             res["problem"] = f"expected {case.expect!r} in: {out[-600:]}"
-        elif case.once and out.count("hpcbench stage: error:") != 1:
+        elif out.count("hpcbench stage: error:") > 1 or (case.once and out.count("hpcbench stage: error:") != 1):
             res["problem"] = f"error printed {out.count('hpcbench stage: error:')} times: {out[-600:]}"
         st = folder / "st"
         if st.is_dir():
             done = [p for p in st.glob("*/" + str(MARKER))]
-            if done and not case.fault:
+            if done and not case.marker_ok:
                 res["wrong"], res["problem"] = True, f"completion marker left after a failure: {done[0]}"
-            if list(st.rglob("*.tmp")) and not case.fault:
+            # a rank that dies takes the job down by SIGKILL: its hidden temporaries (no loader reads
+            # them; the next run sweeps them) may remain; every abort this code makes removes them
+            if list(st.rglob(".*.tmp")) and case.once:
                 res["problem"] = "temporary files left after a failure"
+        if case.check and not res["problem"]:
+            res["problem"] = case.check(folder, d)
     return res
 
 
@@ -412,6 +529,10 @@ def test_fault_matrix(data: Data, tmp_path: Path) -> None:
     finally:
         for fd in _HELD:
             os.close(fd)
+        for p in _PROCS:
+            os.killpg(p.pid, signal.SIGCONT)
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
     wrong = sum(bool(r["wrong"]) for r in results)
     hangs = sum(bool(r["hang"]) for r in results)
     tracebacks = sum(bool(r["traceback"]) for r in results)
@@ -419,7 +540,26 @@ def test_fault_matrix(data: Data, tmp_path: Path) -> None:
     print(f"\nstaging fault matrix: {len(results)} cases, {wrong} silent wrong results, {hangs} hangs past the "
           f"timeout, {tracebacks} tracebacks, {len(failed)} failed cases")
     for r in results:
-        print(f"  {'FAIL' if r in failed else 'ok  '} {r['took']:>5}s rc={r['rc']:<4} {r['case']}"
+        print(f"  {'FAIL' if r in failed else 'ok  '} {r['took']:>5}s rc={str(r['rc']):<4} {r['case']}"
               + (f": {r['problem']}" if r["problem"] else ""))
     assert not failed, "\n".join(f"{r['case']}: {r['problem'] or ('hang' if r['hang'] else 'traceback')}"
                                  for r in failed)
+
+
+def test_marker_check_refuses_unlisted_files(tmp_path: Path) -> None:
+    """Training side: a completely staged folder with one more sample file in a split folder (placed
+    by hand, or left by a staging whose journal was lost) is refused, naming the file."""
+    import crc32c
+
+    from staging.marker import NodeLayout, write_marker
+
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "a.tfrecord").write_bytes(b"abc")
+    write_marker(tmp_path, "cosmoflow", "0" * 64, NodeLayout(0, 0, 1, 1, 1), ["train"],
+                 [["train/a.tfrecord", 3, crc32c.crc32c(b"abc")]])
+    check_staged(tmp_path, "cosmoflow")
+    (tmp_path / "train" / ".hidden.tmp").write_bytes(b"x")  # hidden: no loader reads it
+    check_staged(tmp_path, "cosmoflow")
+    (tmp_path / "train" / "b.tfrecord").write_bytes(b"stale")
+    with pytest.raises(DataError, match=r"not in the completion marker \(train/b.tfrecord\)"):
+        check_staged(tmp_path, "cosmoflow")

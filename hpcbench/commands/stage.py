@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from hpcbench import registry
@@ -52,10 +53,15 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ConfigError(f"--nodes must be >= 1, got {args.nodes}")
     for key, v in (("--chunk-mb", args.chunk_mb), ("--threads", args.threads), ("--timeout", args.timeout),
                    ("--shard-mb", args.shard_mb)):
-        if not v > 0:
-            raise ConfigError(f"{key} must be > 0, got {v:g}")
-    if not args.reserve_mb >= 0:
-        raise ConfigError(f"--reserve-mb must be >= 0, got {args.reserve_mb:g}")
+        if not (v > 0 and math.isfinite(v)):  # --timeout inf would turn the watchdog off
+            raise ConfigError(f"{key} must be a finite number > 0, got {v:g}")
+    if not (args.reserve_mb >= 0 and math.isfinite(args.reserve_mb)):
+        raise ConfigError(f"--reserve-mb must be a finite number >= 0, got {args.reserve_mb:g}")
+    if args.report is not None and not args.dry_run:
+        if args.report.is_dir():
+            raise ConfigError(f"--report {args.report}: is a folder; give the path of the JSON file to write")
+        if not args.report.parent.is_dir():
+            raise ConfigError(f"--report {args.report}: its folder {args.report.parent} does not exist")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,11 +73,17 @@ def run(args: argparse.Namespace) -> int:
     if args.source is None or args.dest is None:
         raise ConfigError("stage needs --source and --dest (or --dry-run)")
     from common.dist import init_distributed
+    from staging.exchange import deadline, end_job
     from staging.report import format_report
     from staging.stage import StageOptions, stage
 
     layout = registry.layout(args.dataset) if args.dataset else None
-    env = init_distributed(args.instances, args.ranks_per_node, torch_backend=None)
+    # a peer stopped during MPI_Init itself cannot be detected from here (docs/staging.md)
+    with deadline(args.timeout, "setting up MPI (init_distributed)"):
+        env = init_distributed(args.instances, args.ranks_per_node, torch_backend=None)
+    # hpcbench.cli calls this with the exit status: a bounded barrier, then a watched MPI_Finalize
+    # (unbounded otherwise: a peer stopped after the report would keep the job alive forever)
+    args.on_exit = lambda rc: end_job(rc, args.timeout)
     opts = StageOptions(args.source, args.dest, layout, _csv(args.splits) or None, _csv(args.replicate),
                         args.method, args.verify, args.chunk_mb, args.threads, args.timeout,
                         int(args.reserve_mb * 2**20), int(args.shard_mb * 2**20), args.report, clean=args.clean)

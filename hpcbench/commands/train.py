@@ -81,6 +81,8 @@ def train(args: argparse.Namespace) -> int:
         from staging.marker import require_staged
 
         cls, cfg = resolve_config(args, data_root)
+        if "{node}" in str(cfg.data.root):  # one place: the marker check and the loader read the same folder
+            cfg.data.root = str(cfg.data.root).replace("{node}", str(env.layout.node_index))
         require_staged(cfg.data, env.layout, opts.dataset)  # node-local data: completely staged, or refused
         return cls(cfg)
 
