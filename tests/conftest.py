@@ -87,7 +87,8 @@ def packed_tiny_dataset(tmp_path: Path) -> Path:
         (raw / split).mkdir(parents=True)
         for i in range(n):
             (raw / split / f"s{i}.tfrecord").write_bytes(bytes(range(256)) * (40 + i))
+    # ~10 KB shards: every split has at least 2, so instances spanning 2 nodes give each node a part
     proc = run_cli(["pack", "--dataset", "cosmoflow", "--source", str(raw), "--dest", str(tmp_path / "packed"),
-                    "--no-progress"], timeout=120)
+                    "--shard-mb", "0.01", "--no-progress"], timeout=120)
     assert proc.returncode == 0, proc.stderr
     return tmp_path / "packed"
