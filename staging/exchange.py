@@ -86,9 +86,10 @@ def deadline(timeout_s: float, what: str) -> Iterator[None]:
         fired.set()
         mod = sys.modules.get("mpi4py.MPI")
         if mod is not None and mod.Is_initialized() and not mod.Is_finalized():
-            abort(timeout_s, what)
-        sys.stderr.write(f"hpcbench stage: error: no progress for {timeout_s:g}s while {what}\n")
-        sys.stderr.flush()
+            abort(timeout_s, what)  # does not return (MPI_Abort ends this process too)
+        else:
+            sys.stderr.write(f"hpcbench stage: error: no progress for {timeout_s:g}s while {what}\n")
+            sys.stderr.flush()
         os._exit(3)
 
     timer = threading.Timer(timeout_s, fire)
@@ -113,7 +114,9 @@ def end_job(rc: int, timeout_s: float) -> None:
         sys.stdout.flush()
     sys.stderr.flush()
     wait(MPI.COMM_WORLD.Ibarrier(), timeout_s, "exiting (waiting for every rank to finish)")
-    faulthandler.dump_traceback_later(timeout_s, exit=True)
+    faulthandler.dump_traceback_later(timeout_s, exit=True)  # prints "Timeout" and the stack, then exits 1
+    MPI.Finalize()  # here, not at interpreter exit: faulthandler's watchdog is cancelled during shutdown
+    faulthandler.cancel_dump_traceback_later()
 
 
 def wait(req: Any, timeout_s: float, what: str, max_pause: float = 1e-3) -> None:

@@ -8,7 +8,9 @@ world rank RANK when its shared-storage reader (``staging.distribute._Reader.rea
 Allgatherv round) reads round ROUND of a split. ``exit-wait`` and ``stop-wait`` hit any rank (a
 non-stager too) at its ROUND-th supervised step (``staging.exchange.supervised``: 1 = reading the
 manifest, 2 = staging). ``stop-exit`` stops rank RANK after the report was printed, as it enters
-``staging.exchange.end_job`` (ROUND is ignored). Every other rank runs the real code. The remaining arguments go to
+``staging.exchange.end_job`` (ROUND is ignored). ``stop-deadline`` stops rank RANK as it enters its
+ROUND-th blocking call bounded by ``staging.stage``'s ``deadline`` (1 = the manifest's bcast, 2 = the
+stagers' Split, 3 = the reports' gather). Every other rank runs the real code. The remaining arguments go to
 ``hpcbench.cli.main``.
 """
 from __future__ import annotations
@@ -23,7 +25,7 @@ from hpcbench.cli import main
 from staging import distribute
 from staging import stage as stage_mod
 
-KINDS = ("exit", "hang", "stop", "exit-wait", "stop-wait", "stop-exit")
+KINDS = ("exit", "hang", "stop", "exit-wait", "stop-wait", "stop-exit", "stop-deadline")
 
 
 def _hit(kind: str, rank: int, stage_round: int) -> None:
@@ -61,6 +63,22 @@ def inject(kind: str, rank: int, stage_round: int) -> None:
             real_exit(rc, timeout_s)
 
         exchange.end_job = end_job  # type: ignore[assignment]
+        return
+    if kind == "stop-deadline":
+        import contextlib
+
+        real_deadline = stage_mod.deadline
+        entered = [0]
+
+        @contextlib.contextmanager
+        def deadline(*a, **kw):  # noqa: ANN002, ANN003, ANN202
+            entered[0] += 1
+            if entered[0] == stage_round and mpi().COMM_WORLD.Get_rank() == rank:
+                _hit(kind, rank, stage_round)
+            with real_deadline(*a, **kw):
+                yield
+
+        stage_mod.deadline = deadline  # type: ignore[assignment]
         return
     if kind.endswith("-wait"):
         real_supervised = stage_mod.supervised

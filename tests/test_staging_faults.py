@@ -445,6 +445,10 @@ CASES: list[Case] = [
          marker_ok=True),  # the stagers finished: their nodes are completely staged
     Case("rank 0 is stopped reading the manifest", R2, "no progress for 3s", fault="stop-wait:0:1"),
     Case("a non-stager dies while waiting", R2, "injected fault", fault="exit-wait:3:2", once=False),
+    Case("a rank is stopped before the manifest's bcast", R2, "no progress for 3s while receiving the manifest",
+         fault="stop-deadline:0:1"),
+    Case("a stager is stopped before the reports' gather", R2, "no progress for 3s while gathering",
+         fault="stop-deadline:2:3", marker_ok=True),
     Case("a rank is stopped after the report", R2, "no progress for 3s while exiting", fault="stop-exit:3:0",
          marker_ok=True),
 ]
