@@ -92,3 +92,25 @@ def packed_tiny_dataset(tmp_path: Path) -> Path:
                     "--shard-mb", "0.01", "--no-progress"], timeout=120)
     assert proc.returncode == 0, proc.stderr
     return tmp_path / "packed"
+
+
+def one_member_pack(packed: Path, member: str, payload: bytes = b"evil") -> Path:
+    """A consistent (every checksum right) packed dataset at ``packed`` whose only member is named
+    ``member``: for the refusals that must come from the name itself (traversal, reserved names)."""
+    import crc32c
+    import zstandard
+
+    from staging.manifest import MANIFEST, FileEntry, Frame, Manifest, ShardInfo, SplitInfo, encode_header
+
+    blob = zstandard.ZstdCompressor().compress(payload)
+    crc = crc32c.crc32c(payload)
+    entries = [FileEntry(member, len(payload), crc, [Frame(0, len(blob), 0, len(payload), crc)])]
+    hdr = encode_header("train/shard-00000.zst", entries)
+    entries[0].frames[0].offset = len(hdr)  # the frame starts after the header, whose length it changes
+    hdr = encode_header("train/shard-00000.zst", entries)
+    (packed / "train").mkdir(parents=True)
+    (packed / "train" / "shard-00000.zst").write_bytes(hdr + blob)
+    shard = ShardInfo("train/shard-00000.zst", len(hdr) + len(blob), len(payload), 1, len(hdr),
+                      crc32c.crc32c(hdr + blob), crc32c.crc32c(hdr))
+    (packed / MANIFEST).write_text(Manifest("cosmoflow", {"train": SplitInfo(False, [shard])}, 1 << 20).to_json())
+    return packed

@@ -27,7 +27,7 @@ from hpcbench import registry
 from staging.manifest import MANIFEST, Manifest, decode_header
 from staging.marker import check_staged
 from staging.pack import Packer
-from tests.conftest import mpiexec_path, project_env
+from tests.conftest import mpiexec_path, one_member_pack, project_env
 
 pytestmark = pytest.mark.mpi
 TIMEOUT = 3  # --timeout of the runs
@@ -147,24 +147,7 @@ def missing_shard(case: Path, d: Data) -> None:
 def evil_member(name: str) -> Callable[[Path, Data], None]:
     """A consistent (checksummed) packed dataset whose one member has a bad name."""
     def setup(case: Path, d: Data) -> None:
-        import crc32c
-        import zstandard
-
-        from staging.manifest import FileEntry, Frame, ShardInfo, SplitInfo, encode_header
-
-        payload = b"evil"
-        blob = zstandard.ZstdCompressor().compress(payload)
-        e = [FileEntry(name, 4, crc32c.crc32c(payload), [Frame(0, len(blob), 0, 4, crc32c.crc32c(payload))])]
-        hdr = encode_header("train/shard-00000.zst", e)
-        e[0].frames[0].offset = len(hdr)
-        hdr = encode_header("train/shard-00000.zst", e)
-        pk = case / "packed"
-        (pk / "train").mkdir(parents=True)
-        (pk / "train" / "shard-00000.zst").write_bytes(hdr + blob)
-        man = Manifest("cosmoflow", {"train": SplitInfo(False, [ShardInfo(
-            "train/shard-00000.zst", len(hdr) + len(blob), 4, 1, len(hdr), crc32c.crc32c(hdr + blob),
-            crc32c.crc32c(hdr))])}, 1 << 20)
-        (pk / MANIFEST).write_text(man.to_json())
+        one_member_pack(case / "packed", name)
     return setup
 
 

@@ -12,9 +12,9 @@ import pytest
 
 from benchmarks.synth_data import write_cosmoflow, write_deepcam, write_lmdb
 from hpcbench import registry
-from staging.manifest import MANIFEST, FileEntry, Frame, Manifest, decode_header, encode_header
+from staging.manifest import MANIFEST, FileEntry, Frame, Manifest, decode_header
 from staging.pack import Packer
-from tests.conftest import mpiexec_path, project_env, run_mpi
+from tests.conftest import mpiexec_path, one_member_pack, project_env, run_mpi
 
 import sys
 
@@ -123,25 +123,8 @@ def test_truncated_shard_names_shard_and_member(cosmo: tuple[Path, Path], tmp_pa
 
 
 def test_path_traversal_member_is_refused(tmp_path: Path) -> None:
-    import zstandard
-
-    import crc32c
-    from staging.manifest import ShardInfo, SplitInfo
-
-    payload = b"evil"
-    blob = zstandard.ZstdCompressor().compress(payload)
-    entries = [FileEntry("../../escape.tfrecord", 4, crc32c.crc32c(payload), [Frame(0, len(blob), 0, 4, crc32c.crc32c(payload))])]
-    hdr = encode_header("train/shard-00000.zst", entries)
-    entries[0].frames[0].offset = len(hdr)
-    hdr = encode_header("train/shard-00000.zst", entries)
-    pk = tmp_path / "packed"
-    (pk / "train").mkdir(parents=True)
-    (pk / "train" / "shard-00000.zst").write_bytes(hdr + blob)
     # a consistent (checksummed) but malicious dataset: the member name itself is refused
-    man = Manifest("cosmoflow", {"train": SplitInfo(False, [ShardInfo("train/shard-00000.zst", len(hdr) + len(blob),
-                                                                      4, 1, len(hdr), crc32c.crc32c(hdr + blob),
-                                                                      crc32c.crc32c(hdr))])}, MiB)
-    (pk / MANIFEST).write_text(man.to_json())
+    pk = one_member_pack(tmp_path / "packed", "../../escape.tfrecord")
     proc = stage(pk, tmp_path / "st", check=False)
     assert proc.returncode != 0 and "refusing member name '../../escape.tfrecord'" in proc.stderr
     assert not list(tmp_path.rglob("escape.tfrecord"))
