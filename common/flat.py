@@ -146,17 +146,28 @@ class FlatParams:
         """Packed elements each of ``world`` ranks owns (the last rank's share is zero-padded)."""
         return -(-self.numel // world)
 
-    def shard_lengths(self, rank: int, world: int) -> torch.Tensor:
-        """Per-tensor element counts inside this rank's packed slice, plus one for its zero padding."""
+    def shard_pieces(self, rank: int, world: int) -> list[tuple[int, int, int]]:
+        """(tensor index, offset in the buffer, length) of each tensor's part inside this rank's
+        packed slice ``[rank * s, (rank + 1) * s)``, ``s = shard_size(world)``, in order."""
         size = self.shard_size(world)
         lo, hi = rank * size, (rank + 1) * size
-        out: list[int] = []
+        out: list[tuple[int, int, int]] = []
         start = 0
-        for n in self.numels:
-            out.append(max(0, min(start + n, hi) - max(start, lo)))
+        for i, (off, n) in enumerate(zip(self.offsets, self.numels)):
+            a, b = max(start, lo), min(start + n, hi)
+            if a < b:
+                out.append((i, off + a - start, b - a))
             start += n
-        out.append(max(0, hi - max(self.numel, lo)))
-        return torch.tensor(out, dtype=torch.int64, device=self.device)
+        return out
+
+    def shard_lengths(self, rank: int, world: int) -> torch.Tensor:
+        """Per-tensor element counts inside this rank's packed slice, plus one for its zero padding."""
+        counts = [0] * (self.num_tensors + 1)
+        for i, _, n in self.shard_pieces(rank, world):
+            counts[i] = n
+        size = self.shard_size(world)
+        counts[-1] = max(0, (rank + 1) * size - max(self.numel, rank * size))
+        return torch.tensor(counts, dtype=torch.int64, device=self.device)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {name: self.params[o : o + n].clone() for name, o, n in zip(self.names, self.offsets, self.numels)}

@@ -194,15 +194,8 @@ class DistributedLAMB(LAMB):
         self.packed = torch.zeros(n * world, device=flat.device)  # the tail past numel stays zero
         self.shard = torch.zeros(n, device=flat.device)  # this rank's parameters (packed)
         self.grad_shard = torch.zeros(n, device=flat.device)  # this rank's reduced gradient
-        self.lo = rank * n
         # (offset in the aligned buffer, length) of each piece of this rank's packed range
-        self.pieces: list[tuple[int, int]] = []
-        start = 0
-        for off, size in zip(flat.offsets, flat.numels):
-            a, b = max(start, self.lo), min(start + size, self.lo + n)
-            if a < b:
-                self.pieces.append((off + a - start, b - a))
-            start += size
+        self.pieces = [(off, k) for _, off, k in flat.shard_pieces(rank, world)]
 
     def _local_size(self) -> int:
         return self.flat.shard_size(self.world)
