@@ -114,3 +114,25 @@ def one_member_pack(packed: Path, member: str, payload: bytes = b"evil") -> Path
                       crc32c.crc32c(hdr + blob), crc32c.crc32c(hdr))
     (packed / MANIFEST).write_text(Manifest("cosmoflow", {"train": SplitInfo(False, [shard])}, 1 << 20).to_json())
     return packed
+
+
+def train_staged(tmp_path: Path, workload: str, datagen: list[str], ranks: int, instances: int,
+                 sets: list[str]) -> tuple[Path, Path, Path]:
+    """Synthetic ``workload`` data, packed (50 KB shards), then one ``hpcbench train`` under mpiexec with
+    one rank per emulated node staging it to ``local/node{node}``; on the CPU (gloo), so a GPU node with
+    fewer GPUs than ranks runs it too. Returns (raw, local, results); one epoch need not reach the
+    target (exit 4)."""
+    raw, packed, local, results = (tmp_path / n for n in ("raw", "packed", "local", "results"))
+    proc = run_cli(["datagen", workload, "--out", str(raw), *datagen, "--workers", "1"])
+    assert proc.returncode == 0, proc.stderr
+    proc = run_cli(["pack", "--dataset", workload, "--source", str(raw), "--dest", str(packed),
+                    "--shard-mb", "0.05", "--no-progress"])
+    assert proc.returncode == 0, proc.stderr
+    args = ["-m", "hpcbench", "train", workload, "--config", "mini", "--instances", str(instances), "--device", "cpu",
+            "--ranks-per-node", "1", "--stage-from", str(packed), "--stage-to", str(local / "node{node}"),
+            "--results", str(results), "--no-progress"]
+    for kv in ["train.max_epochs=1", *sets]:
+        args += ["--set", kv]
+    proc = run_mpi(ranks, args, timeout=300, check=False)
+    assert proc.returncode in (0, 4), proc.stdout + proc.stderr
+    return raw, local, results
