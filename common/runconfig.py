@@ -81,8 +81,10 @@ class TrainConfig:
     global_batch_size: int = 8  # per instance (summed over its ranks)
     max_epochs: int = 10
     eval_every: int = 1  # epochs between evaluations
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-    channels_last: bool = False
+    # "auto": bf16 where the hardware does it natively, else fp32 (common/auto.py)
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"
+    # "auto": measured on a CPU, by rule on a GPU (common/auto.py)
+    channels_last: bool | Literal["auto"] = False
     graph: Literal["eager", "compile", "cuda_graph"] = "eager"
     loader: Literal["torch", "dali"] = "torch"
     bn_group_size: int = 1  # >1: SyncBatchNorm over groups of this many ranks of the instance (CUDA)

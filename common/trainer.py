@@ -27,8 +27,6 @@ the first evaluation that meets the target (``run_stop status=success``) or ``ab
 from __future__ import annotations
 
 import dataclasses
-import os
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -39,10 +37,12 @@ from torch import nn
 
 from . import checkpoint as ckpt
 from .dist import DistEnv
-from .errors import ConfigError, DataError
+from .errors import ConfigError, DataError, HpcbenchError
 from .flat import FlatParams
 from .mllog import MLPerfLogger
+from .progress import Progress, resolve_mode
 from .optim import build_optimizer
+from .auto import Choice, autocast_loss, choose_channels_last, choose_precision, has_conv_weights, probe_channels_last
 from .precision import Precision, module_to_channels_last
 from .schedule import Schedule
 from .step import TrainStep, prepare_batch
@@ -101,16 +101,17 @@ def _broadcast_model(model: nn.Module, flat: FlatParams, world: int) -> None:
 
 class Trainer:
     def __init__(self, workload: Workload, env: DistEnv, mllogger: MLPerfLogger, system: SystemDescription,
-                 progress: bool | None = None) -> None:
+                 progress: str | bool | None = None) -> None:
         self.workload, self.env, self.log, self.system = workload, env, mllogger, system
         self.cfg = workload.cfg
         self.world = env.layout.instance_size
         self.rank = env.layout.instance_rank
         self.device = env.device if env.device is not None else torch.device("cpu")
         self.timer = PhaseTimer()
-        if progress is None:
-            progress = env.layout.is_world_leader and os.environ.get("HPCBENCH_PROGRESS", "1") != "0"
-        self.progress = progress
+        layout = env.layout
+        mode = resolve_mode(progress, layout.num_instances)
+        self.progress = Progress(mode, f"{workload.name} #{layout.instance}", layout.is_world_leader,
+                                 layout.instance_rank == 0)
 
     # setup ------------------------------------------------------------------------------------
     def _log_submission(self) -> None:
@@ -132,6 +133,7 @@ class Trainer:
         if tc.bn_group_size > 1:
             model = group_batchnorm(model, tc.bn_group_size, self.world, self.device)
         model = model.to(self.device)
+        self._choose_for_hardware(model)
         if tc.channels_last:
             model = module_to_channels_last(model)
         self.model = model
@@ -156,6 +158,45 @@ class Trainer:
             done = ckpt.load_latest(self.ckpt_dir, self)
             if done is not None:
                 self.start_epoch = done + 1
+
+    def _choose_for_hardware(self, model: nn.Module) -> None:
+        """Resolve ``train.precision``/``train.channels_last`` = "auto" (:mod:`common.auto`): rank 0 of
+        the instance decides, the others take its choice, so the instance's ranks agree. The config
+        then holds the resolved values and the dataset spec lays batches out accordingly."""
+        tc = self.cfg.train
+        choices = None
+        if self.rank == 0:
+            prec = choose_precision(tc.precision, self.device)
+            probe = None
+            if tc.channels_last == "auto" and self.device.type == "cpu" and has_conv_weights(model):
+                probe = lambda: self._probe_layouts(model, prec.value)  # noqa: E731
+            choices = [prec, choose_channels_last(tc.channels_last, self.device, model, prec.value, probe)]
+        self.choices: list[Choice] = self.env.instance_comm.bcast(choices, root=0)
+        tc.precision, tc.channels_last = self.choices[0].value, self.choices[1].value
+        spec = self._spec()
+        if spec is not None and hasattr(spec, "channels_last"):
+            spec.channels_last = tc.channels_last
+        if self.progress.lines and self.rank == 0:
+            for c in self.choices:
+                self.progress.say(c.describe())
+
+    def _spec(self) -> Any:
+        try:
+            return self.workload.dataset()
+        except HpcbenchError:
+            return None  # a workload with its own loaders (no dataset spec)
+
+    def _probe_layouts(self, model: nn.Module, precision: str) -> tuple[float, float]:
+        """Time the model's forward + backward on one real training batch in both layouts."""
+        spec = self._spec()
+        if spec is None:
+            return (0.0, 0.0)  # nothing to measure on: the default layout is kept (gain 0)
+        source = self.workload.source(spec.train_split)
+        n = max(1, min(len(source), self.cfg.train.global_batch_size // self.world))
+        batch = prepare_batch(spec.transform(spec.read_batch(source, range(n))), self.device, False)
+        wl = self.workload
+        loss = autocast_loss(lambda m, b: wl.loss(wl.forward(m, b), b), precision, self.device)
+        return probe_channels_last(model, batch, loss)
 
     def _data(self) -> InstanceData:
         """Loaders and sizes of the instance's data (:mod:`common.data.instance`)."""
@@ -189,6 +230,8 @@ class Trainer:
         self._log_submission()
         self.setup()
         self._log_hyperparameters()
+        for c in self.choices:  # not MLPerf keys (the checker ignores them): what "auto" chose and why
+            self.log.event("hpcbench_" + c.key.split(".")[-1], c.log_value())
         self.log.end("init_stop")
         self.env.instance_comm.Barrier()
         run_start = now_ms()
@@ -210,7 +253,11 @@ class Trainer:
                 value = self.evaluate(epoch)
                 result.metrics.append((epoch, value))
                 result.final_metric = value
-                if target.reached(value):
+                reached = target.reached(value)
+                self.progress.say(f"epoch {epoch}/{tc.max_epochs}: {target.metric_key} {value:.4g} "
+                                  f"({'reached' if reached else 'target'} {target.describe()}) "
+                                  f"at {(now_ms() - run_start) / 1000:.1f} s")
+                if reached:
                     result.status = "success"
                     break
         run_stop = now_ms()
@@ -219,6 +266,8 @@ class Trainer:
         result.time_to_solution_s = (run_stop - run_start) / 1000.0
         result.samples_per_s = samples_total / train_seconds if train_seconds > 0 else 0.0
         result.timers = self.timer.summary()
+        self.progress.say(f"run_stop: {result.status} after {result.epochs} epoch(s) in {result.time_to_solution_s:.1f} s, "
+                          f"{result.samples_per_s:.1f} samples/s")
         return result
 
     def _train_epoch(self, epoch: int) -> tuple[float, int, float]:
@@ -229,7 +278,7 @@ class Trainer:
         self.train_loader.set_epoch(epoch)
         loss_sum = torch.zeros((), device=self.device)
         local_samples = steps = 0
-        bar = self._bar(epoch)
+        bar = self.progress.epoch(epoch, self.steps_per_epoch, self.cfg.train.max_epochs)
         it = iter(self.train_loader)
         while steps < self.steps_per_epoch:
             t_data = time.perf_counter()
@@ -244,10 +293,8 @@ class Trainer:
             self.timer.add("step", time.perf_counter() - t_step)
             local_samples += self.workload.batch_size(batch)
             steps += 1
-            if bar is not None:
-                bar.update(1)
-                if self.cfg.train.log_every and steps % self.cfg.train.log_every == 0:
-                    bar.set_postfix(loss=f"{float(loss_sum) / steps:.4g}")
+            log_loss = self.cfg.train.log_every and steps % self.cfg.train.log_every == 0
+            bar.step(steps, local_samples, float(loss_sum) / steps if log_loss else None)
         mean_loss = float(loss_sum) / max(1, steps)  # read back once per epoch
         if self.device.type == "cuda":
             torch.cuda.synchronize()
@@ -256,18 +303,8 @@ class Trainer:
         self.log.end("epoch_stop", metadata={"epoch_num": epoch})
         self.log.event("tracked_stats", {"throughput": samples / seconds, "train_loss": mean_loss},
                        metadata={"step": epoch})
-        if bar is not None:
-            bar.set_postfix(loss=f"{mean_loss:.4g}", samples_s=f"{samples / seconds:.1f}")
-            bar.close()
+        bar.done(samples, seconds, mean_loss)
         return seconds, samples, mean_loss
-
-    def _bar(self, epoch: int) -> Any:
-        if not self.progress:
-            return None
-        from tqdm import tqdm
-
-        return tqdm(total=self.steps_per_epoch, desc=f"{self.workload.name} epoch {epoch}", unit="step",
-                    file=sys.stderr, leave=False, mininterval=1.0)
 
     @torch.no_grad()
     def _no_grad_eval(self, batch: Any) -> Any:
@@ -316,7 +353,7 @@ def group_batchnorm(model: nn.Module, group_size: int, world: int, device: torch
 
 
 def run_training(workload: Workload, env: DistEnv, mllogger: MLPerfLogger, system: SystemDescription,
-                 progress: bool | None = None) -> RunResult:
+                 progress: str | bool | None = None) -> RunResult:
     """Train ``workload`` on this instance to its target (or max epochs); see the module docstring.
     Where the data is (shared, or node-local with ``data.node_local``) is the data layer's concern."""
     return Trainer(workload, env, mllogger, system, progress).run()

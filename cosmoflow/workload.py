@@ -28,7 +28,7 @@ class CosmoFlowWorkload(Workload[CosmoFlowConfig]):
     def __init__(self, cfg: CosmoFlowConfig) -> None:
         super().__init__(cfg)
         d = cfg.data
-        self._spec = CosmoFlowData(d.size, d.n_train, d.n_eval, cfg.train.channels_last)
+        self._spec = CosmoFlowData(d.size, d.n_train, d.n_eval, cfg.train.channels_last is True)
 
     # synthetic data -----------------------------------------------------------------------
     @classmethod

@@ -31,7 +31,7 @@ class DeepCAMWorkload(Workload[DeepCAMConfig]):
         d = cfg.data
         self.weights = class_weights(d.class_frequencies, d.loss_weight_pow)
         self._device_weights: dict[torch.device, torch.Tensor] = {}
-        self._spec = DeepCAMData(d.channels, cfg.train.channels_last, d.stats_file, d.train_split, d.eval_split)
+        self._spec = DeepCAMData(d.channels, cfg.train.channels_last is True, d.stats_file, d.train_split, d.eval_split)
 
     # data ---------------------------------------------------------------------------------
     def dataset(self) -> DeepCAMData:

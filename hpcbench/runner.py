@@ -50,7 +50,7 @@ class RunnerOptions:
     dataset: str | None = None  # registered dataset the workload reads: the packed manifest must be of it
     overwrite: bool = False  # weak scaling: replace an earlier job's result files
     straggler_grace_s: float = 120.0
-    progress: bool | None = None
+    progress: str | bool | None = None  # common.progress mode (None: auto)
     mode: str | None = None  # strong | weak; default: strong for one instance, weak for several
     instance_offset: int | None = None  # one srun per instance: this job's instance k writes result_<offset+k>
     system_nodes: int | None = None  # nodes of the whole system for systems/<name>.json (default: this job's)

@@ -65,7 +65,7 @@ def test_presets_resolve_by_name(tmp_path: Path) -> None:
         ("optim.lrr=1", r"unknown config key 'optim.lrr' \(did you mean 'optim.lr'\?\); allowed keys in optim: name, lr"),
         ("optim.lr=fast", r"config key 'optim.lr': expected a number, got 'fast'"),
         ("train.max_epochs=2.5", r"config key 'train.max_epochs': expected an integer, got 2.5"),
-        ("train.precision=fp8", r"config key 'train.precision': 'fp8' is not allowed; expected one of 'fp32', 'bf16', 'fp16'"),
+        ("train.precision=fp8", r"config key 'train.precision': 'fp8' is not allowed; expected one of 'auto', 'fp32', 'bf16', 'fp16'"),
         ("data.shuffle=1", r"config key 'data.shuffle': expected true or false, got 1"),
         ("model.channels=[1, 'a']", r"config key 'model.channels\[1\]': expected an integer, got 'a'"),
         ("nosuch.key=1", r"unknown config key 'nosuch'; allowed keys in the top level: optim, train, data, model"),

@@ -188,3 +188,19 @@ def check_deepcam_dali(root: Path, device: torch.device) -> None:
             assert xg.device.type == device.type
             torch.testing.assert_close(xg.cpu(), xr, rtol=1e-5, atol=1e-5)
             assert torch.equal(yg.cpu(), yr)
+
+
+@needs_cuda
+def test_auto_choices_on_the_gpu_follow_its_compute_capability() -> None:
+    from torch import nn
+
+    from common.auto import choose_channels_last, choose_precision
+
+    dev = torch.device("cuda", 0)
+    major, _ = torch.cuda.get_device_capability(dev)
+    prec = choose_precision("auto", dev)
+    assert prec.value == ("bf16" if major >= 8 else "fp32") and torch.cuda.get_device_name(dev) in prec.reason
+    cl = choose_channels_last("auto", dev, nn.Conv2d(2, 2, 3), prec.value,
+                              probe=lambda: pytest.fail("no probe on a GPU: a rule decides"))
+    assert cl.value is (major >= 7 and prec.value == "bf16")
+    assert choose_channels_last("auto", dev, nn.Linear(2, 2), prec.value, probe=None).value is False

@@ -64,6 +64,16 @@ def _devices() -> dict[str, Any]:
     return out
 
 
+def _cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def run(args: argparse.Namespace) -> int:
     from common.dist import choose_device, default_threads, device_description, init_distributed, launched_by_mpi, mpi
     from common.errors import DistributedError
@@ -84,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
+    from common.auto import describe_device_rules
+
     MPI = mpi()
     report: dict[str, Any] = {
         "hpcbench": __version__,
@@ -103,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
         "ranks_per_instance": layout.instance_size,
         "nodes_per_instance": layout.nodes_per_instance,
         "device_choice": {"requested": args.device, "error": refused},
+        "cpu": {"capability": torch.backends.cpu.get_cpu_capability(), "model": _cpu_model()},
+        "auto": {} if refused else describe_device_rules(torch.device(described["device"])),
         "layout": rows,
     }
     if args.json:
@@ -133,6 +147,9 @@ def _print_table(report: dict[str, Any], threads_now: int) -> None:
     t.add_row("devices", ", ".join(dev["gpus"]) if dev["gpus"] else "CPU only (no CUDA device)")
     choice = report["device_choice"]
     t.add_row("--device " + choice["requested"], f"REFUSED: {choice['error']}" if choice["error"] else "ok")
+    t.add_row("CPU", f"{report['cpu']['model']} (torch CPU capability {report['cpu']['capability']})")
+    for key, choice in report["auto"].items():
+        t.add_row(key, choice)
     t.add_row("torch threads / rank", f"{report['torch_threads_per_rank']} (process default {threads_now})")
     t.add_row("ranks", str(report["ranks"]))
     t.add_row("nodes", str(report["nodes"]))

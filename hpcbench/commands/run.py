@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     train_cmd = [find_mpiexec(args.mpiexec), "-n", str(ranks), *hb, "train", name, "--config", args.config,
                  "--instances", str(args.instances), "--ranks-per-node", str(args.ranks_per_instance),
                  "--stage-from", str(packed), "--stage-to", str(local / "node{node}"),
-                 "--results", str(results), "--overwrite", "--no-progress", "--device", device]
+                 "--results", str(results), "--overwrite", "--progress", "lines", "--device", device]
     for override in args.overrides:
         train_cmd += ["--set", override]
     # an instance that misses its target is still reported: run the report, then say so

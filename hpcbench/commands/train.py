@@ -38,7 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--instance-offset", type=int, metavar="N",
                    help="this launch's instance k writes result_<N+k>.txt and leaves other logs alone")
     g.add_argument("--system-nodes", type=int, metavar="N", help="nodes of the whole system for systems/<name>.json")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--progress", choices=("auto", "bar", "lines", "none"), default="auto",
+                        help="bar: a progress bar (one instance at a terminal); lines: each instance's leader "
+                             "prints its epochs, evaluations and samples/s; auto (default): bar for one instance "
+                             "at a terminal, else lines")
+    parser.add_argument("--no-progress", action="store_true", help="same as --progress none")
 
 
 def resolve_config(args: argparse.Namespace, data_root: str | None = None):  # noqa: ANN201
@@ -74,7 +78,7 @@ def train(args: argparse.Namespace) -> int:
                          stage_from=Path(args.stage_from) if args.stage_from else None, stage_to=args.stage_to,
                          dataset=None if ":" in args.workload else registry.entry(args.workload).name,
                          overwrite=args.overwrite, straggler_grace_s=args.straggler_grace,
-                         progress=False if args.no_progress else None, mode=args.mode,
+                         progress="none" if args.no_progress else args.progress, mode=args.mode,
                          instance_offset=args.instance_offset, system_nodes=args.system_nodes)
 
     def make_workload(data_root: str | None):  # noqa: ANN202
