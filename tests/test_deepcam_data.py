@@ -295,6 +295,7 @@ def test_fewer_training_samples_than_the_global_batch_is_named(tmp_path: Path) -
     proc = run_cli(["train", "deepcam", "--config", "mini", "--data", str(root), "--results", str(tmp_path / "r"),
                     "--device", "cpu", "--no-progress", "--set", "train.global_batch_size=4"])
     assert proc.returncode == 4, proc.stderr
-    assert re.search(r"3 training samples in \S+/train cannot fill one batch per rank: local batch 4 x 1 rank\(s\) "
-                     r"reading them = 4 samples per step .*'train.global_batch_size'.* at most 3", proc.stderr), proc.stderr
+    found = re.search(r"3 training samples in \S+/train cannot fill one batch per rank: local batch 4 x 1 "
+                      r"rank\(s\) reading them = 4 samples per step .*'train.global_batch_size'.* at most 3", proc.stderr)
+    assert found, proc.stderr
     assert "different or zero batches" not in proc.stderr

@@ -85,8 +85,8 @@ def check_graph_against_brute_force(s: dict, cutoff: float = 6.0, max_neighbors:
 
 @pytest.fixture(scope="module")
 def samples() -> list[dict]:
-    return [datagen.make_sample(SPEC, 5, split, k) for split, k in (("train", 0), ("train", 1), ("train", 2),
-                                                                     ("train", 3), ("validation", 0), ("validation", 1))]
+    which = [("train", k) for k in range(4)] + [("validation", k) for k in range(2)]
+    return [datagen.make_sample(SPEC, 5, split, k) for split, k in which]
 
 
 @pytest.fixture()
