@@ -146,7 +146,8 @@ class Workload(ABC, Generic[C]):
         costs = source.costs() if spec.partition == "balanced" else None
         sampler = EpochSampler(len(source), shard.local_batch_size, shard.rank, shard.size, shard.seed,
                                spec.partition, train=train, costs=costs,
-                               shuffle=getattr(self.cfg.data, "shuffle", "global"))  # type: ignore[attr-defined]
+                               shuffle=getattr(self.cfg.data, "shuffle", "global"),  # type: ignore[attr-defined]
+                               where=str(self.data_root() / split))
         d = self.cfg.data  # type: ignore[attr-defined]
         cls = DaliLoader if self.cfg.train.loader == "dali" else Loader
         return cls(spec, source, sampler, shard.device, threads=reader_threads(d.threads, shard.device),

@@ -20,6 +20,8 @@ from common.errors import DataError
 from .dataset import LAYOUT
 
 NUM_CLASSES = 3
+DATA_DTYPE = "float32 (H, W, C)"
+LABEL_DTYPE = "uint8 class indices 0, 1, 2 (any integer or integral float type is converted)"
 STATS_KEYS = ("count", "mean", "sqmean", "minval", "maxval")
 
 
@@ -61,15 +63,31 @@ class Normalizer:
         return np.multiply(out, self.scale, out=out)
 
 
-def sample_shape(path: Path) -> tuple[int, int]:
-    """(H, W) of one sample file: the grid every sample of its split must have."""
+def _check_dtype(path: Path, name: str, dset: h5py.Dataset, expected: str) -> None:
+    """A numeric dataset (HDF5 converts other numeric types on reading); strings, compounds and
+    the like are a :class:`DataError` naming the file, the dataset, the dtype found and expected."""
+    if dset.dtype.kind not in "fiub":
+        found = "strings" if h5py.check_string_dtype(dset.dtype) or dset.dtype.kind == "S" else "non-numeric"
+        raise DataError(f"'{path}': {name} has dtype {dset.dtype} ({found}); expected {expected}")
+
+
+def sample_shape(path: Path, multiple: int = 1) -> tuple[int, int]:
+    """(H, W) of one sample file: the grid every sample of its split must have. Both must be
+    multiples of ``multiple`` (the model's output stride)."""
     try:
         with h5py.File(path, "r") as f:
             if "climate/data" not in f or f["climate/data"].ndim != 3:
                 raise DataError(f"'{path}': expected dataset climate/data of shape (H, W, C)")
+            _check_dtype(path, "climate/data", f["climate/data"], DATA_DTYPE)
             h, w = f["climate/data"].shape[:2]
     except OSError as exc:
         raise DataError(f"cannot read DeepCAM sample '{path}': {exc}") from None
+    if h % multiple or w % multiple:
+        down = f"{max(multiple, h // multiple * multiple)}x{max(multiple, w // multiple * multiple)}"
+        up = f"{-(-h // multiple) * multiple}x{-(-w // multiple) * multiple}"
+        raise DataError(f"'{path}': climate/data is a {h}x{w} grid; the DeepCAM model needs height and width that "
+                        f"are multiples of its output stride {multiple} (the MLPerf reference takes 768x1152 and "
+                        f"neither crops nor pads). Crop the data to {down} or pad it to {up}")
     return int(h), int(w)
 
 
@@ -102,6 +120,8 @@ def _read(path: Path, channels: Sequence[int], shape: tuple[int, ...] | None,
                                 f"{shape[0]}x{shape[1]} like the rest of the dataset")
             if tuple(lset.shape) != tuple(dset.shape[:2]):
                 raise DataError(f"'{path}': climate/labels_0 has shape {lset.shape}; expected {dset.shape[:2]}")
+            _check_dtype(path, "climate/data", dset, DATA_DTYPE)
+            _check_dtype(path, "climate/labels_0", lset, LABEL_DTYPE)
             h, w = dset.shape[:2]
             data, labels = out if out is not None else (np.empty((h, w, len(channels)), np.float32),
                                                          np.empty((h, w), np.uint8))

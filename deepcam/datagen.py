@@ -76,8 +76,11 @@ def write_stats(path: Path, partial_stats: list[np.ndarray]) -> None:
 def write_dataset(out: Path, samples: int, eval_samples: int, height: int, width: int, seed: int, workers: int,
                   progress: bool = False) -> dict[str, int]:
     """Write train/ and validation/ and stats.h5 (statistics of the training split)."""
-    if height % 16 or width % 16:
-        raise DataError(f"--height and --width must be multiples of 16 (output stride), got {height}x{width}")
+    from .model import OUTPUT_STRIDE  # here: the writer processes need no torch
+
+    if height % OUTPUT_STRIDE or width % OUTPUT_STRIDE:
+        raise DataError(f"--height and --width must be multiples of {OUTPUT_STRIDE} (the model's output stride), "
+                        f"got {height}x{width}")
     if samples < 1 or eval_samples < 1:
         raise DataError("--samples and --eval-samples must be >= 1")
     out = Path(out)

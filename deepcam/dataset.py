@@ -59,8 +59,9 @@ class DeepCAMData(DatasetSpec):
     partition = "strided"
 
     def __init__(self, channels: Sequence[int], channels_last: bool, stats_file: str = "stats.h5",
-                 train_split: str = "train", eval_split: str = "validation") -> None:
+                 train_split: str = "train", eval_split: str = "validation", grid_multiple: int = 1) -> None:
         self.channels = list(channels)
+        self.grid_multiple = grid_multiple  # the model's output stride: the grid must divide by it
         self.channels_last = channels_last
         self.stats_file = stats_file
         self.train_split, self.eval_split = train_split, eval_split
@@ -74,7 +75,7 @@ class DeepCAMData(DatasetSpec):
         files = list_samples(root, split)  # the clearer error first when the dataset is missing
         self._norm = Normalizer.from_stats(Path(root) / self.stats_file, self.channels)
         self._norm_on = {}
-        return SplitFiles(files, self.channels, sample_shape(files[0]))
+        return SplitFiles(files, self.channels, sample_shape(files[0], self.grid_multiple))
 
     @property
     def norm(self) -> "Normalizer":

@@ -22,6 +22,10 @@ from torch import nn
 
 Norm = Callable[[int], nn.Module]
 
+#: total downsampling of the encoder; the decoder's fixed 2x transposed convolutions restore
+#: exactly this, so a grid's height and width must be multiples of it (the reference takes 768x1152)
+OUTPUT_STRIDE = 16
+
 
 @dataclass
 class ModelConfig:

@@ -16,7 +16,7 @@ from .config import DeepCAMConfig
 from .data import NUM_CLASSES
 from .dataset import Batch, DeepCAMData
 from .metric import class_weights, iou_per_sample, weighted_cross_entropy_sum
-from .model import DeepLabV3Plus
+from .model import OUTPUT_STRIDE, DeepLabV3Plus
 
 
 class DeepCAMWorkload(Workload[DeepCAMConfig]):
@@ -31,7 +31,8 @@ class DeepCAMWorkload(Workload[DeepCAMConfig]):
         d = cfg.data
         self.weights = class_weights(d.class_frequencies, d.loss_weight_pow)
         self._device_weights: dict[torch.device, torch.Tensor] = {}
-        self._spec = DeepCAMData(d.channels, cfg.train.channels_last is True, d.stats_file, d.train_split, d.eval_split)
+        self._spec = DeepCAMData(d.channels, cfg.train.channels_last is True, d.stats_file, d.train_split,
+                                 d.eval_split, grid_multiple=OUTPUT_STRIDE)
 
     # data ---------------------------------------------------------------------------------
     def dataset(self) -> DeepCAMData:

@@ -14,8 +14,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from common.data.layout import FileLayout
     from common.workload import Workload
 
-#: ``hpcbench convert FORMAT``: (src, out, trust_pickle, progress) -> samples converted per split
-Converter = Callable[[Path, Path, bool, bool], dict[str, int]]
+#: ``hpcbench convert FORMAT``: (src, out, trust_pickle, progress, workers) -> samples converted per split
+Converter = Callable[[Path, Path, bool, bool, int], dict[str, int]]
 
 
 @dataclass(frozen=True)

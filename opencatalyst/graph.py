@@ -6,8 +6,15 @@ vector used by the model is ``pos[i] - (pos[j] + cell_offsets @ cell)``.
 """
 from __future__ import annotations
 
+from collections.abc import MutableMapping
+from typing import Any
+
 import numpy as np
 import torch
+
+#: the graph of the published OC20 S2EF preprocessing (``AtomsToGraphs(radius=6, max_neigh=50)``)
+OC20_CUTOFF = 6.0
+OC20_MAX_NEIGHBORS = 50
 
 
 def _image_range(cell: np.ndarray, cutoff: float, pbc: np.ndarray) -> np.ndarray:
@@ -52,6 +59,30 @@ def radius_graph_pbc(pos: np.ndarray, cell: np.ndarray, cutoff: float, max_neigh
         i, j, k = i[keep], j[keep], k[keep]
     edge_index = np.stack([j, i]).astype(np.int64)
     return edge_index, offsets[k].astype(np.float32)
+
+
+def add_missing_graph(sample: MutableMapping[str, Any], where: str, cutoff: float = OC20_CUTOFF,
+                      max_neighbors: int = OC20_MAX_NEIGHBORS) -> bool:
+    """Give ``sample`` the periodic radius graph (``edge_index``, ``cell_offsets``) when it has
+    neither, as the published OC20 files do when preprocessed without edges (``r_edges=False``,
+    the usual case): the reference's 6 A / 50 nearest neighbours, periodic in all three cell
+    directions. Returns whether it built one; half a graph is a :class:`DataError`."""
+    from common.errors import DataError
+
+    present = [k for k in ("edge_index", "cell_offsets") if k in sample]
+    if len(present) == 2:
+        return False
+    if present:
+        raise DataError(f"{where}: has '{present[0]}' but not "
+                        f"'{'cell_offsets' if present[0] == 'edge_index' else 'edge_index'}'; a sample carries "
+                        "both (a periodic graph) or neither (the graph is then built: 6 A, 50 neighbours)")
+    if "pos" not in sample or "cell" not in sample:
+        return False  # validation names the missing fields
+    pos, cell = np.asarray(sample["pos"]), np.asarray(sample["cell"])
+    if pos.ndim != 2 or pos.shape[1] != 3 or cell.size != 9:
+        return False  # validation names the bad shapes
+    sample["edge_index"], sample["cell_offsets"] = radius_graph_pbc(pos, cell, cutoff, max_neighbors)
+    return True
 
 
 def triplets(edge_index: torch.Tensor, cell_offsets: torch.Tensor, num_nodes: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -162,11 +162,15 @@ class Shard:
     def _read_length(self, reserved: int) -> int:
         """The ``"length"`` key, checked against the number of sample keys (all keys but the
         ``reserved`` ones)."""
-        raw = self._get(LENGTH_KEY)
+        raw = self._get_optional(LENGTH_KEY)
+        if raw is None and self.trust_pickle:  # older published files: every other key is a sample
+            with self.env.begin() as txn:
+                return int(txn.stat()["entries"]) - (reserved - 1)  # 'length' is one of the reserved
+        if raw is None:
+            raise DataError(f"{self.path}: key 'length' is missing")
         if record.is_pickled(raw) or (self.trust_pickle and not raw.strip().isdigit()):
             if not self.trust_pickle:
-                raise DataError(f"{self.path}: key 'length' is pickled (original OC20 encoding); unpickling runs "
-                                "code from the file. Use `hpcbench convert oc20 --trust-pickle` or --trust-pickle")
+                raise DataError(f"{self.path}: key 'length' is pickled (original OC20 encoding); {record.TRUST_HINT}")
             import pickle
 
             try:

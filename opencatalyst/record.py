@@ -9,7 +9,8 @@ bytes) or, for scalars, ``{"value"}``. Decoding never executes code from the fil
 dtypes from a fixed allow-list are accepted, and every array's byte range is checked.
 
 The original OC20 encoding (a pickled ``torch_geometric.data.Data``) is read by
-:func:`decode_pickled`, which callers may use only after an explicit ``--trust-pickle`` opt-in.
+:func:`decode_pickled`, which callers may use only after an explicit ``--trust-pickle`` opt-in;
+samples published without a graph get the reference's periodic radius graph there.
 """
 from __future__ import annotations
 
@@ -38,7 +39,13 @@ ARRAY_FIELDS: dict[str, tuple[str, tuple[str | int, ...]]] = {
     "tags": ("int64", ("N",)),
 }
 SCALAR_FIELDS = ("natoms", "y", "sid", "fid")
+#: names later fairchem versions give the S2EF targets (``AtomsToGraphs`` writes ``energy``/``forces``)
+ALIASES = {"energy": "y", "forces": "force"}
 PICKLE_PREFIXES = (b"\x80",)  # pickle protocol 2+ opcode PROTO
+#: what to do about original (pickled) files; every command and flag in it exists (tests parse them)
+TRUST_HINT = ("unpickling runs code from the file. If you trust its source, convert the files once with "
+              "`hpcbench convert oc20 --src DIR --out NEW_DIR --trust-pickle`, or train on them as they are "
+              "with `hpcbench train oc20 --data DIR --set data.trust_pickle=true` (slower start: see docs/oc20.md)")
 
 
 def encode(sample: Mapping[str, Any]) -> bytes:
@@ -70,9 +77,7 @@ def decode(value: bytes, where: str) -> dict[str, Any]:
     """Decode one value written by :func:`encode`; ``where`` names the file and key in errors."""
     if not value.startswith(MAGIC):
         if is_pickled(value):
-            raise DataError(f"{where}: value is a pickled object (original OC20 encoding); unpickling runs "
-                            "code from the file. Convert it once with `hpcbench convert oc20 --trust-pickle` "
-                            "or pass --trust-pickle (data.trust_pickle=true) if you trust its source")
+            raise DataError(f"{where}: value is a pickled object (original OC20 encoding); {TRUST_HINT}")
         raise DataError(f"{where}: not an hpcbench OC20 record (expected magic {MAGIC!r}, got {value[:8]!r})")
     fixed = len(MAGIC) + 5
     if len(value) < fixed:
@@ -142,6 +147,10 @@ def from_data_object(obj: Any, where: str) -> dict[str, Any]:
         raise DataError(f"{where}: unpickled a {type(obj).__name__}, expected a torch_geometric Data or dict")
     out: dict[str, Any] = {}
     for name, value in raw.items():
+        if name in ALIASES:
+            if ALIASES[name] in raw:
+                continue  # both spellings present: the original name wins
+            name = ALIASES[name]
         value = _to_numpy(value)
         if name in ARRAY_FIELDS:
             out[name] = np.asarray(value, dtype=ARRAY_FIELDS[name][0])
@@ -151,6 +160,9 @@ def from_data_object(obj: Any, where: str) -> dict[str, Any]:
         out["natoms"] = int(out["pos"].shape[0])
     if "fixed" not in out and "pos" in out:
         out["fixed"] = np.zeros(out["natoms"], np.int8)
+    from .graph import add_missing_graph
+
+    add_missing_graph(out, where)  # published files made without edges (r_edges=False) carry none
     validate(out, where)
     return out
 
@@ -159,6 +171,9 @@ def decode_pickled(value: bytes, where: str) -> dict[str, Any]:
     """Decode an original OC20 value. Runs pickle: call only after the user opted in."""
     try:
         obj = pickle.loads(value)  # noqa: S301 - explicit --trust-pickle opt-in by the caller
+    except ModuleNotFoundError as exc:
+        raise DataError(f"{where}: unpickling needs the Python module {exc.name!r} that wrote it "
+                        "(original OC20 values are torch_geometric Data objects: install torch_geometric)") from None
     except Exception as exc:  # any unpickling failure is a data problem of this file
         raise DataError(f"{where}: cannot unpickle value ({type(exc).__name__}: {exc})") from None
     return from_data_object(obj, where)

@@ -151,7 +151,8 @@ def test_too_few_files_for_a_batch(datasets) -> None:
     from common.errors import ConfigError
 
     shard = DataShard(rank=0, size=4, seed=0, local_batch_size=4, device=torch.device("cpu"))
-    with pytest.raises(ConfigError, match="cannot fill one batch"):
+    with pytest.raises(ConfigError, match=r"training samples in \S+train cannot fill one batch per rank: local "
+                                          r"batch 4 x 4 rank\(s\).*'train.global_batch_size'"):
         len(_workload(datasets["gzip"], "torch").train_loader(shard))
 
 

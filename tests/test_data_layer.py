@@ -57,7 +57,8 @@ def test_balanced_partition_evens_out_the_cost_of_each_global_batch() -> None:
 
 
 def test_too_few_training_samples_is_a_config_error_naming_the_batch() -> None:
-    with pytest.raises(ConfigError, match="cannot fill one batch of 4 on each of 3 ranks"):
+    with pytest.raises(ConfigError, match=r"10 training samples cannot fill one batch per rank: local batch 4 x "
+                                          r"3 rank\(s\) .* = 12 samples .*train.global_batch_size.* at most 3"):
         EpochSampler(10, 4, 0, 3, seed=0)
     with pytest.raises(ConfigError, match="unknown partition"):
         EpochSampler(10, 1, 0, 1, seed=0, partition="random")  # type: ignore[arg-type]

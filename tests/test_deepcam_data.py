@@ -1,6 +1,7 @@
 """DeepCAM data: synthetic writer -> real layout -> reader, validation errors, sharding, DALI."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import h5py
@@ -226,3 +227,75 @@ def test_missing_stats_file_is_named_when_opening_a_split(tmp_path: Path) -> Non
     (tmp_path / "stats.h5").unlink()
     with pytest.raises(DataError, match="stats.h5"):
         workload_loader(tmp_path, 1, train=True, channels_last=True)
+
+
+def _write_stats(root: Path, channels: int = 16) -> None:
+    with h5py.File(root / "stats.h5", "w") as f:
+        for key, value in (("count", 1.0), ("mean", 0.5), ("sqmean", 0.5), ("minval", 0.0), ("maxval", 1.0)):
+            f[f"climate/{key}"] = np.full(channels, value, np.float64)
+
+
+def _raw_dataset(root: Path, train: int, shape: tuple[int, int], data_dtype: object = np.float32) -> Path:
+    """A dataset root written directly with h5py (train/ and validation/, stats.h5)."""
+    for split, n in (("train", train), ("validation", 1)):
+        (root / split).mkdir(parents=True)
+        for i in range(n):
+            data = np.zeros((*shape, 16), np.float32)
+            with h5py.File(root / split / f"data-{i:06d}.h5", "w") as f:
+                f["climate/data"] = data.astype(data_dtype) if data_dtype is not np.float32 else data
+                f["climate/labels_0"] = np.zeros(shape, np.uint8)
+    _write_stats(root)
+    return root
+
+
+def test_grid_not_a_multiple_of_the_output_stride_is_named_before_training(tmp_path: Path) -> None:
+    from deepcam.model import OUTPUT_STRIDE, DeepLabV3Plus, ModelConfig
+
+    root = _raw_dataset(tmp_path, 2, (100, 150))
+    with pytest.raises(DataError, match=r"train/data-000000\.h5': climate/data is a 100x150 grid; .*output stride 16"
+                                        r".*Crop the data to 96x144 or pad it to 112x160"):
+        workload_loader(root, 1, train=True, channels_last=False)
+    # the suggested grids run through the model; the refused one would have failed inside it
+    model = DeepLabV3Plus(ModelConfig(width=0.0625, middle_blocks=1)).eval()
+    with torch.no_grad():
+        assert model(torch.zeros(1, 16, 96, 144)).shape == (1, 3, 96, 144)
+        with pytest.raises(RuntimeError, match="Sizes of tensors must match"):
+            model(torch.zeros(1, 16, 100, 150))
+    assert OUTPUT_STRIDE == 16
+
+
+@pytest.mark.parametrize("dataset_name", ["climate/data", "climate/labels_0"])
+def test_string_typed_dataset_is_named(tmp_path: Path, dataset_name: str) -> None:
+    path = tmp_path / "data-000000.h5"
+    with h5py.File(path, "w") as f:
+        f["climate/data"] = np.zeros((H, W, 16), np.float32)
+        f["climate/labels_0"] = np.zeros((H, W), np.uint8)
+        del f[dataset_name]
+        shape = (H, W, 16) if dataset_name == "climate/data" else (H, W)
+        f.create_dataset(dataset_name, data=np.full(shape, "0.5", dtype=object), dtype=h5py.string_dtype())
+    expected = "float32" if dataset_name == "climate/data" else "uint8 class indices"
+    with pytest.raises(DataError, match=rf"data-000000\.h5': {dataset_name} has dtype object \(strings\); "
+                                        rf"expected {expected}"):
+        read_sample(path, ALL, (H, W))
+    if dataset_name == "climate/data":  # found already when the split is opened (its first file)
+        from deepcam.data import sample_shape
+
+        with pytest.raises(DataError, match=r"climate/data has dtype object \(strings\)"):
+            sample_shape(path, 16)
+    # fixed-length byte strings too
+    with h5py.File(path, "a") as f:
+        del f[dataset_name]
+        f[dataset_name] = np.full(shape, b"1", dtype="S1")
+    with pytest.raises(DataError, match=rf"{dataset_name} has dtype \|S1 \(strings\)"):
+        read_sample(path, ALL, (H, W))
+
+
+def test_fewer_training_samples_than_the_global_batch_is_named(tmp_path: Path) -> None:
+    root = _raw_dataset(tmp_path / "data", 3, (H, W))
+    proc = run_cli(["train", "deepcam", "--config", "mini", "--data", str(root), "--results", str(tmp_path / "r"),
+                    "--device", "cpu", "--no-progress", "--set", "train.global_batch_size=4"])
+    assert proc.returncode == 4, proc.stderr
+    found = re.search(r"3 training samples in \S+/train cannot fill one batch per rank: local batch 4 x 1 "
+                      r"rank\(s\) reading them = 4 samples per step .*'train.global_batch_size'.* at most 3", proc.stderr)
+    assert found, proc.stderr
+    assert "different or zero batches" not in proc.stderr

@@ -162,3 +162,18 @@ def test_convert_errors(tmp_path: Path) -> None:
         convert(tmp_path / "nope", tmp_path / "out", trust_pickle=True)
     with pytest.raises(ConfigError, match="no data.NNNN.lmdb"):
         convert(tmp_path, tmp_path / "out", trust_pickle=True)
+
+
+def test_fewer_training_samples_than_the_global_batch_is_named(tmp_path: Path) -> None:
+    from common.workload import DataShard
+    from opencatalyst.workload import OC20Workload
+
+    for split, n in (("train", 3), ("validation", 1)):
+        (tmp_path / split).mkdir()
+        lmdbio.write_shard(tmp_path / split / lmdbio.shard_name(0), [sample(k) for k in range(n)])
+    wl = OC20Workload(OC20Workload.load_config("mini", [f"data.root={tmp_path}"]))
+    shard = DataShard(rank=0, size=2, seed=0, local_batch_size=2, device=torch.device("cpu"))
+    with pytest.raises(ConfigError, match=r"3 training samples in \S+/train cannot fill one batch per rank: local "
+                                          r"batch 2 x 2 rank\(s\) reading them = 4 .*'train.global_batch_size'.* "
+                                          r"at most 1"):
+        wl.train_loader(shard)

@@ -62,8 +62,13 @@ def agree(env: "DistEnv", group: ReaderGroup, build: Any) -> InstanceData:
         where = f" (node {lay.node_index})" if rank == lay.instance_rank else ""
         raise DataError(f"instance {lay.instance}, rank {rank}{where}: cannot load its data: {message}")
     counts = [m[0] for m, _ in found]
-    if min(counts) < 1 or (group.size == lay.instance_size and len(set(counts)) != 1):
-        raise DataError(f"ranks of instance {lay.instance} have different or zero batches per epoch ({counts}); "
+    if min(counts) < 1:  # a loader not built on EpochSampler (which refuses this itself)
+        rank = counts.index(min(counts))
+        raise DataError(f"instance {lay.instance}, rank {rank}: no training batch per epoch (batches per rank: "
+                        f"{counts}; training samples: {[m[1] for m, _ in found]}); each rank needs at least one "
+                        "whole local batch: lower config key 'train.global_batch_size' or add samples")
+    if group.size == lay.instance_size and len(set(counts)) != 1:
+        raise DataError(f"ranks of instance {lay.instance} have different batches per epoch ({counts}); "
                         "every rank must run the same number of steps")
     leaders = [m for m, lead in found if lead]
     return InstanceData(train, evaluate, sum(m[1] for m in leaders), sum(m[2] for m in leaders), min(counts))

@@ -47,12 +47,24 @@ def lpt_partition(costs: Sequence[float] | np.ndarray, parts: int) -> list[list[
     return out
 
 
+def too_few_samples(n: int, local_batch: int, ranks: int, where: str = "") -> str:
+    """Why ``n`` training samples give no step: each of the ``ranks`` reading them needs a whole
+    local batch, and what to change (``where`` names the data, e.g. the split folder)."""
+    found = f"{n} training samples" + (f" in {where}" if where else "")
+    fix = (f"lower config key 'train.global_batch_size' (--set train.global_batch_size=N) so that each rank's "
+           f"batch is at most {n // ranks}, or add samples" if n >= ranks else
+           f"fewer samples than ranks: add samples or use fewer ranks")
+    return (f"{found} cannot fill one batch per rank: local batch {local_batch} x {ranks} rank(s) reading them = "
+            f"{local_batch * ranks} samples per step (train.global_batch_size is the local batch times the "
+            f"instance's ranks); {fix}")
+
+
 class EpochSampler:
     """This rank's batches of sample indices for each epoch (``set_epoch`` then ``batches()``)."""
 
     def __init__(self, n: int, local_batch: int, rank: int, size: int, seed: int,
                  partition: Partition = "contiguous", train: bool = True,
-                 costs: np.ndarray | None = None, shuffle: Shuffle = "global") -> None:
+                 costs: np.ndarray | None = None, shuffle: Shuffle = "global", where: str = "") -> None:
         if partition not in PARTITIONS:
             raise ConfigError(f"unknown partition {partition!r}; expected one of {', '.join(PARTITIONS)}")
         if shuffle not in ("global", "local"):
@@ -70,8 +82,7 @@ class EpochSampler:
         self.costs = None if costs is None else np.asarray(costs, dtype=np.float64)
         self.epoch = 0
         if train and len(self) < 1:
-            raise ConfigError(f"{n} training samples cannot fill one batch of {local_batch} on each of {size} "
-                              "ranks; lower train.global_batch_size or generate more samples")
+            raise ConfigError(too_few_samples(n, local_batch, size, where))
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
