@@ -60,7 +60,7 @@ def test_failed_instance_is_reported_and_others_finish(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "instance 0: success" in proc.stdout
     assert "instance 1: FAILED" in proc.stdout and "toy divergence" in proc.stdout
-    summary = json.loads((_folder(tmp_path) / "train_summary.json").read_text())
+    summary = json.loads((rl.summary_file(_folder(tmp_path))).read_text())
     assert [s["status"] for s in summary] == ["success", "failed"]
     log1 = (_folder(tmp_path) / "result_1.txt").read_text().splitlines()
     assert '"status": "aborted"' in log1[-1] and '"key": "run_stop"' in log1[-1]
