@@ -75,13 +75,15 @@ def quality(score: Score, runs: list[RunLog], path: Path) -> Path:
     fig, (ax_t, ax_e) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     cmap = plt.get_cmap("tab20" if len(runs) > 10 else "tab10")
     key = next((r.metric_key for r in runs if r.metric_key), tgt.key if tgt else "metric")
+    span_ms = max((e.time_ms for r in runs for e in r.metrics), default=0.0) - (t0 or 0.0)
+    unit, per = ("seconds", 1000.0) if t0 is not None and span_ms < 120_000 else ("minutes", 60000.0)
     for i, r in enumerate(runs):
         if not r.metrics:
             continue
         style = "-" if r.converged else ":"
         label = f"{r.name.removeprefix('result_').removesuffix('.txt')} ({r.outcome})" if i < LEGEND_MAX else None
         base = t0 if t0 is not None else r.metrics[0].time_ms
-        ax_t.plot([(e.time_ms - base) / 60000.0 for e in r.metrics], [e.value for e in r.metrics], style,
+        ax_t.plot([(e.time_ms - base) / per for e in r.metrics], [e.value for e in r.metrics], style,
                   marker=".", color=cmap(i % cmap.N), label=label, lw=1.2)
         ax_e.plot([e.epoch for e in r.metrics], [e.value for e in r.metrics], style, marker=".",
                   color=cmap(i % cmap.N), lw=1.2)
@@ -92,7 +94,7 @@ def quality(score: Score, runs: list[RunLog], path: Path) -> Path:
     if tgt is not None:
         ax_t.text(0.01, tgt.threshold, f" target {tgt.describe()}", transform=ax_t.get_yaxis_transform(),
                   va="bottom", fontsize=8)
-    ax_t.set_xlabel("minutes since the first run_start")
+    ax_t.set_xlabel(f"{unit} since the first run_start")
     ax_e.set_xlabel("epoch")
     ax_t.set_ylabel(key)
     if any(r.metrics for r in runs[:LEGEND_MAX]):

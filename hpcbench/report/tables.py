@@ -51,7 +51,7 @@ def print_group(console: Any, score: Score, off: Official | None, checks: list[C
             s.add_row("TTTa (min)", _f(score.ttta_min, ".4f"), "-", "")
         s.add_row("T (system scale, from systems/<system>.json)", str(score.T), "-", "")
         s.add_row("models / min (M'/TTTa)", _f(score.models_per_min, ".4f"), "-", "")
-        s.add_row("job span, every instance (min) [ours]", _f(score.job_span_min, ".4f"), "-", "")
+        s.add_row("job span, every instance (min) (ours)", _f(score.job_span_min, ".4f"), "-", "")
     elif not checks:
         s.add_row("olympic mean (min)", _f(score.score_min, ".4f"), "-", "")
     s.add_row("valid MLPerf result", "yes" if score.valid else "no", "-", "")
@@ -91,7 +91,7 @@ def print_submission(console: Any, checks: SubmissionChecks) -> None:
             continue
         style = "green" if run.ok else "bold red"
         console.print(Text(f"official {what}: ", style="bold") + Text(run.verdict(), style=style)
-                      + Text(f"  ({' '.join(run.command[2:])})", style="dim"))
+                      + Text(f"  ({' '.join(run.command[2:6])})", style="dim"))
         if not run.ok:
             lines = [ln for ln in run.output.splitlines()
                      if ln.startswith(("ERROR", "WARNING", "Traceback")) or "Error" in ln or "Unknown files" in ln]
