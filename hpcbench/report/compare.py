@@ -45,15 +45,19 @@ def compare(score: Score, off: Official) -> list[Check]:
     if score.mode == "strong":
         checks.append(_figure("olympic mean (min)", score.score_min, off))
     else:
-        if off.produced:
-            checks.append(Check("M' (converged models)", score.M_prime, off.number_of_models,
-                                score.M_prime == off.number_of_models))
-            checks.append(Check("S (instance scale)", score.S, off.instance_scale, score.S == off.instance_scale))
+        checks.append(_count("M' (converged models)", score.M_prime, off.number_of_models, off))
+        checks.append(_count("S (instance scale)", score.S, off.instance_scale, off))
         checks.append(_figure("TTTa (min)", score.ttta_min, off))
     checks.append(Check("scored by the summarizer" if score.mode == "weak" else "olympic mean produced",
                         ours_scored, official_scored,
                         None if official_scored is None else ours_scored == official_scored))
     return checks
+
+
+def _count(what: str, ours: int | None, theirs: int | None, off: Official) -> Check:
+    if not off.produced:
+        return Check(what, ours, NOT_PRODUCED, None)
+    return Check(what, ours, theirs, ours == theirs)
 
 
 def _figure(what: str, ours: float | None, off: Official) -> Check:

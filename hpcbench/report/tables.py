@@ -48,6 +48,7 @@ def print_group(console: Any, score: Score, off: Official | None, checks: list[C
     if score.mode == "weak":
         if not checks:
             s.add_row("M' (converged models)", str(score.M_prime), "-", "")
+            s.add_row("S (instance scale)", str(score.S), "-", "")
             s.add_row("TTTa (min)", _f(score.ttta_min, ".4f"), "-", "")
         s.add_row("T (system scale, from systems/<system>.json)", str(score.T), "-", "")
         s.add_row("models / min (M'/TTTa)", _f(score.models_per_min, ".4f"), "-", "")
