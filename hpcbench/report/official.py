@@ -76,11 +76,6 @@ class SubmissionChecks:
     package: ToolRun | None = None
     systems: dict[str, ToolRun] = field(default_factory=dict)  # systems/<name>.json -> run
 
-    @property
-    def ok(self) -> bool:
-        runs = [self.package, *self.systems.values()]
-        return all(r is not None and r.ok for r in runs)
-
     def to_dict(self) -> dict[str, Any]:
         return {"root": str(self.root), "package_checker": None if self.package is None else self.package.to_dict(),
                 "system_desc_checker": {k: v.to_dict() for k, v in self.systems.items()}}

@@ -96,6 +96,9 @@ def quality(score: Score, runs: list[RunLog], path: Path) -> Path:
                   va="bottom", fontsize=8)
     ax_t.set_xlabel(f"{unit} since the first run_start")
     ax_e.set_xlabel("epoch")
+    from matplotlib.ticker import MaxNLocator
+
+    ax_e.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax_t.set_ylabel(key)
     if any(r.metrics for r in runs[:LEGEND_MAX]):
         ax_t.legend(fontsize=7, ncol=2 if len(runs) > 8 else 1, title="instance (outcome)", title_fontsize=7)
