@@ -16,6 +16,7 @@ METRIC_KEYS = ("eval_error", "eval_accuracy")
 
 @dataclass(frozen=True)
 class Eval:
+    key: str  # eval_error or eval_accuracy
     epoch: int
     value: float
     time_ms: float
@@ -67,7 +68,7 @@ class RunLog:
         tgt = self.target
         if tgt is None:
             return None
-        return any(tgt.met(e.value) for e in self.metrics if self.metric_key == tgt.key)
+        return any(tgt.met(e.value) for e in self.metrics if e.key == tgt.key)
 
     @property
     def converged(self) -> bool:
@@ -187,7 +188,7 @@ def parse_log(path: Path) -> RunLog:
             log.staging_ms = t - open_staging
         elif key in METRIC_KEYS and isinstance(value, (int, float)):
             log.metric_key = key
-            log.metrics.append(Eval(int(meta.get("epoch_num", -1)), float(value), t))
+            log.metrics.append(Eval(key, int(meta.get("epoch_num", -1)), float(value), t))
         elif key == "tracked_stats" and isinstance(value, dict):
             tp = value.get("throughput", value.get("samples_per_second"))
             if isinstance(tp, (int, float)):  # logged after the epoch_stop it describes
@@ -207,7 +208,7 @@ def parse_log(path: Path) -> RunLog:
         log.problems.append("run_stop is before run_start")
     if log.status == "success" and log.target_met is False:
         tgt = log.target
-        best = [e.value for e in log.metrics if tgt is not None and log.metric_key == tgt.key]
+        best = [e.value for e in log.metrics if tgt is not None and e.key == tgt.key]
         log.problems.append(f"run_stop says success but no evaluation met the target {tgt.describe() if tgt else ''}"
                             + (f" (last {best[-1]:g})" if best else " (no evaluation logged)"))
     log.problems.extend(log.bad_lines)
