@@ -84,8 +84,10 @@ class SystemDescription:
     sw_notes: str = ""
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The official JSON layout (note the hyphen in ``accelerator_on-chip_memories``)."""
-        out = dataclasses.asdict(self)
+        """The official JSON layout (note the hyphen in ``accelerator_on-chip_memories``). Every value
+        is a string: the official system_desc_checker joins fields such as the core count with
+        ``",".join`` and fails on a JSON number (the published submissions write "48", not 48)."""
+        out = {k: str(v) for k, v in dataclasses.asdict(self).items()}
         out["accelerator_on-chip_memories"] = out.pop("accelerator_on_chip_memories")
         out["status"] = STATUS_WORDS[self.status]
         return out
@@ -115,9 +117,20 @@ class SystemDescription:
             raw["status"] = words_to_status[raw["status"]]
         from .config import apply_mapping
 
+        for name in INT_FIELDS:  # written as strings (see to_json_dict); older files hold numbers
+            value = raw.get(name)
+            if isinstance(value, str):
+                try:
+                    raw[name] = int(value.strip())
+                except ValueError:
+                    raise ConfigError(f"{source}: '{name}' must be a whole number, got {value!r}") from None
         obj = cls()
         try:
             apply_mapping(obj, raw)
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc}") from None
         return obj
+
+
+#: fields that are whole numbers here and strings in the JSON file
+INT_FIELDS = tuple(f.name for f in dataclasses.fields(SystemDescription) if f.type in ("int", int))

@@ -3,6 +3,11 @@
     ROOT/results/<system>/strong/<benchmark>/result_<n>.txt   one file per run (n = next free index)
     ROOT/results/<system>/weak/<benchmark>/result_<k>.txt     one file per instance k of the job
     ROOT/systems/<system>.json                                 the system description
+    ROOT/hpcbench/<system>/<mode>/<benchmark>/train_summary.json  our per-job summary
+
+The official package checker warns about any file beside the result_*.txt logs ("Unknown files in
+result directory") and reads only results/, systems/ and benchmarks/<benchmark>/ below ROOT, so
+files of ours live in their own top-level folder.
 """
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from pathlib import Path
 from common.errors import ConfigError
 
 MODES = ("strong", "weak")
+EXTRAS = "hpcbench"  # top-level folder of our own files (never looked at by the official tools)
 
 
 def mode_for(instances: int) -> str:
@@ -28,6 +34,18 @@ def system_dirname(name: str) -> str:
 
 def benchmark_dir(root: Path, system: str, mode: str, benchmark: str) -> Path:
     return Path(root) / "results" / system_dirname(system) / mode / benchmark
+
+
+def extras_dir(root: Path, system: str, mode: str, benchmark: str) -> Path:
+    """Our own files about one benchmark folder, outside what the official checkers read."""
+    return Path(root) / EXTRAS / system_dirname(system) / mode / benchmark
+
+
+def summary_file(bench_dir: Path) -> Path:
+    """``train_summary.json`` of the job that wrote the logs in ``bench_dir`` (a :func:`benchmark_dir`)."""
+    bench_dir = Path(bench_dir)
+    root, system, mode = bench_dir.parents[3], bench_dir.parent.parent.name, bench_dir.parent.name
+    return extras_dir(root, system, mode, bench_dir.name) / "train_summary.json"
 
 
 def system_file(root: Path, system: str) -> Path:

@@ -180,8 +180,9 @@ def _report(env: DistEnv, outcome: dict[str, Any], opts: RunnerOptions) -> list[
         return None
     outcomes, missing = _collect(comm, lay.world_size, lay.instance_size, outcome, opts.straggler_grace_s)
     summary = summarize(outcomes, lay.num_instances, lay.instance_size, missing)
-    folder = Path(outcome["log"]).parent
-    atomic_write_text(folder / "train_summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+    summary_path = rl.summary_file(Path(outcome["log"]).parent)
+    summary_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(summary_path, json.dumps(summary, indent=2, default=str) + "\n")
     for s in summary:
         print(format_line(s), flush=True)
     if missing:

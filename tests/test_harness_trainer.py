@@ -14,7 +14,7 @@ from common.errors import ConfigError
 from common.mllog import MLPerfLogger, check_log
 from common.system import SystemDescription
 from common.trainer import Trainer, run_training
-from hpcbench.results_layout import benchmark_dir
+from hpcbench.results_layout import benchmark_dir, summary_file
 from tests.conftest import run_cli, run_mpi
 from tests.harness_toy import ToyWorkload
 
@@ -59,7 +59,7 @@ def test_cli_run_reaches_target_and_log_passes_the_official_checker(tmp_path: Pa
     assert positions == sorted(positions), keys
     stop = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in log.read_text().splitlines() if "run_stop" in line]
     assert stop[0]["metadata"]["status"] == "success"
-    summary = json.loads((folder / "train_summary.json").read_text())
+    summary = json.loads((summary_file(folder)).read_text())
     assert summary[0]["status"] == "success" and summary[0]["result"]["final_metric"] <= 0.1
 
 

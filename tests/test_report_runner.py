@@ -27,15 +27,16 @@ def test_two_instances_two_ranks_report_equals_official(tmp_path: Path) -> None:
     assert proc.stdout.count(": success after") == 2, proc.stdout
     folder = _folder(tmp_path)
     assert sorted(p.name for p in rl.existing_results(folder)) == ["result_0.txt", "result_1.txt"]
-    assert json.loads(rl.system_file(tmp_path, "toybox").read_text())["number_of_nodes"] == 4
+    assert json.loads(rl.system_file(tmp_path, "toybox").read_text())["number_of_nodes"] == "4"
     rep = run_cli(["report", str(tmp_path), "--strict"], timeout=120)
     assert rep.returncode == 0, rep.stdout + rep.stderr
-    assert "agree on every number" in rep.stdout
+    assert "agree on every figure they both produced" in rep.stdout
     (g,) = json.loads((tmp_path / "report" / "report.json").read_text())["groups"]
     s, off = g["score"], g["official"]
-    assert s["M_prime"] == 2 == off["number_of_models"]
-    assert s["S"] == 2 == off["instance_scale"] and s["T"] == 4
-    assert s["ttta_min"] == pytest.approx(off["score_min"], abs=1e-6)
+    # 2 < 10 converged cosmoflow models: the official summarizer scores nothing (tests/test_report_official.py
+    # has the 10-instance job where it does, and agrees)
+    assert off["produced"] is False and "Not enough converging" in off["why_none"]
+    assert s["M_prime"] == 2 and s["S"] == 2 and s["T"] == 4
     assert s["models_per_min"] == pytest.approx(2 / s["ttta_min"])
     assert [r["seed"] for r in s["runs"]] == [1, 2]  # train.seed (1) + instance
     assert (tmp_path / "report" / "toybox_weak_cosmoflow_timeline.png").exists()
@@ -60,7 +61,7 @@ def test_failed_instance_is_reported_and_others_finish(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "instance 0: success" in proc.stdout
     assert "instance 1: FAILED" in proc.stdout and "toy divergence" in proc.stdout
-    summary = json.loads((_folder(tmp_path) / "train_summary.json").read_text())
+    summary = json.loads((rl.summary_file(_folder(tmp_path))).read_text())
     assert [s["status"] for s in summary] == ["success", "failed"]
     log1 = (_folder(tmp_path) / "result_1.txt").read_text().splitlines()
     assert '"status": "aborted"' in log1[-1] and '"key": "run_stop"' in log1[-1]
@@ -69,7 +70,7 @@ def test_failed_instance_is_reported_and_others_finish(tmp_path: Path) -> None:
     assert g["score"]["M"] == 2 and g["score"]["M_prime"] == 1
     assert [r["status"] for r in g["score"]["runs"]] == ["success", "aborted"]
     assert g["official"]["compliance"] == {"result_0.txt": True, "result_1.txt": False}
-    assert "1 of 2 instances failed" in rep.stdout
+    assert "1 of 2 instances are not in M' (result_1 aborted)" in g["score"]["notes"][0]
 
 
 def test_rank_failing_before_a_collective_does_not_hang_the_job(tmp_path: Path) -> None:
@@ -119,8 +120,11 @@ def test_one_launch_per_instance_fills_one_weak_folder(tmp_path: Path) -> None:
                         "--system-nodes", "2", "--set", f"train.seed={1 + k}", "--results", str(tmp_path)], timeout=240)
         assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in rl.existing_results(_folder(tmp_path))) == ["result_0.txt", "result_1.txt"]
-    rep = run_cli(["report", str(tmp_path), "--strict", "--no-plots"], timeout=120)
+    rep = run_cli(["report", str(tmp_path), "--no-plots"], timeout=120)
     assert rep.returncode == 0, rep.stdout + rep.stderr
     (g,) = json.loads((tmp_path / "report" / "report.json").read_text())["groups"]
     assert (g["score"]["M_prime"], g["score"]["S"], g["score"]["T"]) == (2, 1, 2)
+    # launched one after the other here (on a cluster they run side by side): the report says so
+    assert g["score"]["flags"] == ["instances of this weak-scaling set do not overlap in time: result_1.txt started "
+                                   "after another instance had stopped (separate jobs in one folder?)"]
     assert [r["seed"] for r in g["score"]["runs"]] == [1, 2]

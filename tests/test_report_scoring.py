@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import DataError
 from hpcbench.report.build import build
 from hpcbench.report.logs import parse_log
 from hpcbench.registry import REQUIRED_RUNS
@@ -38,14 +37,17 @@ def test_parse_log_reads_times_staging_epochs(tmp_path: Path) -> None:
     assert log.staging_ms == pytest.approx(3000.0)
     assert log.epochs == 4 and log.seed == 7 and log.converged
     assert log.samples_per_s == pytest.approx(64 * 4 / (0.8 * 90.0))
-    assert log.metric_key == "eval_error" and log.metrics[-1] == (4, pytest.approx(0.1))
+    assert log.metric_key == "eval_error" and (log.metrics[-1].epoch, log.metrics[-1].value) == (4, pytest.approx(0.1))
 
 
-def test_bad_line_names_file_and_line(tmp_path: Path) -> None:
+def test_bad_line_is_named_and_the_run_not_counted(tmp_path: Path) -> None:
     p = write_log(tmp_path / "result_0.txt", SynthRun(0, 10))
-    p.write_text(p.read_text() + ':::MLLOG {"key": "run_stop", broken\n')
-    with pytest.raises(DataError, match=r"result_0.txt:\d+: MLLOG line is not valid JSON"):
-        parse_log(p)
+    lines = p.read_text().splitlines(keepends=True)
+    p.write_text("".join(lines[:3]) + ':::MLLOG {"key": "seed", broken\n' + "".join(lines[3:]))
+    log = parse_log(p)
+    assert log.complete and log.status == "success" and not log.converged and log.outcome == "unreadable"
+    assert len(log.bad_lines) == 1 and log.bad_lines[0].startswith("line 4: MLLOG line is not valid JSON")
+    assert "line 4: MLLOG line is not valid JSON" in " ".join(log.problems)
 
 
 def test_strong_scaling_olympic_and_one_failure_agree_with_official(tmp_path: Path) -> None:
@@ -53,7 +55,7 @@ def test_strong_scaling_olympic_and_one_failure_agree_with_official(tmp_path: Pa
     runs = [SynthRun(i * 1000.0, t, seed=i) for i, t in enumerate(times)]
     runs[3] = SynthRun(3000.0, 350, status="aborted", final_error=0.5)  # never reached the target
     write_benchmark(tmp_path, "strong", runs, benchmark="cosmoflow")
-    (rep,) = build(tmp_path, tmp_path / "out")
+    (rep,) = build(tmp_path, tmp_path / "out").groups
     ok = sorted([300, 320, 310, 330])
     assert rep.score.score_min == pytest.approx(sum(ok[1:]) / 3 / 60.0)  # failure = the dropped slowest
     assert rep.official is not None and rep.official.score_min == pytest.approx(rep.score.score_min)
@@ -66,7 +68,7 @@ def test_strong_scaling_two_failures_give_no_score(tmp_path: Path) -> None:
     runs = [SynthRun(i * 1000.0, 300 + i, status="aborted" if i < 2 else "success",
                      final_error=0.5 if i < 2 else 0.1) for i in range(5)]
     write_benchmark(tmp_path, "strong", runs, benchmark="cosmoflow")
-    (rep,) = build(tmp_path, tmp_path / "out", make_plots=False)
+    (rep,) = build(tmp_path, None).groups
     assert rep.score.score_min is None and rep.official.score_min is None
     assert any("at most 1" in n for n in rep.score.notes)
 
@@ -76,15 +78,19 @@ def test_weak_scaling_two_instances_cli(tmp_path: Path) -> None:
     write_benchmark(tmp_path, "weak", runs, benchmark="cosmoflow", system="box")
     proc = run_cli(["report", str(tmp_path), "--strict"], timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "agree on every number" in proc.stdout
+    assert "agree on every figure they both produced" in proc.stdout
     data = json.loads((tmp_path / "report" / "report.json").read_text())
     (g,) = data["groups"]
     s = g["score"]
     assert (s["M"], s["M_prime"], s["S"], s["T"]) == (2, 2, 2, 4)
     assert s["ttta_min"] == pytest.approx(120.0 / 60.0)
     assert s["models_per_min"] == pytest.approx(2 / 2.0)
-    assert g["official"]["number_of_models"] == 2 and g["official"]["score_min"] == pytest.approx(2.0)
-    assert g["official"]["scored"] is False  # the official summarizer wants >= 10 cosmoflow models
+    # the official summarizer wants >= 10 cosmoflow models: it produced nothing, and the report says so
+    assert g["official"]["produced"] is False and g["official"]["score_min"] is None
+    assert "Not enough converging weak scaling runs" in g["official"]["why_none"]
+    ttta = next(c for c in g["checks"] if c["what"] == "TTTa (min)")
+    assert ttta["official"] == "none produced" and ttta["agree"] is None
+    assert "official summarizer produced no score for this folder" in proc.stdout
     assert [r["staging_s"] for r in s["runs"]] == [pytest.approx(5.0), pytest.approx(6.0)]
     rows = list(csv.DictReader((tmp_path / "report" / "report.csv").open()))
     assert [r["run"] for r in rows] == ["result_0.txt", "result_1.txt"]
@@ -93,18 +99,19 @@ def test_weak_scaling_two_instances_cli(tmp_path: Path) -> None:
 
 
 def test_weak_disagreement_is_reported_not_hidden(tmp_path: Path) -> None:
-    """An instance that claims success but never met the target: the official checker rejects it."""
-    runs = [SynthRun(0.0, 50.0), SynthRun(1.0, 80.0, status="success", final_error=0.5)]
+    """An instance that the official checker counts (an eval met the target) but that we do not
+    (run_stop says aborted): listed as a disagreement, and --strict fails."""
+    runs = [SynthRun(0.0, 50.0), SynthRun(1.0, 80.0, status="aborted", final_error=0.1)]
     write_benchmark(tmp_path, "weak", runs)
     proc = run_cli(["report", str(tmp_path), "--strict", "--no-plots"], timeout=120)
     assert proc.returncode == 1
-    assert "DISAGREEMENT" in proc.stdout and "M' (converged models)" in proc.stdout
+    assert "DISAGREEMENT" in proc.stdout and "result_1.txt: counted" in proc.stdout
 
 
 def test_scaling_curve_when_several_scales(tmp_path: Path) -> None:
     for system, nodes in (("small", 1), ("big", 4)):
         write_benchmark(tmp_path, "weak", [SynthRun(0.0, 60.0 + nodes, nodes=nodes) for _ in range(2)], system=system)
-    reps = build(tmp_path, tmp_path / "out", official=False)
+    reps = build(tmp_path, tmp_path / "out", official=False).groups
     assert (tmp_path / "out" / "weak_cosmoflow_scaling.png").exists()
     assert {r.score.T for r in reps} == {2, 8}
 

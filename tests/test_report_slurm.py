@@ -55,8 +55,9 @@ def test_rendered_weak_job_stages_trains_and_reports(slurm: LocalSlurm, tmp_path
     s, off = g["score"], g["official"]
     assert (s["M"], s["M_prime"], s["S"], s["T"]) == (2, 2, 2, 4)
     assert off["compliance"] == {"result_0.txt": True, "result_1.txt": True}
-    assert off["number_of_models"] == 2 and s["ttta_min"] == pytest.approx(off["score_min"], abs=1e-6)
-    assert all(c["agree"] for c in g["checks"]), g["checks"]
+    # 2 < 10 converged cosmoflow models: the official summarizer scores nothing, and the report says so
+    assert off["produced"] is False and "Not enough converging" in off["why_none"]
+    assert all(c["agree"] is not False for c in g["checks"]), g["checks"]
     assert (results / "report" / "local_weak_cosmoflow_timeline.png").exists()
     assert all(r["staging_s"] is not None for r in s["runs"])
     for first in (0, 2):  # each instance's 2 nodes together hold the whole training split

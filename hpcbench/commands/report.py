@@ -16,30 +16,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-official", action="store_true", help="skip the official checker and summarizer")
     parser.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
     parser.add_argument("--strict", action="store_true",
-                        help="exit with status 1 when hpcbench and the official tools disagree")
+                        help="exit with status 1 when hpcbench and the official tools disagree, or when a check "
+                             "flags an inconsistency (division of systems/<system>.json vs the logs, run_start "
+                             "before init_stop, instances of a weak-scaling set that do not overlap in time)")
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from hpcbench.report.build import build
-    from hpcbench.report.tables import print_group, write_csv, write_json
+    from hpcbench.report.build import write_report
+    from hpcbench.report.tables import print_group, print_submission
 
     out = Path(args.out) if args.out else Path(args.results) / "report"
-    reports = build(Path(args.results), out, official=not args.no_official, make_plots=not args.no_plots)
     console = Console(width=None if Console().is_terminal else 120)
-    for rep in reports:
-        print_group(console, rep.score, rep.official, rep.checks)
+    try:
+        rep = write_report(Path(args.results), out, official=not args.no_official, make_plots=not args.no_plots)
+    except Exception:
+        if not out.exists():
+            console.print(f"[bold red]no report was produced; {out} holds none (an old report there is removed so "
+                          "that no stale numbers remain)[/]")
+        raise
+    for g in rep.groups:
+        print_group(console, g.score, g.official, g.checks)
         console.print()
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "report.json", [r.to_dict() for r in reports])
-    write_csv(out / "report.csv", [(r.score, r.official) for r in reports])
-    n_bad = sum(len(r.disagreements) for r in reports)
+    if rep.submission is not None:
+        print_submission(console, rep.submission)
+    elif rep.official_note:
+        console.print(f"[yellow]{rep.official_note}[/]")
     console.print(f"report: {out / 'report.json'}, {out / 'report.csv'}")
-    for p in dict.fromkeys(p for rep in reports for p in rep.plots):
+    for p in dict.fromkeys(p for g in rep.groups for p in g.plots):
         console.print(f"plot:   {p}")
+    n_bad = sum(len(g.disagreements) for g in rep.groups)
+    n_flags = sum(len(g.score.flags) for g in rep.groups)
     if n_bad:
         console.print(f"[bold red]{n_bad} disagreement(s) between hpcbench and the official tools (listed above)[/]")
-    elif not args.no_official:
-        console.print("hpcbench and the official checker/summarizer agree on every number")
-    return 1 if (n_bad and args.strict) else 0
+    elif rep.submission is not None:
+        console.print("hpcbench and the official checker/summarizer agree on every figure they both produced")
+    if n_flags:
+        console.print(f"[bold red]{n_flags} inconsistenc{'y' if n_flags == 1 else 'ies'} flagged (FLAG lines above)[/]")
+    return 1 if ((n_bad or n_flags) and args.strict) else 0

@@ -4,7 +4,9 @@
 * :mod:`.discover` finds the logs of a results tree (the official submission layout);
 * :mod:`.scoring` applies the MLPerf HPC rules: strong scaling (olympic mean of time to solution)
   and weak scaling (T, S, M', TTTa, models per minute);
-* :mod:`.official` runs the official compliance checker and result summarizer on the same files;
+* :mod:`.targets` holds the quality targets as the official compliance checker defines them;
+* :mod:`.official` runs the official compliance checker on every log and the result summarizer,
+  package checker and system-description checker as command-line tools on the submission folder;
 * :mod:`.compare` puts both side by side and lists every disagreement;
 * :mod:`.tables` (terminal, JSON, CSV) and :mod:`.plots` (PNG) write the outputs.
 """

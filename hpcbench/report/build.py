@@ -1,15 +1,28 @@
-"""Build a whole report: discover, score, cross-check with the official tools, write files and plots."""
+"""Build a whole report: discover, score, cross-check with the official tools, write files and plots.
+
+The report folder is replaced as a whole: everything is written to a temporary sibling, checked,
+and renamed into place, so a reader never sees a half-written report or old numbers beside new
+ones. When no report can be produced at all, an old report folder is removed (its numbers would
+describe files that have since changed) and the error says so.
+"""
 from __future__ import annotations
 
+import json
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.errors import ConfigError, DataError
+
 from . import plots
-from .compare import Check, compare
-from .discover import Group, discover
-from .official import Official, run_official
+from .compare import Check, compare, disagreements
+from .discover import Group, discover, submission_root
+from .official import Official, SubmissionChecks, available, run_tools
 from .scoring import Score, score
+
+MARKER = "report.json"  # a folder holding this is one of ours and may be replaced
 
 
 @dataclass
@@ -22,7 +35,7 @@ class GroupReport:
 
     @property
     def disagreements(self) -> list[Check]:
-        return [c for c in self.checks if not c.agree]
+        return disagreements(self.checks)
 
     def to_dict(self) -> dict[str, Any]:
         return {"score": self.score.to_dict(), "official": None if self.official is None else self.official.to_dict(),
@@ -30,27 +43,110 @@ class GroupReport:
                 "folder": str(self.group.folder)}
 
 
-def build(results: Path, out: Path, official: bool = True, make_plots: bool = True) -> list[GroupReport]:
+@dataclass
+class Report:
+    groups: list[GroupReport]
+    submission: SubmissionChecks | None  # None: not in the submission layout, or --no-official
+    official_note: str = ""  # why the official tools did not run, if they did not
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"groups": [g.to_dict() for g in self.groups],
+                "submission_checks": None if self.submission is None else self.submission.to_dict(),
+                "official_note": self.official_note}
+
+
+def build(results: Path, plot_dir: Path | None, official: bool = True, plots_as: Path | None = None) -> Report:
+    """Score every benchmark folder under ``results``; plots go to ``plot_dir`` (None: no plots) and
+    are recorded under the name they will have in ``plots_as`` (default ``plot_dir``)."""
+    groups = discover(results)
+    root = submission_root(Path(results))
+    offs: dict[int, Official] = {}
+    checks_root: SubmissionChecks | None = None
+    note = ""
+    if not official:
+        note = "the official tools were not run (--no-official)"
+    elif not available():
+        note = "the official tools (mlperf-logging) are not installed: no official figures"
+    elif root is None:
+        note = "not in the submission layout (results/<system>/<mode>/<benchmark>/): the official tools were not run"
+    else:
+        offs, checks_root = run_tools(root, [g for g in groups if g.official_layout])
     reports = []
-    for group in discover(results):
+    for group in groups:
         sc = score(group)
-        off = run_official(group) if official and group.official_layout else None
+        off = offs.get(id(group))
         reports.append(GroupReport(group, sc, off, compare(sc, off) if off is not None else []))
-    if make_plots:
-        out.mkdir(parents=True, exist_ok=True)
-        for rep in reports:
-            stem = f"{rep.score.system}_{rep.score.mode}_{rep.score.benchmark}"
-            if rep.score.mode == "weak":
-                rep.plots.append(plots.timeline(rep.score, out / f"{stem}_timeline.png"))
-            rep.plots.append(plots.throughput(rep.score, out / f"{stem}_throughput.png"))
-        by_bench: dict[tuple[str, str], list[Score]] = {}
-        for rep in reports:
-            by_bench.setdefault((rep.score.mode, rep.score.benchmark), []).append(rep.score)
-        for (mode, bench), scores in by_bench.items():
-            scales = {s.T if mode == "weak" else s.S for s in scores}
-            if len(scales) > 1:
-                path = plots.scaling_curve(scores, out / f"{mode}_{bench}_scaling.png")
-                for rep in reports:
-                    if rep.score in scores:
-                        rep.plots.append(path)
-    return reports
+    if plot_dir is not None:
+        _plots(reports, plot_dir, plots_as or plot_dir)
+    return Report(reports, checks_root, note)
+
+
+def _plots(reports: list[GroupReport], out: Path, final: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for rep in reports:
+        stem = f"{rep.score.system}_{rep.score.mode}_{rep.score.benchmark}"
+        made = []
+        if rep.score.mode == "weak":
+            made.append(plots.timeline(rep.score, out / f"{stem}_timeline.png"))
+        made.append(plots.quality(rep.score, rep.group.runs, out / f"{stem}_quality.png"))
+        made.append(plots.throughput(rep.score, out / f"{stem}_throughput.png"))
+        rep.plots.extend(final / p.name for p in made)
+    by_bench: dict[tuple[str, str], list[GroupReport]] = {}
+    for rep in reports:
+        by_bench.setdefault((rep.score.mode, rep.score.benchmark), []).append(rep)
+    for (mode, bench), reps in by_bench.items():
+        scores = [r.score for r in reps]
+        if len({s.T if mode == "weak" else s.S for s in scores}) > 1:
+            path = plots.scaling_curve(scores, out / f"{mode}_{bench}_scaling.png")
+            for rep in reps:
+                rep.plots.append(final / path.name)
+
+
+def _is_ours(folder: Path) -> bool:
+    return folder.is_dir() and ((folder / MARKER).is_file() or not any(folder.iterdir()))
+
+
+def write_report(results: Path, out: Path, official: bool = True, make_plots: bool = True) -> Report:
+    """Build the report into a temporary sibling of ``out``, verify it and rename it into place."""
+    from .tables import write_csv, write_json
+
+    out = Path(out)
+    if not Path(results).exists():
+        raise DataError(f"results directory {results} does not exist")
+    if out.exists() and not _is_ours(out):
+        raise ConfigError(f"{out} exists and is not a report folder (no {MARKER}); choose another --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        rep = build(results, tmp if make_plots else None, official, plots_as=out)
+        write_json(tmp / MARKER, rep.to_dict())
+        write_csv(tmp / "report.csv", [(g.score, g.official) for g in rep.groups])
+        _verify(tmp, rep)
+        _swap(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if out.exists() and _is_ours(out):
+            shutil.rmtree(out)  # its numbers describe logs that are no longer what the folder holds
+        raise
+    return rep
+
+
+def _verify(tmp: Path, rep: Report) -> None:
+    data = json.loads((tmp / MARKER).read_text())
+    if len(data["groups"]) != len(rep.groups):
+        raise DataError(f"{tmp / MARKER}: wrote {len(data['groups'])} groups, expected {len(rep.groups)}")
+    for g in rep.groups:
+        for p in g.plots:
+            f = tmp / p.name
+            if not f.is_file() or f.stat().st_size == 0:
+                raise DataError(f"plot {f} was not written")
+
+
+def _swap(tmp: Path, out: Path) -> None:
+    old = out.with_name(f".{out.name}.old-{os.getpid()}")
+    if out.exists():
+        out.rename(old)
+    tmp.rename(out)
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,4 +1,6 @@
-"""Our numbers next to the official tools' numbers; every difference becomes a listed disagreement."""
+"""Our numbers next to what the official tools produced; every difference becomes a listed disagreement.
+Where the official summarizer produced nothing there is nothing to compare: the check says so
+(``agree=None``) instead of inventing an official figure."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -8,6 +10,7 @@ from .official import Official
 from .scoring import Score
 
 TOL_MIN = 1e-6  # minutes (the logs have millisecond resolution: 1.7e-5 min)
+NOT_PRODUCED = "none produced"
 
 
 @dataclass
@@ -15,7 +18,7 @@ class Check:
     what: str
     ours: Any
     official: Any
-    agree: bool
+    agree: bool | None  # None: the official tools gave no figure to compare with
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -31,22 +34,37 @@ def compare(score: Score, off: Official) -> list[Check]:
     checks: list[Check] = []
     for row in score.runs:
         passed = off.compliance.get(row.name, (False, ""))[0]
-        ours_ok = row.status == "success"
-        checks.append(Check(f"{row.name}: counted (ours: status=success / official: compliance)", ours_ok, passed,
-                            ours_ok == passed))
-        if ours_ok and row.name in off.per_run_min and row.time_to_solution_s is not None:
-            mine = row.time_to_solution_s / 60.0
-            theirs = off.per_run_min[row.name]
-            checks.append(Check(f"{row.name}: run time (min)", round(mine, 6), round(theirs, 6), _num_eq(mine, theirs)))
+        checks.append(Check(f"{row.name}: counted (ours: success + target met / official: compliance checker)",
+                            row.converged, passed, row.converged == passed))
+    for name, _ in score.skipped:
+        passed = off.compliance.get(name, (False, ""))[0]
+        checks.append(Check(f"{name}: counted (ours: unreadable, left out / official: compliance checker)",
+                            False, passed, not passed))
+    official_scored = off.produced if off.summarizer_ran else None
+    ours_scored = score.score_min is not None if score.mode == "strong" else score.valid
     if score.mode == "strong":
-        checks.append(Check("olympic mean (min)", score.score_min, off.score_min, _num_eq(score.score_min, off.score_min)))
+        checks.append(_figure("olympic mean (min)", score.score_min, off))
     else:
-        checks.append(Check("M' (converged models)", score.M_prime, off.number_of_models, score.M_prime == off.number_of_models))
-        checks.append(Check("S (instance scale)", score.S, off.instance_scale, score.S == off.instance_scale))
-        checks.append(Check("TTTa (min)", score.ttta_min, off.score_min, _num_eq(score.ttta_min, off.score_min)))
-        checks.append(Check("scored (M' >= required)", score.valid, off.scored, score.valid == off.scored))
+        checks.append(_count("M' (converged models)", score.M_prime, off.number_of_models, off))
+        checks.append(_count("S (instance scale)", score.S, off.instance_scale, off))
+        checks.append(_figure("TTTa (min)", score.ttta_min, off))
+    checks.append(Check("scored by the summarizer" if score.mode == "weak" else "olympic mean produced",
+                        ours_scored, official_scored,
+                        None if official_scored is None else ours_scored == official_scored))
     return checks
 
 
+def _count(what: str, ours: int | None, theirs: int | None, off: Official) -> Check:
+    if not off.produced:
+        return Check(what, ours, NOT_PRODUCED, None)
+    return Check(what, ours, theirs, ours == theirs)
+
+
+def _figure(what: str, ours: float | None, off: Official) -> Check:
+    if not off.produced:
+        return Check(what, ours, NOT_PRODUCED, None)
+    return Check(what, ours, off.score_min, _num_eq(ours, off.score_min))
+
+
 def disagreements(checks: list[Check]) -> list[Check]:
-    return [c for c in checks if not c.agree]
+    return [c for c in checks if c.agree is False]

@@ -9,7 +9,7 @@ from typing import Any
 
 from common.errors import DataError
 
-from .logs import RunLog, parse_log
+from .logs import NotAResultLog, RunLog, parse_log
 
 MODES = ("strong", "weak")
 
@@ -25,6 +25,21 @@ class Group:
     runs: list[RunLog] = field(default_factory=list)
     system_desc: dict[str, Any] | None = None
     official_layout: bool = True  # False: loose files the official summarizer cannot read
+    skipped: list[tuple[Path, str]] = field(default_factory=list)  # result files left out, and why
+    system_file: Path | None = None
+    system_problem: str | None = None  # the systems JSON is missing or unreadable
+
+
+def _parse_all(files: list[Path]) -> tuple[list[RunLog], list[tuple[Path, str]]]:
+    """Every file that is an MLPerf log at all; the others are named with the reason and left out
+    (the official summarizer likewise drops a file it cannot read and scores the rest)."""
+    runs, skipped = [], []
+    for f in files:
+        try:
+            runs.append(parse_log(f))
+        except NotAResultLog as exc:
+            skipped.append((f, str(exc)))
+    return runs, skipped
 
 
 def submission_root(path: Path) -> Path | None:
@@ -42,14 +57,18 @@ def _sort_key(p: Path) -> tuple[int, str]:
     return (int(stem), p.name) if stem.isdigit() else (1 << 30, p.name)
 
 
-def _load_system(root: Path, system: str) -> dict[str, Any] | None:
+def _load_system(root: Path, system: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(the system description, or None; why it could not be used, or None)."""
     f = root / "systems" / f"{system}.json"
     if not f.exists():
-        return None
+        return None, f"no system description {f}"
     try:
-        return json.loads(f.read_text())
-    except json.JSONDecodeError as exc:
-        raise DataError(f"system file {f} is not valid JSON: {exc}") from None
+        desc = json.loads(f.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return None, f"system file {f} is not valid JSON: {exc}"
+    if not isinstance(desc, dict):
+        return None, f"system file {f}: expected a JSON object"
+    return desc, None
 
 
 def discover(path: Path) -> list[Group]:
@@ -60,22 +79,24 @@ def discover(path: Path) -> list[Group]:
     groups: list[Group] = []
     if root is not None:
         for sysdir in sorted(p for p in (root / "results").iterdir() if p.is_dir()):
-            desc = _load_system(root, sysdir.name)
+            desc, desc_problem = _load_system(root, sysdir.name)
             for mode in MODES:
                 for bdir in sorted(p for p in (sysdir / mode).glob("*") if p.is_dir()):
                     files = sorted(bdir.glob("result_*.txt"), key=_sort_key)
                     if files:
-                        groups.append(Group(sysdir.name, mode, bdir.name, bdir,
-                                            [parse_log(f) for f in files], desc))
+                        runs, skipped = _parse_all(files)
+                        groups.append(Group(sysdir.name, mode, bdir.name, bdir, runs, desc, True, skipped,
+                                            root / "systems" / f"{sysdir.name}.json", desc_problem))
     else:  # loose logs: group by folder, mode from the folder name when it says so
         by_folder: dict[Path, list[Path]] = {}
         for f in sorted(path.rglob("result_*.txt"), key=_sort_key):
             by_folder.setdefault(f.parent, []).append(f)
         for folder, files in sorted(by_folder.items()):
-            runs = [parse_log(f) for f in files]
+            runs, skipped = _parse_all(files)
             mode = next((m for m in MODES if m in folder.parts), "weak" if len(runs) > 1 and _overlap(runs) else "strong")
-            bench = runs[0].benchmark or folder.name
-            groups.append(Group(runs[0].platform or "unknown", mode, bench, folder, runs, None, False))
+            bench = next((r.benchmark for r in runs if r.benchmark), folder.name)
+            system = next((r.platform for r in runs if r.platform), "unknown")
+            groups.append(Group(system, mode, bench, folder, runs, None, False, skipped))
     if not groups:
         raise DataError(f"no result_*.txt logs under {path} (expected results/<system>/<strong|weak>/<benchmark>/)")
     return groups

@@ -8,8 +8,18 @@ from typing import Any
 
 from common.errors import DataError
 
+from .targets import Target, target_for
+
 PREFIX = ":::MLLOG "
 METRIC_KEYS = ("eval_error", "eval_accuracy")
+
+
+@dataclass(frozen=True)
+class Eval:
+    key: str  # eval_error or eval_accuracy
+    epoch: int
+    value: float
+    time_ms: float
 
 
 @dataclass
@@ -19,6 +29,7 @@ class RunLog:
     division: str | None = None
     platform: str | None = None
     org: str | None = None
+    init_stop_ms: float | None = None
     run_start_ms: float | None = None
     run_stop_ms: float | None = None
     status: str | None = None
@@ -29,12 +40,14 @@ class RunLog:
     global_batch_size: int | None = None
     epochs: int = 0  # epoch_stop events, or epochs covered by block_stop events
     train_ms: float = 0.0  # time inside epochs/blocks (training only)
+    epoch_ms: list[float] = field(default_factory=list)  # duration of each epoch/block
     staging_ms: float | None = None
     staging_start_ms: float | None = None
     metric_key: str | None = None
-    metrics: list[tuple[int, float]] = field(default_factory=list)  # (epoch_num, value)
-    tracked_throughput: list[float] = field(default_factory=list)  # samples/s from tracked_stats
+    metrics: list[Eval] = field(default_factory=list)
+    tracked_throughput: list[tuple[float, float]] = field(default_factory=list)  # (samples/s, epoch ms)
     problems: list[str] = field(default_factory=list)
+    bad_lines: list[str] = field(default_factory=list)  # MLLOG lines that do not parse (the official parser rejects the file)
 
     @property
     def name(self) -> str:
@@ -45,8 +58,35 @@ class RunLog:
         return self.run_start_ms is not None and self.run_stop_ms is not None
 
     @property
+    def target(self) -> Target | None:
+        return target_for(self.benchmark)
+
+    @property
+    def target_met(self) -> bool | None:
+        """At least one evaluation meets the benchmark's target (the official checker's definition);
+        None when the benchmark has no known target."""
+        tgt = self.target
+        if tgt is None:
+            return None
+        return any(tgt.met(e.value) for e in self.metrics if e.key == tgt.key)
+
+    @property
     def converged(self) -> bool:
-        return self.complete and self.status == "success"
+        """Counted as a converged model: finished with run_stop status=success, reached the target as
+        the official checker defines it, and every MLLOG line parses."""
+        return (self.complete and self.status == "success" and self.target_met is not False
+                and not self.bad_lines)
+
+    @property
+    def outcome(self) -> str:
+        """One word for tables and plots: success, aborted, target_missed, unreadable, incomplete."""
+        if self.bad_lines:
+            return "unreadable"
+        if not self.complete:
+            return "incomplete"
+        if self.status != "success":
+            return self.status or "no_status"
+        return "success" if self.target_met is not False else "target_missed"
 
     @property
     def time_to_solution_s(self) -> float | None:
@@ -59,41 +99,55 @@ class RunLog:
         """S of the weak-scaling rules: accelerators of one instance (nodes on CPU-only systems)."""
         if self.nodes is None:
             return None
-        return self.nodes * max(self.accelerators_per_node or 0, 1)
+        return int(self.nodes) * max(int(self.accelerators_per_node or 0), 1)
 
     @property
     def samples_per_s(self) -> float | None:
-        """Training throughput of this instance: tracked_stats if logged, else samples / epoch time."""
-        if self.tracked_throughput:
-            return sum(self.tracked_throughput) / len(self.tracked_throughput)
+        """Training throughput: total samples / total time in epochs. With tracked_stats the samples
+        of an epoch are its logged rate x its logged duration; else train_samples per epoch."""
+        timed = [(tp, ms) for tp, ms in self.tracked_throughput if ms > 0]
+        if timed:
+            return sum(tp * ms for tp, ms in timed) / sum(ms for _, ms in timed)
         if self.train_samples and self.epochs and self.train_ms > 0:
             return self.train_samples * self.epochs / (self.train_ms / 1000.0)
         return None
 
 
-def _records(path: Path) -> list[tuple[int, dict[str, Any]]]:
+class NotAResultLog(DataError):
+    """The file is not an MLPerf log at all (no MLLOG lines, unreadable)."""
+
+
+def _records(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], list[str]]:
+    """(parsed records, descriptions of MLLOG lines that do not parse). A killed instance leaves a
+    truncated last line: it is named as such rather than stopping the report."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
-        raise DataError(f"cannot read result log {path}: {exc.strerror}") from None
-    out = []
-    for lineno, line in enumerate(text.splitlines(), 1):
+        raise NotAResultLog(f"cannot read result log {path}: {exc.strerror}") from None
+    out, bad = [], []
+    lines = text.splitlines()
+    for lineno, line in enumerate(lines, 1):
         pos = line.find(PREFIX)
         if pos < 0:
             continue
         try:
             rec = json.loads(line[pos + len(PREFIX):])
         except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{lineno}: MLLOG line is not valid JSON ({exc.msg})") from None
+            last = lineno == len(lines) and not text.endswith("\n")
+            bad.append(f"line {lineno}: " + ("truncated last line (the writer was killed mid-line?)" if last
+                                             else f"MLLOG line is not valid JSON ({exc.msg})"))
+            continue
         if not isinstance(rec, dict) or "key" not in rec or "time_ms" not in rec:
-            raise DataError(f"{path}:{lineno}: MLLOG record needs 'key' and 'time_ms'")
+            bad.append(f"line {lineno}: MLLOG record needs 'key' and 'time_ms'")
+            continue
         out.append((lineno, rec))
-    return out
+    return out, bad
 
 
 def parse_log(path: Path) -> RunLog:
-    """Parse one result file. Structural problems (no run_stop, two run_starts) are recorded in
-    ``problems`` rather than raised, so the report can show them; unreadable JSON raises DataError."""
+    """Parse one result file. Structural problems (no run_stop, two run_starts, lines that do not
+    parse) are recorded in ``problems``/``bad_lines`` so the report can show them; a file with no
+    MLLOG line at all raises :class:`NotAResultLog`."""
     path = Path(path)
     log = RunLog(path=path)
     open_epoch: float | None = None
@@ -102,14 +156,16 @@ def parse_log(path: Path) -> RunLog:
               "submission_platform": "platform", "submission_org": "org", "seed": "seed",
               "number_of_nodes": "nodes", "accelerators_per_node": "accelerators_per_node",
               "train_samples": "train_samples", "global_batch_size": "global_batch_size"}
-    records = _records(path)
+    records, log.bad_lines = _records(path)
     if not records:
-        raise DataError(f"{path}: no ':::MLLOG' lines; is this an MLPerf result log?")
+        raise NotAResultLog(f"{path}: no readable ':::MLLOG' lines; is this an MLPerf result log?")
     for lineno, rec in records:
         key, value, t = rec["key"], rec.get("value"), float(rec["time_ms"])
         meta = rec.get("metadata") or {}
         if key in scalar:
             setattr(log, scalar[key], value)
+        elif key == "init_stop":
+            log.init_stop_ms = t
         elif key == "run_start":
             if log.run_start_ms is not None:
                 log.problems.append(f"line {lineno}: second run_start")
@@ -123,6 +179,7 @@ def parse_log(path: Path) -> RunLog:
         elif key in ("epoch_stop", "block_stop"):
             if open_epoch is not None:
                 log.train_ms += t - open_epoch
+                log.epoch_ms.append(t - open_epoch)
                 open_epoch = None
             log.epochs += int(meta.get("epoch_count", 1)) if key == "block_stop" else 1
         elif key == "staging_start":
@@ -131,11 +188,11 @@ def parse_log(path: Path) -> RunLog:
             log.staging_ms = t - open_staging
         elif key in METRIC_KEYS and isinstance(value, (int, float)):
             log.metric_key = key
-            log.metrics.append((int(meta.get("epoch_num", -1)), float(value)))
+            log.metrics.append(Eval(key, int(meta.get("epoch_num", -1)), float(value), t))
         elif key == "tracked_stats" and isinstance(value, dict):
             tp = value.get("throughput", value.get("samples_per_second"))
-            if isinstance(tp, (int, float)):
-                log.tracked_throughput.append(float(tp))
+            if isinstance(tp, (int, float)):  # logged after the epoch_stop it describes
+                log.tracked_throughput.append((float(tp), log.epoch_ms[-1] if log.epoch_ms else 0.0))
     if log.run_start_ms is None:
         log.problems.append("no run_start")
     if log.run_stop_ms is None:
@@ -144,4 +201,15 @@ def parse_log(path: Path) -> RunLog:
         log.problems.append("run_stop has no status")
     if log.benchmark is None:
         log.problems.append("no submission_benchmark")
+    if log.init_stop_ms is not None and log.run_start_ms is not None and log.run_start_ms < log.init_stop_ms:
+        log.problems.append(f"run_start is {(log.init_stop_ms - log.run_start_ms) / 1000:.3f} s before init_stop "
+                            "(the timed run must start after initialization ends)")
+    if log.complete and log.run_stop_ms < log.run_start_ms:  # type: ignore[operator]
+        log.problems.append("run_stop is before run_start")
+    if log.status == "success" and log.target_met is False:
+        tgt = log.target
+        best = [e.value for e in log.metrics if tgt is not None and e.key == tgt.key]
+        log.problems.append(f"run_stop says success but no evaluation met the target {tgt.describe() if tgt else ''}"
+                            + (f" (last {best[-1]:g})" if best else " (no evaluation logged)"))
+    log.problems.extend(log.bad_lines)
     return log

@@ -1,11 +1,22 @@
-"""The official mlperf-logging tools run on the same files: the compliance checker on every log and
-the result summarizer's scoring functions on every benchmark folder (the ones its
-``summarize_results`` calls), with their printed messages captured."""
+"""The official mlperf-logging tools on the same files.
+
+* the compliance checker on every log (in process, through the same ``make_checker``/``check_file``
+  calls its command line makes), with its messages captured;
+* the result summarizer, the package checker and the system-description checker, each run as the
+  command-line tool (``python -m mlperf_logging.<tool>``) on the submission folder. The "official"
+  figures of the report are only what the summarizer wrote out; when it produced nothing for a
+  folder the report says so, with what it printed.
+"""
 from __future__ import annotations
 
 import contextlib
+import csv
 import io
 import logging
+import math
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,28 +25,65 @@ from common.mllog import RULESET, USAGE
 
 from .discover import Group
 
+PACKAGE_OK = "PACKAGE CHECKER FOUND NO ERRORS"
+SYSTEM_OK = "System description checker passed"
+TOOL_TIMEOUT_S = 600
+
 
 @dataclass
 class Official:
+    """What the official tools said about one benchmark folder."""
+
     compliance: dict[str, tuple[bool, str]] = field(default_factory=dict)  # file name -> (passed, output)
-    per_run_min: dict[str, float] = field(default_factory=dict)  # runs the summarizer accepted
-    score_min: float | None = None  # strong: olympic mean; weak: TTTa
+    summarizer_ran: bool = False
+    produced: bool = False  # the summarizer wrote a score for this folder
+    score_min: float | None = None  # strong: olympic mean; weak: time_to_train_all (TTTa)
     number_of_models: int | None = None  # weak
     instance_scale: int | None = None  # weak
-    scored: bool = False  # the summarizer produced a score for this folder
-    messages: str = ""
+    messages: str = ""  # the summarizer's lines about this folder
+    why_none: str = ""  # why the summarizer produced nothing, in its words where it gave any
 
     def to_dict(self) -> dict[str, Any]:
         return {"compliance": {k: v[0] for k, v in self.compliance.items()},
                 "compliance_failures": {k: v[1] for k, v in self.compliance.items() if not v[0]},
-                "per_run_min": self.per_run_min,
+                "summarizer_ran": self.summarizer_ran, "produced": self.produced,
                 "score_min": self.score_min, "number_of_models": self.number_of_models,
-                "instance_scale": self.instance_scale, "scored": self.scored, "messages": self.messages}
+                "instance_scale": self.instance_scale, "messages": self.messages, "why_none": self.why_none}
+
+
+@dataclass
+class ToolRun:
+    """One run of an official command-line tool."""
+
+    command: list[str]
+    ok: bool | None  # None: the tool could not be run
+    output: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"command": " ".join(self.command), "ok": self.ok, "output": self.output}
+
+    def verdict(self) -> str:
+        if self.ok is None:
+            return "not run: " + self.output.strip().splitlines()[-1] if self.output.strip() else "not run"
+        return "passed" if self.ok else "FAILED"
+
+
+@dataclass
+class SubmissionChecks:
+    """The package and system-description checkers on the whole submission folder."""
+
+    root: Path
+    package: ToolRun | None = None
+    systems: dict[str, ToolRun] = field(default_factory=dict)  # systems/<name>.json -> run
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"root": str(self.root), "package_checker": None if self.package is None else self.package.to_dict(),
+                "system_desc_checker": {k: v.to_dict() for k, v in self.systems.items()}}
 
 
 @contextlib.contextmanager
 def _captured() -> Any:
-    """Collect what the official tools print and log (they use print() and the root logger)."""
+    """Collect what the compliance checker prints and logs (print() and the root logger)."""
     buf = io.StringIO()
     handler = logging.StreamHandler(buf)
     handler.setFormatter(logging.Formatter("%(levelname)s - %(message)s"))
@@ -65,44 +113,111 @@ def check_compliance(path: Path) -> tuple[bool, str]:
     return ok, buf.getvalue()
 
 
-def run_official(group: Group) -> Official:
-    from mlperf_logging.result_summarizer import result_summarizer as rs
-
-    off = Official()
-    for run in group.runs:
-        off.compliance[run.name] = check_compliance(run.path)
-    folder = str(group.folder)
-    with _captured() as buf:
-        if group.mode == "strong":
-            per_file, _, score, _, _ = rs._compute_strong_score_standalone(
-                group.benchmark, group.system, False, folder, USAGE, RULESET, return_full_scores=True)
-            off.per_run_min = {Path(k).name: float(v) for k, v in per_file.items()}
-            off.score_min, off.scored = score, score is not None
-        else:
-            scores, _ = rs._compute_weak_score_standalone(group.benchmark, group.system, False, folder, USAGE, RULESET)
-            off.scored = bool(scores)
-            _weak_from_primitives(off, group, rs)
-            if scores:  # the summarizer's own totals override the primitives when it scores
-                off.score_min = scores[f"{group.benchmark}:time_to_train_all"]
-                off.number_of_models = scores[f"{group.benchmark}:number_of_models"]
-                off.instance_scale = scores[f"{group.benchmark}:instance_scale"]
-    off.messages = buf.getvalue()
-    return off
+def available() -> bool:
+    try:
+        import mlperf_logging  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
-def _weak_from_primitives(off: Official, group: Group, rs: Any) -> None:
-    """When the summarizer declines to score (too few models), recompute its numbers with its own
-    per-file functions (compliance + run_start/run_stop + instance scale) so they can be compared."""
-    start, stop, n, scale = float("inf"), float("-inf"), 0, None
-    for run in group.runs:
-        try:
-            lines = rs._read_result_file(str(run.path), USAGE, RULESET)
-            a, b = rs._query_run_start_stop(lines)
-            scale = rs._query_instance_scale(lines)
-        except ValueError as exc:
-            print(f"{exc} in {run.path}")
+def _start(args: list[str], cwd: Path) -> tuple[list[str], subprocess.Popen[str]]:
+    cmd = [sys.executable, "-m", *args]
+    return cmd, subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _finish(cmd: list[str], proc: subprocess.Popen[str]) -> tuple[int | None, str]:
+    try:
+        out, _ = proc.communicate(timeout=TOOL_TIMEOUT_S)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        return None, out + f"\n(stopped after {TOOL_TIMEOUT_S} s)"
+
+
+def _num(text: str | None) -> float | None:
+    if text is None or not text.strip():
+        return None
+    try:
+        x = float(text)
+    except ValueError:
+        return None
+    return None if math.isnan(x) else x
+
+
+def _summary_rows(csv_text: str) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """The summarizer's CSV holds a strong-scaling table and then a weak-scaling one, each with its
+    own header row (it appends the second); (strong rows, weak rows)."""
+    strong: list[dict[str, str]] = []
+    weak: list[dict[str, str]] = []
+    header: list[str] | None = None
+    for row in csv.reader(io.StringIO(csv_text)):
+        if row and row[0] == "division":
+            header = row
             continue
-        start, stop, n = min(start, a), max(stop, b), n + 1
-        off.per_run_min[run.name] = (b - a) / 60000.0
-    if n:
-        off.score_min, off.number_of_models, off.instance_scale = (stop - start) / 60000.0, n, scale
+        if header is None or not row:
+            continue
+        rec = dict(zip(header, row))
+        (weak if any(h.endswith(":time_to_train_all") for h in header) else strong).append(rec)
+    return strong, weak
+
+
+def run_tools(root: Path, groups: list[Group]) -> tuple[dict[int, Official], SubmissionChecks]:
+    """Run the summarizer, the package checker and the system-description checker (concurrently) on
+    the submission folder ``root``, and the compliance checker on every log of ``groups``."""
+    checks = SubmissionChecks(root)
+    offs = {id(g): Official() for g in groups}
+    with tempfile.TemporaryDirectory(prefix="hpcbench-official-") as tmp_name:
+        tmp = Path(tmp_name)
+        summary_csv = tmp / "summary.csv"
+        procs = {"summarizer": _start(["mlperf_logging.result_summarizer", str(root), USAGE, RULESET,
+                                       "--csv", str(summary_csv)], tmp),
+                 "package": _start(["mlperf_logging.package_checker", str(root), USAGE, RULESET,
+                                    "--log_output", str(tmp / "package_checker.log")], tmp)}
+        for k, sysfile in enumerate(sorted((root / "systems").glob("*.json"))):
+            procs[f"system:{sysfile.name}"] = _start(["mlperf_logging.system_desc_checker", str(sysfile), USAGE,
+                                                      RULESET, "--log_output", str(tmp / f"system_{k}.log")], tmp)
+        for g in groups:  # in process, while the tools run
+            for run in g.runs:
+                offs[id(g)].compliance[run.name] = check_compliance(run.path)
+            for path, _ in g.skipped:
+                offs[id(g)].compliance[path.name] = check_compliance(path)
+        done = {name: (cmd, *_finish(cmd, proc)) for name, (cmd, proc) in procs.items()}
+        cmd, rc, out = done.pop("package")
+        checks.package = ToolRun(cmd, rc == 0 and PACKAGE_OK in out, out)
+        for name, (cmd, rc, out) in done.items():
+            if name.startswith("system:"):
+                checks.systems[name.split(":", 1)[1]] = ToolRun(cmd, rc == 0 and SYSTEM_OK in out, out)
+        cmd, rc, out = done["summarizer"]
+        csv_text = summary_csv.read_text() if summary_csv.exists() else ""
+    strong, weak = _summary_rows(csv_text)
+    for g in groups:
+        _fill(offs[id(g)], g, strong if g.mode == "strong" else weak, rc, out)
+    return offs, checks
+
+
+def _fill(off: Official, g: Group, rows: list[dict[str, str]], rc: int | None, out: str) -> None:
+    off.summarizer_ran = True
+    folder = str(g.folder)
+    tag = f"{g.system}/{g.benchmark}"  # its CRITICAL/NOTICE lines name system/benchmark, not the mode
+    mine = [ln for ln in out.splitlines()
+            if folder + "/" in ln or (tag in ln and ("weak scaling" in ln) == (g.mode == "weak"))]
+    off.messages = "\n".join(mine)
+    name = str((g.system_desc or {}).get("system_name", g.system))
+    row = next((r for r in rows if r.get("system") == name), None)
+    if g.mode == "strong":
+        off.score_min = _num(row.get(g.benchmark)) if row else None
+    elif row:
+        off.score_min = _num(row.get(f"{g.benchmark}:time_to_train_all"))
+        models, scale = _num(row.get(f"{g.benchmark}:number_of_models")), _num(row.get(f"{g.benchmark}:instance_scale"))
+        off.number_of_models = None if models is None else int(models)
+        off.instance_scale = None if scale is None else int(scale)
+    off.produced = off.score_min is not None
+    if not off.produced:
+        said = [ln for ln in mine if "CRITICAL" in ln or "ERROR" in ln]
+        if rc != 0:
+            said.append(f"the summarizer exited with status {rc}: " + (out.strip().splitlines() or ["no output"])[-1])
+        elif row is None:
+            said.append(f"no row for system {name!r} in its output")
+        off.why_none = "; ".join(dict.fromkeys(said)) or "it printed nothing for this folder"

@@ -1,12 +1,21 @@
-"""PNG plots (matplotlib, Agg backend): weak-scaling instance timeline and throughput per instance,
-and a scaling curve when one benchmark was run at several scales."""
+"""PNG plots (matplotlib, Agg backend): each instance's quality metric against time and epochs,
+the weak-scaling instance timeline, throughput per instance, and a scaling curve when one benchmark
+was run at several scales. Every title names the MLPerf division."""
 from __future__ import annotations
 
 from pathlib import Path
 
+from .logs import RunLog
 from .scoring import Score
+from .targets import target_for
 
-STATUS_COLOURS = {"success": "tab:green", "aborted": "tab:red", "incomplete": "tab:gray"}
+STATUS_COLOURS = {"success": "tab:green", "aborted": "tab:red", "incomplete": "tab:gray",
+                  "target_missed": "tab:orange", "unreadable": "tab:purple"}
+LEGEND_MAX = 16  # instances named in a legend; more are drawn but not listed
+
+
+def _division(score: Score) -> str:
+    return f"{score.division or 'unknown'} division"
 
 
 def _plt():  # noqa: ANN202
@@ -42,11 +51,60 @@ def timeline(score: Score, path: Path) -> Path:
     ax.invert_yaxis()
     ax.set_xlabel("seconds since the first run_start (staging and init come before it)")
     ttta = "-" if score.ttta_min is None else f"{score.ttta_min * 60:.1f} s"
-    ax.set_title(f"{score.benchmark} weak scaling on {score.system}: M'={score.M_prime}/{score.M}, TTTa={ttta}"
-                 f"\n(green: converged, red: aborted{', light blue: staging' if any(r.staging_s for r in rows) else ''})",
-                 fontsize=10)
-    if score.ttta_min is not None:
-        ax.axvline(score.ttta_min * 60, color="k", ls="--", lw=0.8)
+    ax.set_title(f"{score.benchmark} weak scaling on {score.system} ({_division(score)}): "
+                 f"M'={score.M_prime}/{score.M}, TTTa={ttta}\n(green: converged, red: aborted, orange: target "
+                 f"missed{', light blue: staging' if any(r.staging_s for r in rows) else ''}; "
+                 "dashed: end of TTTa)", fontsize=10)
+    counted = [r for r in rows if r.converged and r.start_offset_s is not None]
+    if score.ttta_min is not None and counted:
+        ax.axvline(min(r.start_offset_s for r in counted) + score.ttta_min * 60,  # type: ignore[type-var]
+                   color="k", ls="--", lw=0.8)
+    fig.tight_layout()
+    out = _save(fig, path)
+    plt.close(fig)
+    return out
+
+
+def quality(score: Score, runs: list[RunLog], path: Path) -> Path:
+    """Each instance's quality metric against minutes since the first run_start and against epochs,
+    with the benchmark's target line: what converged, how fast, and which run fell short."""
+    plt = _plt()
+    tgt = target_for(score.benchmark)
+    starts = [r.run_start_ms for r in runs if r.run_start_ms is not None]
+    t0 = min(starts) if starts else None
+    fig, (ax_t, ax_e) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    cmap = plt.get_cmap("tab20" if len(runs) > 10 else "tab10")
+    key = next((r.metric_key for r in runs if r.metric_key), tgt.key if tgt else "metric")
+    span_ms = max((e.time_ms for r in runs for e in r.metrics), default=0.0) - (t0 or 0.0)
+    unit, per = ("seconds", 1000.0) if t0 is not None and span_ms < 120_000 else ("minutes", 60000.0)
+    for i, r in enumerate(runs):
+        if not r.metrics:
+            continue
+        style = "-" if r.converged else ":"
+        label = f"{r.name.removeprefix('result_').removesuffix('.txt')} ({r.outcome})" if i < LEGEND_MAX else None
+        base = t0 if t0 is not None else r.metrics[0].time_ms
+        ax_t.plot([(e.time_ms - base) / per for e in r.metrics], [e.value for e in r.metrics], style,
+                  marker=".", color=cmap(i % cmap.N), label=label, lw=1.2)
+        ax_e.plot([e.epoch for e in r.metrics], [e.value for e in r.metrics], style, marker=".",
+                  color=cmap(i % cmap.N), lw=1.2)
+    for ax in (ax_t, ax_e):
+        if tgt is not None:
+            ax.axhline(tgt.threshold, color="k", ls="--", lw=1.0)
+        ax.grid(alpha=0.3)
+    if tgt is not None:
+        ax_t.text(0.01, tgt.threshold, f" target {tgt.describe()}", transform=ax_t.get_yaxis_transform(),
+                  va="bottom", fontsize=8)
+    ax_t.set_xlabel(f"{unit} since the first run_start")
+    ax_e.set_xlabel("epoch")
+    from matplotlib.ticker import MaxNLocator
+
+    ax_e.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_t.set_ylabel(key)
+    if any(r.metrics for r in runs[:LEGEND_MAX]):
+        ax_t.legend(fontsize=7, ncol=2 if len(runs) > 8 else 1, title="instance (outcome)", title_fontsize=7)
+    more = f"; {len(runs) - LEGEND_MAX} more not in the legend" if len(runs) > LEGEND_MAX else ""
+    fig.suptitle(f"{score.benchmark} {score.mode} on {score.system} ({_division(score)}): quality per instance\n"
+                 f"(solid: counted as converged, dotted: not counted; dashed line: target{more})", fontsize=10)
     fig.tight_layout()
     out = _save(fig, path)
     plt.close(fig)
@@ -62,7 +120,8 @@ def throughput(score: Score, path: Path) -> Path:
     ax.set_xticks(range(len(rows)), [r.name.removeprefix("result_").removesuffix(".txt") for r in rows], fontsize=8)
     ax.set_xlabel("instance")
     ax.set_ylabel("training samples / s")
-    ax.set_title(f"{score.benchmark} on {score.system}: throughput per instance", fontsize=10)
+    ax.set_title(f"{score.benchmark} {score.mode} on {score.system} ({_division(score)}):\n"
+                 "throughput per instance (samples / time in epochs)", fontsize=10)
     fig.tight_layout()
     out = _save(fig, path)
     plt.close(fig)
@@ -81,7 +140,8 @@ def scaling_curve(scores: list[Score], path: Path) -> Path:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("system scale T" if mode == "weak" else "nodes per run")
     ax.set_ylabel("models / min" if mode == "weak" else "time to solution [min]")
-    ax.set_title(f"{scores[0].benchmark} {mode} scaling", fontsize=10)
+    divs = sorted({s.division or "unknown" for s in scores})
+    ax.set_title(f"{scores[0].benchmark} {mode} scaling ({'/'.join(divs)} division)", fontsize=10)
     fig.tight_layout()
     out = _save(fig, path)
     plt.close(fig)

@@ -6,9 +6,14 @@ dropped slowest one; more than one such run means no valid score. The rules ask 
 runs per benchmark (``registry.required_runs``); with fewer the mean is still shown but marked incomplete.
 
 Weak scaling: M' models (instances) of scale S converge in a system of scale T; TTTa is
-max(run_stop) - min(run_start) over all instances of the job (an instance that failed still held
-its nodes); throughput = M' / TTTa in models per minute. The official summarizer scores a weak
-result only when at least that many models converged.
+max(run_stop) - min(run_start) over the converged instances, exactly as the official result summarizer
+computes it (a file that fails the compliance checker is dropped from every figure); throughput =
+M' / TTTa in models per minute. The official summarizer scores a weak result only when at least the
+required number of models converged. Our own extra figure, the span of the whole job including
+instances that did not converge, is labelled as ours wherever it is shown.
+
+"Converged" (see :mod:`.targets`): run_stop status=success and at least one evaluation meets the
+benchmark's target as the official compliance checker defines it.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from hpcbench import registry
 
 from .discover import Group
 from .logs import RunLog
+from .targets import target_for
 
 MAX_FAILED_RUNS = 1
 
@@ -36,7 +42,8 @@ def olympic_mean(times: list[float], failed: int, max_dropped: int = MAX_FAILED_
 class RunRow:
     name: str
     seed: int | None
-    status: str
+    status: str  # RunLog.outcome: success, aborted, target_missed, unreadable, incomplete
+    converged: bool  # counted in M' / the olympic mean
     time_to_solution_s: float | None
     start_offset_s: float | None
     epochs: int
@@ -48,12 +55,11 @@ class RunRow:
 
     @classmethod
     def of(cls, run: RunLog, t0_ms: float | None) -> "RunRow":
-        status = run.status if run.complete and run.status else "incomplete"
         offset = (run.run_start_ms - t0_ms) / 1000.0 if t0_ms is not None and run.run_start_ms is not None else None
         staged = (run.staging_start_ms - t0_ms) / 1000.0 if t0_ms is not None and run.staging_start_ms is not None else None
-        return cls(run.name, run.seed, status, run.time_to_solution_s, offset, run.epochs, run.samples_per_s,
-                   run.staging_ms / 1000.0 if run.staging_ms is not None else None, staged,
-                   run.metrics[-1][1] if run.metrics else None, list(run.problems))
+        return cls(run.name, run.seed, run.outcome, run.converged, run.time_to_solution_s, offset, run.epochs,
+                   run.samples_per_s, run.staging_ms / 1000.0 if run.staging_ms is not None else None, staged,
+                   run.metrics[-1].value if run.metrics else None, list(run.problems))
 
 
 @dataclass
@@ -65,6 +71,10 @@ class Score:
     required_runs: int
     runs: list[RunRow]
     notes: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)  # inconsistencies: errors under --strict
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (file, why) left out of every figure
+    target: str | None = None  # the quality target as the official checker defines it
+    system_division: str | None = None  # division in systems/<system>.json
     # strong
     score_min: float | None = None
     # weak
@@ -72,13 +82,14 @@ class Score:
     S: int | None = None
     M: int = 0
     M_prime: int = 0
-    ttta_min: float | None = None
+    ttta_min: float | None = None  # official definition: over the converged instances only
     models_per_min: float | None = None
+    job_span_min: float | None = None  # ours: max(run_stop) - min(run_start) over every instance
 
     @property
     def valid(self) -> bool:
         if self.mode == "strong":
-            return self.score_min is not None and len(self.runs) >= self.required_runs
+            return self.score_min is not None and len(self.runs) + len(self.skipped) >= self.required_runs
         return self.ttta_min is not None and self.M_prime >= self.required_runs
 
     def to_dict(self) -> dict[str, Any]:
@@ -87,18 +98,45 @@ class Score:
         return {**asdict(self), "valid": self.valid}
 
 
-def _division(group: Group) -> str | None:
-    divs = {r.division for r in group.runs if r.division}
-    return divs.pop() if len(divs) == 1 else ("mixed" if divs else None)
+def _start(group: Group, mode: str, t0_ms: float | None) -> Score:
+    """The fields both modes share, and the checks of the logs against each other and the system file."""
+    runs = group.runs
+    required = registry.required_runs(group.benchmark)
+    divs = sorted({r.division for r in runs if r.division})
+    division = divs[0] if len(divs) == 1 else ("mixed" if divs else None)
+    s = Score(group.system, mode, group.benchmark, division, required, [RunRow.of(r, t0_ms) for r in runs],
+              skipped=[(p.name, why) for p, why in group.skipped])
+    tgt = target_for(group.benchmark)
+    s.target = tgt.describe() if tgt else None
+    if tgt is None:
+        s.notes.append(f"no official quality target is known for '{group.benchmark}': runs count on "
+                       "run_stop status=success alone")
+    if len(divs) > 1:
+        s.flags.append(f"the logs disagree on submission_division: {', '.join(divs)}")
+    if group.system_problem and group.official_layout:
+        s.flags.append(group.system_problem)
+    desc = group.system_desc or {}
+    s.system_division = desc.get("division") if isinstance(desc.get("division"), str) else None
+    if group.system_desc is not None and s.system_division != division:
+        odd = [r.name for r in runs if r.division != s.system_division]
+        s.flags.append(f"division mismatch: {group.system_file or 'the system file'} says "
+                       f"{s.system_division!r} but the logs say {division!r} ({', '.join(odd[:5])}"
+                       f"{', ...' if len(odd) > 5 else ''})")
+    for r in runs:
+        for p in r.problems:
+            if "before init_stop" in p or "run_stop is before run_start" in p:
+                s.flags.append(f"{r.name}: {p}")
+    for name, why in s.skipped:
+        s.notes.append(f"{name} left out: {why}")
+    return s
 
 
 def score_strong(group: Group) -> Score:
     runs = group.runs
-    required = registry.required_runs(group.benchmark)
-    s = Score(group.system, "strong", group.benchmark, _division(group), required, [RunRow.of(r, None) for r in runs])
+    s = _start(group, "strong", None)
     ok = [r.time_to_solution_s for r in runs if r.converged]
-    failed = len(runs) - len(ok)
-    s.M, s.M_prime = len(runs), len(ok)
+    failed = len(runs) + len(group.skipped) - len(ok)  # as the official summarizer: unreadable files count as dropped
+    s.M, s.M_prime = len(runs) + len(group.skipped), len(ok)
     scales = [r.instance_scale for r in runs if r.instance_scale is not None]
     s.S = max(scales) if scales else None
     mean = olympic_mean([t / 60.0 for t in ok], failed)  # type: ignore[operator]
@@ -107,41 +145,65 @@ def score_strong(group: Group) -> Score:
         s.notes.append(f"{failed} runs did not converge; the rules allow at most {MAX_FAILED_RUNS}: no score")
     elif failed:
         s.notes.append(f"{failed} non-converged run counted as the dropped slowest run (olympic rule)")
-    if len(runs) < required:
-        s.notes.append(f"incomplete: {len(runs)} of the {required} runs the rules require for {group.benchmark}; "
+    if s.M < s.required_runs:
+        s.notes.append(f"incomplete: {s.M} of the {s.required_runs} runs the rules require for {group.benchmark}; "
                        "the mean is shown but is not a valid MLPerf score")
     if mean is None and failed <= MAX_FAILED_RUNS:
         s.notes.append("too few runs for an olympic mean (need 3 or more after dropping)")
     return s
 
 
+def _not_overlapping(runs: list[RunLog]) -> list[str]:
+    """Instances of one weak-scaling job run concurrently: every one must start before the earliest
+    run_stop. Names the instances that started after some other instance had already stopped."""
+    complete = [r for r in runs if r.complete]
+    if len(complete) < 2:
+        return []
+    first_stop = min(r.run_stop_ms for r in complete)  # type: ignore[type-var]
+    return [r.name for r in complete if r.run_start_ms > first_stop]  # type: ignore[operator]
+
+
 def score_weak(group: Group) -> Score:
     runs = group.runs
-    required = registry.required_runs(group.benchmark)
     complete = [r for r in runs if r.complete]
+    counted = [r for r in runs if r.converged]
     t0 = min((r.run_start_ms for r in complete), default=None)  # type: ignore[type-var]
-    s = Score(group.system, "weak", group.benchmark, _division(group), required, [RunRow.of(r, t0) for r in runs])
-    s.M = len(runs)
-    s.M_prime = sum(r.converged for r in runs)
+    s = _start(group, "weak", t0)
+    s.M = len(runs) + len(group.skipped)
+    s.M_prime = len(counted)
     scales = {r.instance_scale for r in runs if r.instance_scale is not None}
     if len(scales) > 1:
         s.notes.append(f"instances have different scales {sorted(scales)}: S is not well defined")
     s.S = max(scales) if scales else None
     desc = group.system_desc or {}
-    if desc.get("number_of_nodes") is not None:
+    try:
         s.T = int(desc["number_of_nodes"]) * max(int(desc.get("accelerators_per_node") or 0), 1)
-    elif s.S is not None:
-        s.T = s.S * s.M
-        s.notes.append("no systems/<system>.json: T taken as M x S")
-    if complete:
-        stop = max(r.run_stop_ms for r in complete)  # type: ignore[type-var]
-        s.ttta_min = (stop - t0) / 60000.0  # type: ignore[operator]
+    except (KeyError, TypeError, ValueError):
+        if s.S is not None:
+            s.T = s.S * s.M
+            s.notes.append("no usable number_of_nodes in systems/<system>.json: T taken as M x S")
+    if counted:  # the official definition: max(run_stop) - min(run_start) over the converged instances
+        start = min(r.run_start_ms for r in counted)  # type: ignore[type-var]
+        stop = max(r.run_stop_ms for r in counted)  # type: ignore[type-var]
+        s.ttta_min = (stop - start) / 60000.0  # type: ignore[operator]
         s.models_per_min = s.M_prime / s.ttta_min if s.ttta_min > 0 else None
-    if s.M - s.M_prime:
-        s.notes.append(f"{s.M - s.M_prime} of {s.M} instances failed or did not converge; they are not in M' "
-                       "but their time is in TTTa")
-    if s.M_prime < required:
-        s.notes.append(f"M'={s.M_prime} < {required} converged models the rules require for a scored "
+    if complete:
+        s.job_span_min = (max(r.run_stop_ms for r in complete) - t0) / 60000.0  # type: ignore[operator,type-var]
+    left = [r for r in runs if not r.converged]
+    if left or group.skipped:
+        parts = [f"{r.name.removesuffix('.txt')} {r.outcome}" for r in left]
+        why = ", ".join(parts + [f"{n.removesuffix('.txt')} unreadable" for n, _ in s.skipped])
+        s.notes.append(f"{s.M - s.M_prime} of {s.M} instances are not in M' ({why}); as in the official summarizer, "
+                       "TTTa spans only the converged instances")
+        if s.job_span_min is not None and s.ttta_min is not None and s.job_span_min > s.ttta_min + 1e-9:
+            s.notes.append(f"ours, not an MLPerf figure: the whole job (every instance that logged run_start "
+                           f"and run_stop) spanned {s.job_span_min:.4f} min")
+    late = _not_overlapping(runs)
+    if late:
+        s.flags.append(f"instances of this weak-scaling set do not overlap in time: {', '.join(late)} started "
+                       "after another instance had stopped (separate jobs in one folder?)")
+    if s.M_prime < s.required_runs:
+        s.notes.append(f"M'={s.M_prime} < {s.required_runs} converged models the rules require for a scored "
                        f"{group.benchmark} weak-scaling result")
     return s
 

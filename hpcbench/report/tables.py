@@ -10,7 +10,7 @@ from typing import Any
 from common.atomic import atomic_write_text
 
 from .compare import Check
-from .official import Official
+from .official import Official, SubmissionChecks
 from .scoring import Score
 
 
@@ -22,35 +22,53 @@ def print_group(console: Any, score: Score, off: Official | None, checks: list[C
     from rich.table import Table
     from rich.text import Text
 
-    title = f"{score.system} / {score.mode} / {score.benchmark}  (division: {score.division or '?'})"
+    title = (f"{score.system} / {score.mode} / {score.benchmark}  (division: {score.division or '?'}; "
+             f"target: {score.target or 'unknown'})")
     t = Table(title=title, title_justify="left")
-    for col in ("run", "seed", "status", "start (s)", "time (s)", "epochs", "samples/s", "staging (s)",
-                "metric", "checker"):
-        t.add_column(col, justify="right" if col not in ("run", "status") else "left")
+    for col in ("run", "seed", "outcome", "start (s)", "time (s)", "epochs", "samples/s", "staging (s)",
+                "last metric", "checker"):
+        t.add_column(col, justify="right" if col not in ("run", "outcome") else "left")
     for r in score.runs:
         comp = "-" if off is None else ("PASS" if off.compliance.get(r.name, (False, ""))[0] else "FAIL")
         t.add_row(r.name.removesuffix(".txt"), str(r.seed), r.status, _f(r.start_offset_s, ".1f"), _f(r.time_to_solution_s, ".2f"),
                   str(r.epochs), _f(r.samples_per_s, ".1f"), _f(r.staging_s, ".2f"), _f(r.final_metric, ".4f"), comp)
+    for name, _ in score.skipped:
+        t.add_row(name.removesuffix(".txt"), "-", "unreadable", *["-"] * 6, "-" if off is None else "FAIL")
     console.print(t)
     s = Table(show_header=True, title="score", title_justify="left")
     s.add_column("")
     s.add_column("hpcbench", justify="right")
-    s.add_column("official", justify="right")
+    s.add_column("official summarizer", justify="right")
     s.add_column("agree")
     for c in checks:
-        if ":" in c.what and c.what.startswith("result_"):
+        if c.what.startswith("result_"):
             continue  # per-run checks are summarised below
-        s.add_row(c.what, str(_round(c.ours)), str(_round(c.official)), "yes" if c.agree else "[bold red]NO[/]")
+        s.add_row(c.what, str(_round(c.ours)), str(_round(c.official)),
+                  "-" if c.agree is None else ("yes" if c.agree else "[bold red]NO[/]"))
     if score.mode == "weak":
-        s.add_row("T (system scale)", str(score.T), "-", "")
+        if not checks:
+            s.add_row("M' (converged models)", str(score.M_prime), "-", "")
+            s.add_row("S (instance scale)", str(score.S), "-", "")
+            s.add_row("TTTa (min)", _f(score.ttta_min, ".4f"), "-", "")
+        s.add_row("T (system scale, from systems/<system>.json)", str(score.T), "-", "")
         s.add_row("models / min (M'/TTTa)", _f(score.models_per_min, ".4f"), "-", "")
+        s.add_row("job span, every instance (min) (ours)", _f(score.job_span_min, ".4f"), "-", "")
+    elif not checks:
+        s.add_row("olympic mean (min)", _f(score.score_min, ".4f"), "-", "")
     s.add_row("valid MLPerf result", "yes" if score.valid else "no", "-", "")
     console.print(s)
-    bad = [c for c in checks if not c.agree]
-    for c in bad:
-        console.print(f"[bold red]DISAGREEMENT[/] {c.what}: hpcbench={c.ours!r} official={c.official!r}")
+    if off is not None and not off.produced:
+        console.print(Text(f"official summarizer produced no score for this folder: {off.why_none}", style="yellow"))
+    for c in checks:
+        if c.agree is False:
+            console.print(f"[bold red]DISAGREEMENT[/] {c.what}: hpcbench={c.ours!r} official={c.official!r}")
+    for flag in score.flags:
+        console.print(Text("FLAG ", style="bold red") + Text(flag))
     for note in score.notes:
-        console.print(f"[yellow]note[/] {note}")
+        console.print(Text("note ", style="yellow") + Text(note))
+    for r in score.runs:
+        for p in r.problems:
+            console.print(Text(f"{r.name}: {p}", style="dim"))
     if off is not None:
         for name, (passed, output) in off.compliance.items():
             if passed:
@@ -61,21 +79,43 @@ def print_group(console: Any, score: Score, off: Official | None, checks: list[C
     if off is not None and off.messages.strip():
         console.print("[dim]official summarizer said:[/]")
         for line in off.messages.strip().splitlines():
-            if "CRITICAL" in line or "NOTICE" in line or " in " in line:
-                console.print(Text("  " + line, style="dim"))
+            console.print(Text("  " + line, style="dim"))
+
+
+def print_submission(console: Any, checks: SubmissionChecks) -> None:
+    """The package checker and system-description checker verdicts, with their error lines."""
+    from rich.text import Text
+
+    runs = [("package checker", checks.package)] + [(f"system_desc_checker {k}", v) for k, v in checks.systems.items()]
+    for what, run in runs:
+        if run is None:
+            continue
+        style = "green" if run.ok else "bold red"
+        console.print(Text(f"official {what}: ", style="bold") + Text(run.verdict(), style=style)
+                      + Text(f"  ({' '.join(run.command[2:6])})", style="dim"))
+        if not run.ok:
+            lines = [ln for ln in run.output.splitlines()
+                     if ln.startswith(("ERROR", "WARNING", "Traceback")) or "Error" in ln or "Unknown files" in ln]
+            for ln in (lines or run.output.strip().splitlines())[-8:]:
+                console.print(Text("  " + ln, style="dim"))
+        else:
+            for ln in run.output.splitlines():
+                if "Unknown files" in ln or "do not conform" in ln:
+                    console.print(Text("  " + ln, style="yellow"))
 
 
 def _round(x: Any) -> Any:
     return round(x, 6) if isinstance(x, float) else x
 
 
-def write_json(path: Path, entries: list[dict[str, Any]]) -> None:
-    atomic_write_text(path, json.dumps({"groups": entries}, indent=2, default=str) + "\n")
+def write_json(path: Path, entries: dict[str, Any]) -> None:
+    atomic_write_text(path, json.dumps(entries, indent=2, default=str) + "\n")
 
 
-CSV_COLUMNS = ("system", "mode", "benchmark", "division", "run", "seed", "status", "start_offset_s",
+CSV_COLUMNS = ("system", "mode", "benchmark", "division", "run", "seed", "status", "converged", "start_offset_s",
                "time_to_solution_s", "epochs", "samples_per_s", "staging_s", "final_metric", "official_compliance",
-               "score_min", "official_score_min", "T", "S", "M", "M_prime", "ttta_min", "models_per_min", "valid")
+               "score_min", "official_score_min", "T", "S", "M", "M_prime", "ttta_min", "models_per_min",
+               "job_span_min_ours", "valid")
 
 
 def write_csv(path: Path, pairs: list[tuple[Score, Official | None]]) -> None:
@@ -85,8 +125,8 @@ def write_csv(path: Path, pairs: list[tuple[Score, Official | None]]) -> None:
     for score, off in pairs:
         for r in score.runs:
             w.writerow([score.system, score.mode, score.benchmark, score.division, r.name, r.seed, r.status,
-                        r.start_offset_s, r.time_to_solution_s, r.epochs, r.samples_per_s, r.staging_s, r.final_metric,
-                        None if off is None else off.compliance.get(r.name, (False, ""))[0],
+                        r.converged, r.start_offset_s, r.time_to_solution_s, r.epochs, r.samples_per_s, r.staging_s,
+                        r.final_metric, None if off is None else off.compliance.get(r.name, (False, ""))[0],
                         score.score_min, None if off is None else off.score_min, score.T, score.S, score.M,
-                        score.M_prime, score.ttta_min, score.models_per_min, score.valid])
+                        score.M_prime, score.ttta_min, score.models_per_min, score.job_span_min, score.valid])
     atomic_write_text(path, buf.getvalue())

@@ -1,0 +1,45 @@
+"""The quality targets as the official compliance checker defines them (hpc 3.0.0).
+
+A run converged when *at least one* of its evaluations meets the target (the checker's
+``ATLEAST_ONE_CHECK`` on the metric key in ``hpc_3.0.0/{closed,open}_<benchmark>.yaml``; both divisions
+use the same threshold). The official result summarizer counts a run only if that checker passes,
+so this is what M' and the strong-scaling "converged" use. ``tests/test_report_targets.py`` reads
+the installed checker's YAML files and fails if this table ever differs from them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Target:
+    key: str  # MLLOG key of the quality metric
+    low: float  # inclusive/exclusive bounds exactly as the checker writes them
+    high: float
+    low_inclusive: bool
+    high_inclusive: bool
+
+    def met(self, value: float) -> bool:
+        above = value >= self.low if self.low_inclusive else value > self.low
+        below = value <= self.high if self.high_inclusive else value < self.high
+        return above and below
+
+    @property
+    def threshold(self) -> float:
+        """The number a plot draws as the target line (the bound that is not 0 or 1)."""
+        return self.high if self.key == "eval_error" else self.low
+
+    def describe(self) -> str:
+        return f"{self.key} {'<=' if self.key == 'eval_error' else '>='} {self.threshold:g}"
+
+
+#: ``v['value'] <= 0.124 and v['value'] > 0.`` etc.
+TARGETS: dict[str, Target] = {
+    "cosmoflow": Target("eval_error", 0.0, 0.124, False, True),
+    "deepcam": Target("eval_accuracy", 0.82, 1.0, True, True),
+    "oc20": Target("eval_error", 0.0, 0.036, False, True),
+}
+
+
+def target_for(benchmark: str | None) -> Target | None:
+    return TARGETS.get(benchmark or "")
