@@ -92,7 +92,7 @@ def main() -> None:
         + ("" if native else "; the bf16 variants measure that emulation (labelled [emulated])"))
     pdtype = peak_dtype()
     pname = str(pdtype).removeprefix("torch.").replace("bfloat16", "bf16").replace("float32", "fp32")
-    peak, n = matmul_peak(pdtype, seconds=min(2.0, 0.05 * a.budget_s))
+    peak, n = matmul_peak(pdtype, seconds=max(0.5, min(2.0, 0.05 * a.budget_s)))
     say(f"measured {pname} matmul peak: {peak / 1e9:.1f} GFLOP/s ({n}^3 GEMM, best of <= 2 s)")
     variants = {"baseline": (False, False, False), "cl": (False, True, False), "bf16_cl": (True, True, False)}
     if a.compile:
@@ -115,7 +115,7 @@ def main() -> None:
     for r in range(a.rounds):
         round_s = sum(step_s.values())  # one step of each
         if r and budget.left() < round_s:
-            budget.skip(f"rounds {r + 1}..{a.rounds} (one round of one step each needs ~{round_s:.1f} s)")
+            budget.skip(f"rounds {r + 1}-{a.rounds} of {a.rounds} (one round of one step each needs ~{round_s:.1f} s)")
             break
         n_steps = budget.fit(round_s, a.steps, share=1.0 / (a.rounds - r))
         for k, fn in steps.items():
