@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import statistics
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,6 +48,7 @@ SHAPES: dict[str, dict[str, tuple[list[str], list[str]]]] = {
 def dataset(work: Path, shape: str, name: str, timeout: float = 3600) -> Path:
     out = work / shape / name
     if not (out / ".done").exists():
+        shutil.rmtree(out, ignore_errors=True)  # a datagen cut off (no .done) left part of it
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         proc = subprocess.run([sys.executable, "-m", "hpcbench", "datagen", name, "--out", str(out), "--workers", "2",
                                *SHAPES[shape][name][0]], env=env, capture_output=True, text=True, timeout=timeout)

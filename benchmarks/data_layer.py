@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,6 +48,7 @@ def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
 def dataset(work: Path, label: str, name: str, timeout: float = 900) -> Path:
     out = work / label / name
     if not (out / ".done").exists():
+        shutil.rmtree(out, ignore_errors=True)  # a datagen cut off (no .done) left part of it
         proc = _run(["datagen", name, "--out", str(out), "--workers", "2", *DATAGEN[name]], timeout)
         if proc.returncode:
             raise SystemExit(f"datagen {name} failed:\n{proc.stderr[-2000:]}")
@@ -122,9 +124,8 @@ def main() -> int:
             budget.skip(f"workload {name} (cut off: {' '.join(map(str, exc.cmd[2:5]))} ran out of the budget)")
             continue
         results["workloads"][name] = r
-        print(f"{name}: loader {r['loader_samples_per_s']:.1f} samples/s, training "
-              f"{r['train_samples_per_s_best']:.1f} samples/s (per epoch: "
-              f"{', '.join(f'{x:.1f}' for x in r['train_samples_per_s_per_epoch'])})", flush=True)
+        say(f"{name}: training {r['train_samples_per_s_best']:.1f} samples/s (per epoch: "
+            f"{', '.join(f'{x:.1f}' for x in r['train_samples_per_s_per_epoch'])})")
     results["budget"] = budget.summary()
     out = a.json or a.work / f"{a.label}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
