@@ -114,12 +114,12 @@ def model_only(name: str, root: Path, mode: str, steps: int) -> float:
     batch_size = WORKLOADS[name]["batch"]
     wl = cls(cls.load_config(PRESET, overrides(name, root, batch_size)))
     device = torch.device(DEVICE)
+    step, _ = stepper(wl, mode, device)  # first: it resolves the preset's "auto" settings into wl.cfg
     spec = wl.dataset()
     source = spec.open(wl.data_root(), spec.train_split)
     host = spec.collate([source[i % len(source)] for i in range(batch_size)])
     batch = prepare_batch(spec.transform(prepare_batch(host, device, channels_last=False)),
                           device, wl.cfg.train.channels_last)
-    step, _ = stepper(wl, mode, device)
     for _ in range(3):  # warm-up (and capture / compilation)
         step(batch)
     if device.type == "cuda":
