@@ -8,8 +8,14 @@ dataset spec's transform (log1p, then [B,4,S,S,S] contiguous, or the channels_la
   cl           fp32, eager, channels_last_3d
   bf16_cl      bf16 autocast (fp32 master weights), channels_last_3d
   bf16_cl_comp bf16 + channels_last_3d + torch.compile (with --compile)
-Prints samples/s, the ratio to the baseline and the achieved FLOP/s as a fraction of the bf16
-matmul peak measured here (a large bf16 GEMM), so results are comparable across machines.
+Prints samples/s, the ratio to the baseline and the achieved FLOP/s as a fraction of the matmul
+peak measured here (a GEMM in bf16 where bf16 is native, else in fp32: an emulated bf16 GEMM is no
+peak), so results are comparable across machines. Where bf16 is emulated the bf16 variants are
+labelled so: they measure the emulation.
+
+Each block is printed when it is measured. ``--budget-s`` bounds the whole run: steps per block and
+rounds shrink to what fits (``--steps``/``--rounds`` are the most), and variants or rounds the budget
+does not reach are listed as skipped (also in the JSON).
 
   python benchmarks/cosmoflow_step.py --size 32 --batch 4 --rounds 3
 """
@@ -27,18 +33,8 @@ from cosmoflow.config import CosmoModelConfig
 from cosmoflow.dataset import CosmoFlowData
 from cosmoflow.model import CosmoFlowNet, conv_flops_per_sample
 from cosmoflow.workload import CosmoFlowWorkload
-from machine import describe, header  # noqa: E402 - sibling benchmark module
-
-
-def matmul_peak(dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    a @ b
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t)
-    return 2.0 * n ** 3 / best
+from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
+from machine import bf16_native, describe, header, matmul_peak, peak_dtype  # noqa: E402 - sibling benchmark module
 
 
 def make_step(cfg: CosmoModelConfig, size: int, batch: int, bf16: bool, channels_last: bool,
@@ -73,51 +69,84 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--conv-layers", type=int, default=5)
     p.add_argument("--conv-channels", type=int, default=32)
-    p.add_argument("--steps", type=int, default=3, help="timed steps per variant per round")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=3, help="timed steps per variant per round (at most)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (at most)")
     p.add_argument("--compile", action="store_true", help="add the torch.compile variant")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: leave default)")
     p.add_argument("--json", default="", help="also write the results here")
+    add_budget_argument(p, 180.0)
     a = p.parse_args()
+    budget = Budget(a.budget_s)
     if a.threads:
         torch.set_num_threads(a.threads)
+    machine = describe()
+    say(header(machine))
+    native, why = bf16_native()
+    emu = "" if native else "[emulated]"
     cfg = CosmoModelConfig(conv_layers=a.conv_layers, conv_channels=a.conv_channels, dropout=0.5)
     flops_per_sample = 3.0 * conv_flops_per_sample(cfg, a.size)  # forward + backward (2x)
+    say(f"CosmoFlow step: size {a.size}^3 x 4, batch {a.batch}, conv {a.conv_layers}x{a.conv_channels}.., "
+        f"torch threads {torch.get_num_threads()}, up to {a.rounds} rounds x {a.steps} steps (best round), "
+        f"--budget-s {a.budget_s:g}; model {flops_per_sample / 1e9:.2f} GFLOP/sample/step")
+    say(f"bf16 {'native' if native else 'EMULATED'}: {why}"
+        + ("" if native else "; the bf16 variants measure that emulation (labelled [emulated])"))
+    pdtype = peak_dtype()
+    pname = str(pdtype).removeprefix("torch.").replace("bfloat16", "bf16").replace("float32", "fp32")
+    peak_s = max(0.5, min(2.0, 0.05 * a.budget_s))
+    peak, n = matmul_peak(pdtype, seconds=peak_s)
+    say(f"measured {pname} matmul peak: {peak / 1e9:.1f} GFLOP/s ({n}^3 GEMM, best of <= {peak_s:g} s)")
     variants = {"baseline": (False, False, False), "cl": (False, True, False), "bf16_cl": (True, True, False)}
     if a.compile:
         variants["bf16_cl_comp"] = (True, True, True)
-    steps = {k: make_step(cfg, a.size, a.batch, *v) for k, v in variants.items()}
-    for fn in steps.values():  # warm up (and compile)
-        fn()
-        fn()
+    steps: dict[str, Callable[[], None]] = {}
+    step_s: dict[str, float] = {}
+    for k, v in variants.items():  # build and warm up (and compile); the baseline always runs
+        if k != "baseline" and budget.left() < 3 * max(step_s.values()):  # its warm-up + one timed step
+            budget.skip(f"variant {k}")
+            continue
+        steps[k] = make_step(cfg, a.size, a.batch, *v)
+        t = time.perf_counter()
+        steps[k]()
+        t1 = time.perf_counter()
+        steps[k]()
+        step_s[k] = time.perf_counter() - t1
+        say(f"  warm-up {k + (emu if v[0] else ''):20s} first step {t1 - t:6.2f} s, second {step_s[k]:6.3f} s")
     times: dict[str, list[float]] = {k: [] for k in steps}
-    peaks = []
-    for _ in range(a.rounds):
-        peaks.append(matmul_peak(torch.bfloat16))
+    rounds_done = 0
+    for r in range(a.rounds):
+        round_s = sum(step_s.values())  # one step of each
+        if r and budget.left() < round_s:
+            budget.skip(f"rounds {r + 1}-{a.rounds} of {a.rounds} (one round of one step each needs ~{round_s:.1f} s)")
+            break
+        n_steps = budget.fit(round_s, a.steps, share=1.0 / (a.rounds - r))
         for k, fn in steps.items():
             t = time.perf_counter()
-            for _ in range(a.steps):
+            for _ in range(n_steps):
                 fn()
-            times[k].append((time.perf_counter() - t) / a.steps)
-    peak = max(peaks)
-    machine = describe()
-    print(header(machine))
-    print(f"CosmoFlow step: size {a.size}^3 x 4, batch {a.batch}, conv {a.conv_layers}x{a.conv_channels}.., "
-          f"torch threads {torch.get_num_threads()}, {a.rounds} rounds x {a.steps} steps (best round)")
-    print(f"measured bf16 matmul peak: {peak / 1e9:.1f} GFLOP/s; model {flops_per_sample / 1e9:.2f} GFLOP/sample/step")
+            times[k].append((time.perf_counter() - t) / n_steps)
+            step_s[k] = min(step_s[k], times[k][-1])
+            sps = a.batch / times[k][-1]
+            say(f"  round {r + 1}/{a.rounds} {k + (emu if variants[k][0] else ''):20s} {n_steps} steps "
+                f"{times[k][-1]:7.3f} s/step {sps:8.2f} samples/s")
+        rounds_done += 1
     base = min(times["baseline"])
     results = {}
+    say(f"best round of {rounds_done}:")
     for k, ts in times.items():
         best = min(ts)
         sps = a.batch / best
-        results[k] = {"samples_per_s": sps, "speedup": base / best, "flops_frac_of_bf16_peak": sps * flops_per_sample / peak}
-        print(f"  {k:13s} {sps:8.2f} samples/s  x{base / best:5.2f} vs baseline  "
-              f"{sps * flops_per_sample / 1e9:7.2f} GFLOP/s = {100 * sps * flops_per_sample / peak:5.1f}% of bf16 peak")
+        results[k] = {"samples_per_s": sps, "speedup": base / best, "flops_frac_of_peak": sps * flops_per_sample / peak,
+                      "bf16_emulated": variants[k][0] and not native}
+        say(f"  {k + (emu if variants[k][0] else ''):20s} {sps:8.2f} samples/s  x{base / best:5.2f} vs baseline  "
+            f"{sps * flops_per_sample / 1e9:7.2f} GFLOP/s = {100 * sps * flops_per_sample / peak:5.1f}% of {pname} peak")
     best_k = max(results, key=lambda k: results[k]["samples_per_s"])
-    print(f"optimized path ({best_k}) vs fp32 eager NCDHW: x{results[best_k]['speedup']:.2f} (goal >= 2)")
+    say(f"optimized path ({best_k}) vs fp32 eager NCDHW: x{results[best_k]['speedup']:.2f} (goal >= 2)")
+    budget.done()
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"args": vars(a), "machine": machine, "bf16_peak_flops": peak, "results": results}, fh, indent=1)
+            json.dump({"args": vars(a), "machine": machine, "bf16_native": native, "bf16_reason": why,
+                       "peak_dtype": pname, "peak_flops": peak, "peak_n": n, "rounds_done": rounds_done,
+                       "results": results, "budget": budget.summary()}, fh, indent=1)
 
 
 if __name__ == "__main__":

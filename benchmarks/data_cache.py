@@ -9,6 +9,10 @@ uncached baseline's later epochs read files the page cache already holds (the mo
 for it: no disk). A batch counts when the loader has yielded it on the training device, transformed
 (on a GPU the time includes a synchronize at the end of each epoch).
 
+Each epoch is printed when it ends. ``--budget-s`` bounds the whole run: datagen gets the time left
+as its timeout, and epochs or workloads the budget does not reach are skipped and said (also in
+the JSON); the comparison then uses the epochs measured.
+
     python benchmarks/data_cache.py --work /tmp/dc                  # mid shapes (CPU box)
     python benchmarks/data_cache.py --work /tmp/dc --shape full     # 128^3 x 4 and 768 x 1152 x 16
 """
@@ -18,6 +22,7 @@ import argparse
 import json
 import os
 import statistics
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,12 +45,13 @@ SHAPES: dict[str, dict[str, tuple[list[str], list[str]]]] = {
 }
 
 
-def dataset(work: Path, shape: str, name: str) -> Path:
+def dataset(work: Path, shape: str, name: str, timeout: float = 3600) -> Path:
     out = work / shape / name
     if not (out / ".done").exists():
+        shutil.rmtree(out, ignore_errors=True)  # a datagen cut off (no .done) left part of it
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         proc = subprocess.run([sys.executable, "-m", "hpcbench", "datagen", name, "--out", str(out), "--workers", "2",
-                               *SHAPES[shape][name][0]], env=env, capture_output=True, text=True, timeout=3600)
+                               *SHAPES[shape][name][0]], env=env, capture_output=True, text=True, timeout=timeout)
         if proc.returncode:
             raise SystemExit(f"datagen {name} failed:\n{proc.stderr[-2000:]}")
         (out / ".done").write_text("")
@@ -88,13 +94,17 @@ def main() -> int:
     ap.add_argument("--shape", choices=sorted(SHAPES), default="mid")
     ap.add_argument("--workloads", default="cosmoflow,deepcam")
     ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--epochs", type=int, default=6, help="epochs per mode (at most; >= 2 to compare)")
     ap.add_argument("--threads", type=int, default=-1, help="data.threads (-1: auto, 0 on a CPU device)")
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda")
     ap.add_argument("--json", type=Path, help="also write the results here")
-    a = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from budget import Budget, add_budget_argument, say
     from machine import describe, header
+
+    add_budget_argument(ap, 600.0)
+    a = ap.parse_args()
+    budget = Budget(a.budget_s)
 
     import torch
 
@@ -109,14 +119,31 @@ def main() -> int:
     results: dict[str, Any] = {"machine": info, "shape": a.shape, "batch": a.batch, "device": str(dev),
                                "workloads": {}}
     for name in a.workloads.split(","):
-        root = dataset(a.work, a.shape, name)
+        if budget.spent():
+            budget.skip(f"workload {name}")
+            continue
+        try:
+            root = dataset(a.work, a.shape, name, budget.timeout(3600))
+        except subprocess.TimeoutExpired:
+            budget.skip(f"workload {name} (its datagen ran out of the budget)")
+            continue
         built = loaders(name, root, SHAPES[a.shape][name][1], modes, a.batch, a.threads, dev)
         # epochs interleaved over the modes (none, host, ..., none, host, ...): a shared machine's
         # load drifts, and each mode then sees the same drift
         per_mode: dict[str, list[tuple[float, float]]] = {m: [] for m in modes}
+        round_s = 0.0
         for epoch in range(1, a.epochs + 1):
+            if epoch > 2 and budget.left() < round_s:  # epochs 1 and 2 always: the comparison needs both
+                budget.skip(f"{name} epochs {epoch}-{a.epochs} of {a.epochs} (one epoch of each mode needs "
+                            f"~{round_s:.0f} s)")
+                break
+            t = time.perf_counter()
             for mode in modes:
                 per_mode[mode].append(epoch_rate(*built[mode], epoch, dev))
+                say(f"  {name} epoch {epoch} cache={mode}: {per_mode[mode][-1][0]:.1f} samples/s, "
+                    f"{per_mode[mode][-1][1]:.2f} CPU ms/sample")
+            dt = time.perf_counter() - t
+            round_s = dt if epoch <= 2 else min(round_s, dt)  # epoch 1 also fills the cache
         del built
         for mode in modes:
             print(f"{name} cache={mode}: samples/s " + ", ".join(f"{r:.1f}" for r, _ in per_mode[mode])
@@ -127,10 +154,12 @@ def main() -> int:
         rate = {m: statistics.median(r for r, _ in v[1:]) for m, v in per_mode.items()}
         cpu = {m: statistics.median(c for _, c in v[1:]) for m, v in per_mode.items()}
         for mode in modes[1:]:
-            print(f"{name}: epochs 2..{a.epochs} median, cache={mode} vs none: {rate[mode]:.1f} vs "
+            print(f"{name}: epochs 2..{len(per_mode[mode])} median, cache={mode} vs none: {rate[mode]:.1f} vs "
                   f"{rate['none']:.1f} samples/s = {rate[mode] / rate['none']:.2f}x; CPU {cpu[mode]:.2f} vs "
                   f"{cpu['none']:.2f} ms/sample = {cpu['none'] / cpu[mode]:.2f}x less work; epoch 1 (filling the "
                   f"cache) {per_mode[mode][0][0] / per_mode['none'][0][0]:.2f}x of uncached epoch 1", flush=True)
+    results["budget"] = budget.summary()
+    budget.done()
     if a.json:
         a.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0

@@ -10,19 +10,25 @@ Only APIs that predate the data layer are used (``Workload.load_config``, ``trai
 Loader: one training epoch of the ``mini`` preset's loader on one rank (no model), best of
 ``--repeats``. Step rate: ``hpcbench train W --config mini`` for ``--epochs`` epochs on one rank, the
 logged ``tracked_stats`` throughput (samples/s of the whole training epoch, data waits included).
-Prints as it goes; ``--budget`` seconds bound the whole run (a workload not reached is reported).
+Prints as it goes; ``--budget-s`` seconds bound the whole run (subprocesses get the time left as
+their timeout; a workload not reached or cut off is reported as skipped, also in the JSON).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
+from machine import describe, header  # noqa: E402 - sibling benchmark module
 
 DATAGEN = {  # the embedded mini datasets (oc20 smaller: EMT relaxation dominates its datagen)
     "cosmoflow": ["--samples", "4096", "--val-samples", "512", "--size", "16", "--plain", "--quiet"],
@@ -33,15 +39,17 @@ DATAGEN = {  # the embedded mini datasets (oc20 smaller: EMT relaxation dominate
 
 
 def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """``hpcbench ARGS``; a timeout raises ``subprocess.TimeoutExpired`` (the caller says what was cut off)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.run([sys.executable, "-m", "hpcbench", *args], env=env, capture_output=True, text=True,
                           timeout=timeout)
 
 
-def dataset(work: Path, label: str, name: str) -> Path:
+def dataset(work: Path, label: str, name: str, timeout: float = 900) -> Path:
     out = work / label / name
     if not (out / ".done").exists():
-        proc = _run(["datagen", name, "--out", str(out), "--workers", "2", *DATAGEN[name]], 900)
+        shutil.rmtree(out, ignore_errors=True)  # a datagen cut off (no .done) left part of it
+        proc = _run(["datagen", name, "--out", str(out), "--workers", "2", *DATAGEN[name]], timeout)
         if proc.returncode:
             raise SystemExit(f"datagen {name} failed:\n{proc.stderr[-2000:]}")
         (out / ".done").write_text("")
@@ -68,10 +76,10 @@ def loader_rate(name: str, root: Path, repeats: int) -> dict[str, float]:
     return {"loader_samples_per_s": best}
 
 
-def step_rate(name: str, root: Path, epochs: int) -> dict[str, float]:
+def step_rate(name: str, root: Path, epochs: int, timeout: float = 1200) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         proc = _run(["train", name, "--config", "mini", "--data", str(root), "--results", tmp, "--no-progress",
-                     "--set", f"train.max_epochs={epochs}", "--set", "train.eval_every=100"], 1200)
+                     "--set", f"train.max_epochs={epochs}", "--set", "train.eval_every=100"], timeout)
         rates = []
         for log in Path(tmp).rglob("result_*.txt"):
             for line in log.read_text().splitlines():
@@ -89,12 +97,12 @@ def main() -> int:
     ap.add_argument("--workloads", default="cosmoflow,deepcam,oc20")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--budget", type=float, default=1500.0, help="seconds for the whole run")
+    add_budget_argument(ap, 1500.0)
+    ap.add_argument("--budget", dest="budget_s", type=float, help=argparse.SUPPRESS)  # the old name
     ap.add_argument("--compare", type=Path, help="an earlier run's JSON: print after/before ratios")
     ap.add_argument("--json", type=Path, help="write results here (default: WORK/LABEL.json)")
     a = ap.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from machine import describe, header
+    budget = Budget(a.budget_s)
 
     import common
 
@@ -102,28 +110,35 @@ def main() -> int:
     print(header(info), flush=True)
     print(f"# code: {Path(common.__file__).resolve().parents[1]}  label: {a.label}", flush=True)
     results: dict[str, Any] = {"label": a.label, "machine": info, "workloads": {}}
-    t_start = time.monotonic()
     for name in a.workloads.split(","):
-        if time.monotonic() - t_start > a.budget:
-            print(f"{name}: skipped, --budget {a.budget:g}s spent", flush=True)
+        if budget.spent():
+            budget.skip(f"workload {name}")
             continue
-        root = dataset(a.work, a.label, name)
-        r = {**loader_rate(name, root, a.repeats), **step_rate(name, root, a.epochs)}
+        try:
+            root = dataset(a.work, a.label, name, budget.timeout(900))
+            say(f"{name}: dataset ready ({budget.elapsed():.0f} s elapsed)")
+            r = loader_rate(name, root, a.repeats)
+            say(f"{name}: loader {r['loader_samples_per_s']:.1f} samples/s (best of {a.repeats} epochs)")
+            r.update(step_rate(name, root, a.epochs, budget.timeout(1200)))
+        except subprocess.TimeoutExpired as exc:
+            budget.skip(f"workload {name} (cut off: {' '.join(map(str, exc.cmd[2:5]))} ran out of the budget)")
+            continue
         results["workloads"][name] = r
-        print(f"{name}: loader {r['loader_samples_per_s']:.1f} samples/s, training "
-              f"{r['train_samples_per_s_best']:.1f} samples/s (per epoch: "
-              f"{', '.join(f'{x:.1f}' for x in r['train_samples_per_s_per_epoch'])})", flush=True)
+        say(f"{name}: training {r['train_samples_per_s_best']:.1f} samples/s (per epoch: "
+            f"{', '.join(f'{x:.1f}' for x in r['train_samples_per_s_per_epoch'])})")
+    results["budget"] = budget.summary()
     out = a.json or a.work / f"{a.label}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     if a.compare:
         before = json.loads(a.compare.read_text())
-        print(f"# ratios {a.label} / {before['label']} (1.00 = same; the goal: no regression beyond noise, >= 0.95)")
+        say(f"# ratios {a.label} / {before['label']} (1.00 = same; the goal: no regression beyond noise, >= 0.95)")
         for name, r in results["workloads"].items():
             b = before["workloads"].get(name)
             if b:
-                print(f"{name}: loader {r['loader_samples_per_s'] / b['loader_samples_per_s']:.2f}x, "
+                say(f"{name}: loader {r['loader_samples_per_s'] / b['loader_samples_per_s']:.2f}x, "
                       f"training {r['train_samples_per_s_best'] / b['train_samples_per_s_best']:.2f}x")
+    budget.done()
     return 0
 
 

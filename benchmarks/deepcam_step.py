@@ -3,8 +3,14 @@
 Both paths run the harness's real iteration (forward, weighted cross-entropy, backward, LAMB on the
 flat buffer, LR schedule). The baseline is fp32 + NCHW + eager; the optimized path is bf16 autocast +
 channels-last (+ ``--graph compile``). Timed blocks alternate so machine contention hits both. The
-bf16 matmul peak is measured here (a large bf16 GEMM) and the model's FLOPs per step are counted
-with torch's FlopCounterMode, so the achieved fraction of that peak is printed too.
+matmul peak is measured here (a GEMM in bf16 where bf16 is native, else in fp32: an emulated bf16
+GEMM is no peak) and the model's FLOPs per step are counted with torch's FlopCounterMode, so the
+achieved fraction of that peak is printed too. Where bf16 is emulated the optimized path is
+labelled so: it measures the emulation.
+
+Each block is printed when it is measured. ``--budget-s`` bounds the whole run: steps per block and
+the number of blocks shrink to what fits (``--steps``/``--repeats`` are the most); what the budget
+does not reach is printed as skipped.
 
     python benchmarks/deepcam_step.py --preset mini --batch 8 --repeats 5
 """
@@ -12,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -25,6 +33,10 @@ from common.schedule import Schedule
 from common.step import TrainStep, prepare_batch
 from deepcam.synth import make_sample
 from deepcam.workload import DeepCAMWorkload
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
+from machine import bf16_native, describe, header, matmul_peak, peak_dtype  # noqa: E402 - sibling benchmark module
 
 
 def make_batch(batch: int, h: int, w: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -60,20 +72,6 @@ def time_steps(step: TrainStep, batch: tuple, n: int, device: torch.device) -> f
     return (time.perf_counter() - t0) / n
 
 
-def bf16_matmul_peak(device: torch.device, n: int = 2048, reps: int = 5) -> float:
-    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    a @ b
-    best = float("inf")
-    for _ in range(reps):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        (a @ b).sum().item()
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n**3 / best
-
-
 def step_flops(step: TrainStep, batch: tuple) -> int:
     with FlopCounterMode(display=False) as counter:
         step.eager(batch)
@@ -86,37 +84,69 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--height", type=int, default=96)
     p.add_argument("--width", type=int, default=144)
-    p.add_argument("--steps", type=int, default=3, help="steps per timed block")
-    p.add_argument("--repeats", type=int, default=5, help="alternating blocks per path")
+    p.add_argument("--steps", type=int, default=3, help="steps per timed block (at most)")
+    p.add_argument("--repeats", type=int, default=5, help="alternating blocks per path (at most)")
     p.add_argument("--graph", default="eager", choices=["eager", "compile", "cuda_graph"])
     p.add_argument("--set", dest="overrides", action="append", default=[])
+    add_budget_argument(p, 180.0)
     a = p.parse_args()
+    budget = Budget(a.budget_s)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    say(header(describe()))
+    native, why = bf16_native(device)
+    emu = "" if native else "[emulated]"
+    say(f"device={device} threads={torch.get_num_threads()} preset={a.preset} batch={a.batch} "
+        f"grid={a.height}x{a.width}; up to {a.repeats} blocks x {a.steps} steps per path, --budget-s {a.budget_s:g}")
+    say(f"bf16 {'native' if native else 'EMULATED'}: {why}"
+        + ("" if native else "; the bf16 path measures that emulation (labelled [emulated])"))
+    pdtype = peak_dtype(device)
+    pname = "bf16" if pdtype == torch.bfloat16 else "fp32"
+    peak_s = max(0.5, min(2.0, 0.05 * a.budget_s))
+    peak, n = matmul_peak(pdtype, seconds=peak_s, max_n=8192 if device.type == "cuda" else 2048, device=device)
+    say(f"measured {pname} matmul peak: {peak / 1e9:.1f} GFLOP/s ({n}^3 GEMM, best of <= {peak_s:g} s)")
     wl = DeepCAMWorkload(DeepCAMWorkload.load_config(a.preset, a.overrides))
     x, y = make_batch(a.batch, a.height, a.width)
     base_batch = prepare_batch((x, y), device, channels_last=False)
     opt_batch = prepare_batch((x, y), device, channels_last=True)
-    paths = {"fp32-eager-nchw": (build(wl, "fp32", False, "eager", device), base_batch),
-             f"bf16-{a.graph}-channels_last": (build(wl, "bf16", True, a.graph, device), opt_batch)}
-    for step, batch in paths.values():  # warm up (and compile) outside the timing
-        time_steps(step, batch, 2, device)
+    base_name, opt_name = "fp32-eager-nchw", f"bf16{emu}-{a.graph}-channels_last"
+    specs = {base_name: ("fp32", False, base_batch), opt_name: ("bf16", True, opt_batch)}
+    paths: dict[str, tuple[TrainStep, tuple]] = {}
+    step_s: dict[str, float] = {}
+    for name, (prec, cl, batch) in specs.items():  # warm up (and compile) outside the timing
+        if name != base_name and budget.left() < 3 * max(step_s.values()):
+            budget.skip(f"path {name}")
+            continue
+        t = time.perf_counter()
+        paths[name] = (build(wl, prec, cl, a.graph if name == opt_name else "eager", device), batch)
+        step_s[name] = time_steps(paths[name][0], batch, 2, device)
+        say(f"  warm-up {name:36s} {time.perf_counter() - t:6.2f} s (build + 2 steps)")
+    flops = step_flops(paths[base_name][0], base_batch)
+    say(f"model_flops_per_step={flops / 1e9:.2f} GFLOP")
     times: dict[str, list[float]] = {k: [] for k in paths}
-    for _ in range(a.repeats):
+    for r in range(a.repeats):
+        block_s = sum(step_s.values())
+        if r and budget.left() < block_s:
+            budget.skip(f"blocks {r + 1}-{a.repeats} of {a.repeats} (one step per path needs ~{block_s:.1f} s)")
+            break
+        n_steps = budget.fit(block_s, a.steps, share=1.0 / (a.repeats - r))
         for name, (step, batch) in paths.items():
-            times[name].append(time_steps(step, batch, a.steps, device))
-    peak = bf16_matmul_peak(device)
-    flops = step_flops(paths["fp32-eager-nchw"][0], base_batch)
-    base_name, opt_name = list(paths)
-    print(f"device={device} threads={torch.get_num_threads()} preset={a.preset} batch={a.batch} "
-          f"grid={a.height}x{a.width} model_flops_per_step={flops / 1e9:.2f} GFLOP")
-    print(f"measured bf16 matmul peak: {peak / 1e9:.1f} GFLOP/s")
+            times[name].append(time_steps(step, batch, n_steps, device))
+            step_s[name] = min(step_s[name], times[name][-1])
+            say(f"  block {r + 1}/{a.repeats} {name:36s} {n_steps} steps {times[name][-1] * 1e3:8.1f} ms/step "
+                f"{a.batch / times[name][-1]:7.2f} samples/s")
+    blocks = len(times[base_name])
+    say(f"median of {blocks} blocks:")
     for name, (step, _) in paths.items():
         med = statistics.median(times[name])
-        cpu = statistics.median(CPU_SECONDS[id(step)][-a.repeats:])
-        print(f"{name:28s} median {med * 1e3:8.1f} ms/step ({cpu * 1e3:8.1f} CPU-ms/step)  {a.batch / med:7.2f} "
-              f"samples/s  {flops / med / 1e9:7.2f} GFLOP/s = {flops / med / peak:.3f} of bf16 peak")
-    ratio = statistics.median(times[base_name]) / statistics.median(times[opt_name])
-    print(f"speedup {opt_name} vs {base_name}: {ratio:.2f}x (goal >= 2x)")
+        cpu = statistics.median(CPU_SECONDS[id(step)][-blocks:])
+        say(f"{name:36s} median {med * 1e3:8.1f} ms/step ({cpu * 1e3:8.1f} CPU-ms/step)  {a.batch / med:7.2f} "
+            f"samples/s  {flops / med / 1e9:7.2f} GFLOP/s = {flops / med / peak:.3f} of {pname} peak")
+    if opt_name in times:
+        ratio = statistics.median(times[base_name]) / statistics.median(times[opt_name])
+        say(f"speedup {opt_name} vs {base_name}: {ratio:.2f}x (goal >= 2x)")
+    else:
+        say(f"speedup {opt_name} vs {base_name}: not measured ({opt_name} skipped)")
+    budget.done()
 
 
 if __name__ == "__main__":

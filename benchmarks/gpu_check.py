@@ -14,6 +14,9 @@
 The datasets are generated at full shape into ``--work`` (CosmoFlow 128^3 x 4, DeepCAM 768 x 1152 x 16,
 OC20 systems of ~70 atoms). On a machine without CUDA it says so and exits 0; ``--smoke`` runs the same
 code with the mini presets on small data on the CPU (eager only, no tests), to check the script.
+Every line is printed when it is measured. ``--budget-s`` bounds the whole run: subprocesses (tests,
+datagen, training) get the time left as their timeout, and workloads or modes the budget does not
+reach are skipped and said (in the output file too).
 
     python benchmarks/gpu_check.py --out benchmarks/results/gpu_check_$(date +%F)_h100.txt
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,6 +38,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
 
+from budget import Budget, add_budget_argument  # noqa: E402
 from machine import describe, header  # noqa: E402
 
 #: per workload: datagen options at the full shape, local batch, graph modes that apply
@@ -52,11 +57,18 @@ SMOKE_DATAGEN = {
     "oc20": ["--train", "32", "--val", "16"],
 }
 PRESET, DEVICE = "full", "cuda"
+BUDGET = Budget(1e9)  # replaced in main() by --budget-s
 
 
 def emit(lines: list[str], text: str) -> None:
     print(text, flush=True)
     lines.append(text)
+
+
+def skip(lines: list[str], what: str) -> None:
+    """Record ``what`` as skipped by the budget, on the screen and in the output file."""
+    BUDGET.skipped.append(what)
+    emit(lines, f"SKIPPED {what}: --budget-s {BUDGET.seconds:g} spent ({BUDGET.elapsed():.0f} s elapsed)")
 
 
 def gemm_tflops(n: int = 8192, reps: int = 20) -> float:
@@ -73,16 +85,19 @@ def gemm_tflops(n: int = 8192, reps: int = 20) -> float:
 
 
 def run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    """``cmd`` with at most the time left in the budget (a timeout raises ``subprocess.TimeoutExpired``)."""
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=BUDGET.timeout(timeout))
 
 
 def datagen(name: str, root: Path) -> None:
-    if (root / "train").exists():
+    if (root / ".done").exists():
         return
+    shutil.rmtree(root, ignore_errors=True)  # a datagen cut off (no .done) left part of it
     args = SMOKE_DATAGEN[name] if PRESET == "mini" else WORKLOADS[name]["datagen"]
     proc = run([sys.executable, "-m", "hpcbench", "datagen", name, "--out", str(root), *args], 1800)
     if proc.returncode:
         raise SystemExit(f"datagen {name} failed:\n{proc.stderr[-2000:]}")
+    (root / ".done").write_text("")
 
 
 def overrides(name: str, root: Path, batch: int) -> list[str]:
@@ -99,12 +114,12 @@ def model_only(name: str, root: Path, mode: str, steps: int) -> float:
     batch_size = WORKLOADS[name]["batch"]
     wl = cls(cls.load_config(PRESET, overrides(name, root, batch_size)))
     device = torch.device(DEVICE)
+    step, _ = stepper(wl, mode, device)  # first: it resolves the preset's "auto" settings into wl.cfg
     spec = wl.dataset()
     source = spec.open(wl.data_root(), spec.train_split)
     host = spec.collate([source[i % len(source)] for i in range(batch_size)])
     batch = prepare_batch(spec.transform(prepare_batch(host, device, channels_last=False)),
                           device, wl.cfg.train.channels_last)
-    step, _ = stepper(wl, mode, device)
     for _ in range(3):  # warm-up (and capture / compilation)
         step(batch)
     if device.type == "cuda":
@@ -148,8 +163,10 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=3, help="end-to-end epochs (the first fills the cache)")
     ap.add_argument("--skip-tests", action="store_true")
     ap.add_argument("--smoke", action="store_true", help="mini presets, small data, CPU allowed: checks this script")
+    add_budget_argument(ap, 1800.0)
     a = ap.parse_args()
-    global PRESET, DEVICE
+    global PRESET, DEVICE, BUDGET
+    BUDGET = Budget(a.budget_s)
     lines: list[str] = []
     emit(lines, header(describe()))
     if a.smoke:
@@ -166,25 +183,38 @@ def main() -> int:
                     f"{torch.__version__}, CUDA {torch.version.cuda}, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}")
     if not a.skip_tests:
         t = time.perf_counter()
-        proc = run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/test_gpu.py",
-                    "tests/test_gpu_graphs.py", "tests/test_harness_align.py"], 3600)
-        tail = [ln for ln in proc.stdout.splitlines() if ln.startswith(("SKIPPED", "FAILED", "ERROR")) or " passed" in ln
-                or " failed" in ln]
-        emit(lines, f"== GPU tests (exit {proc.returncode}, {time.perf_counter() - t:.0f} s)")
-        for ln in tail:
-            emit(lines, f"  {ln}")
+        try:
+            proc = run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/test_gpu.py",
+                        "tests/test_gpu_graphs.py", "tests/test_harness_align.py"], 3600)
+            tail = [ln for ln in proc.stdout.splitlines() if ln.startswith(("SKIPPED", "FAILED", "ERROR"))
+                    or " passed" in ln or " failed" in ln]
+            emit(lines, f"== GPU tests (exit {proc.returncode}, {time.perf_counter() - t:.0f} s)")
+            for ln in tail:
+                emit(lines, f"  {ln}")
+        except subprocess.TimeoutExpired:
+            skip(lines, "the GPU tests (cut off by the budget)")
     peak = gemm_tflops() if DEVICE == "cuda" else 0.0
     emit(lines, f"== bf16 GEMM 8192^3: {peak:.0f} TFLOP/s")
     work = Path(a.work)
     summary: dict[str, Any] = {"gemm_bf16_tflops": peak}
     for name in a.workloads.split(","):
+        if BUDGET.spent():
+            skip(lines, f"workload {name}")
+            continue
         root = work / name
         t = time.perf_counter()
-        datagen(name, root)
+        try:
+            datagen(name, root)
+        except subprocess.TimeoutExpired:
+            skip(lines, f"workload {name} (its datagen was cut off by the budget)")
+            continue
         emit(lines, f"== {name}: {PRESET} preset, local batch {WORKLOADS[name]['batch']} (data ready in "
                     f"{time.perf_counter() - t:.0f} s)")
         rates = {}
         for mode in WORKLOADS[name]["modes"]:
+            if BUDGET.spent():
+                skip(lines, f"{name} model-only {mode}")
+                continue
             try:
                 rates[mode] = model_only(name, root, mode, a.steps)
                 emit(lines, f"  model-only {mode:10s}: {rates[mode]:8.1f} samples/s")
@@ -195,12 +225,19 @@ def main() -> int:
         cls = registry.get(name)
         mode = cls.load_config(PRESET).train.graph
         mode = mode if mode in rates else "eager"
-        e2e, per_epoch, status = end_to_end(name, root, mode, a.epochs)
+        try:
+            e2e, per_epoch, status = end_to_end(name, root, mode, a.epochs)
+        except subprocess.TimeoutExpired:
+            e2e, per_epoch, status = 0.0, [], "cut off by the budget"
+            skip(lines, f"{name} end to end (cut off)")
         ratio = e2e / rates[mode] if rates.get(mode) else 0.0
         emit(lines, f"  end to end ({mode}, data.cache={WORKLOADS[name].get('cache', 'device')}): {e2e:.1f} samples/s after epoch 1 "
                     f"(per epoch {', '.join(f'{r:.1f}' for r in per_epoch)}; {status}); "
                     f"ratio to model-only {ratio:.2f} (goal >= 0.90)")
         summary[name] = {"model_only": rates, "end_to_end": e2e, "per_epoch": per_epoch, "mode": mode, "ratio": ratio}
+    summary["budget"] = BUDGET.summary()
+    emit(lines, f"# done in {BUDGET.elapsed():.0f} s of --budget-s {BUDGET.seconds:g}; skipped: "
+                + ("; ".join(BUDGET.skipped) or "nothing"))
     emit(lines, "json " + json.dumps(summary))
     if a.out:
         Path(a.out).write_text("\n".join(lines) + "\n")

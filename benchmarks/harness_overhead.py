@@ -5,7 +5,8 @@ batches. The harness side is ``Trainer._train_epoch`` (loader, device placement,
 optimizer, device-side LR schedule, loss accumulation, phase timers, MLPerf epoch events); the
 baseline is ``for batch: zero_grad; loss = mse(model(x), y); backward; torch.optim.SGD.step``.
 Epochs alternate between the two (interleaved, so machine contention hits both); the median epoch
-time of each is compared. Goal: harness within 5% of the bare loop.
+time of each is compared. Goal: harness within 5% of the bare loop. Each epoch pair is printed as
+it runs; ``--budget-s`` stops the epochs when the time left cannot hold another pair (said).
 
     python benchmarks/harness_overhead.py [--epochs 15] [--hidden 256] [--batch 64]
 """
@@ -28,14 +29,21 @@ from common.system import SystemDescription  # noqa: E402
 from common.trainer import Trainer  # noqa: E402
 from tests.harness_toy import ToyWorkload  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
+from machine import describe, header  # noqa: E402 - sibling benchmark module
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--epochs", type=int, default=15)
+    ap.add_argument("--epochs", type=int, default=15, help="interleaved epochs of each (at most)")
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--samples", type=int, default=8192)
+    add_budget_argument(ap, 120.0)
     args = ap.parse_args()
+    budget = Budget(args.budget_s)
+    say(header(describe()))
     env = init_distributed()
     cfg = ToyWorkload.load_config("mini", [
         f"model.hidden={args.hidden}", f"train.global_batch_size={args.batch}", f"data.train={args.samples}",
@@ -58,20 +66,28 @@ def main() -> None:
             bare_opt.step()
         return time.perf_counter() - t0
 
+    steps = len(loader)
+    say(f"model: toy MLP hidden={args.hidden}, batch={args.batch}, {steps} steps/epoch, up to "
+        f"{args.epochs} interleaved epochs each (+1 warm-up), torch threads={torch.get_num_threads()}")
     harness, bare = [], []
+    pair_s = 0.0
     for epoch in range(1, args.epochs + 2):
+        if epoch > 2 and budget.left() < pair_s:
+            budget.skip(f"epochs {epoch - 1}-{args.epochs} of {args.epochs} (one pair needs ~{pair_s:.1f} s)")
+            break
         h = tr._train_epoch(epoch)[0]
         b = bare_epoch(epoch)
+        pair_s = h + b if epoch == 1 else min(pair_s, h + b)
         if epoch > 1:  # first epoch of each warms caches and the allocator
             harness.append(h)
             bare.append(b)
-    steps = len(loader)
+        say(f"  epoch {epoch - 1 if epoch > 1 else 'warm-up'}: harness {1000 * h / steps:.3f} ms/step, "
+            f"bare {1000 * b / steps:.3f} ms/step")
     h_ms, b_ms = 1000 * statistics.median(harness) / steps, 1000 * statistics.median(bare) / steps
-    print(f"model: toy MLP hidden={args.hidden}, batch={args.batch}, {steps} steps/epoch, "
-          f"{args.epochs} interleaved epochs each, torch threads={torch.get_num_threads()}")
-    print(f"bare loop (torch.optim.SGD)      : {b_ms:.3f} ms/step (median epoch)")
-    print(f"harness (Trainer._train_epoch)   : {h_ms:.3f} ms/step (median epoch)")
-    print(f"ratio harness/bare = {h_ms / b_ms:.3f}  (goal <= 1.05)")
+    say(f"bare loop (torch.optim.SGD)      : {b_ms:.3f} ms/step (median of {len(bare)} epochs)")
+    say(f"harness (Trainer._train_epoch)   : {h_ms:.3f} ms/step (median of {len(harness)} epochs)")
+    say(f"ratio harness/bare = {h_ms / b_ms:.3f}  (goal <= 1.05)")
+    budget.done()
     env.close()
 
 

@@ -19,7 +19,9 @@ training on the CPU (for information). Goals: CosmoFlow plain >= 80% of (a) per 
 of (b), DeepCAM >= 80% of (c). With CUDA, the training step's samples/s (the harness's step,
 bf16 channels-last, on a batch from the loader) is printed beside them; DALI, when installed, is
 shown with its transform. The page cache is warmed first (every file read once), so the rates are
-CPU costs, not the disk's. Rounds interleave every measurement; the best round counts.
+CPU costs, not the disk's. Rounds interleave every measurement; the best round counts. Each
+measurement is printed when it is made; ``--budget-s`` bounds the whole run (datagen gets the time
+left as its timeout; rounds and datasets the budget does not reach are skipped and said).
 
   python benchmarks/loader_limit.py --work /tmp/ll      # writes the datasets there when missing:
   python -m hpcbench datagen cosmoflow --out /tmp/ll/cf-plain --samples 48 --val-samples 1 --size 128 --plain
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -52,6 +55,7 @@ from common.workload import DataShard, Workload
 from cosmoflow.workload import CosmoFlowWorkload
 from deepcam.workload import DeepCAMWorkload
 from deepcam_step import build, time_steps  # noqa: E402 - sibling benchmark module
+from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
 from machine import describe, header  # noqa: E402 - sibling benchmark module
 
 DATASETS = {  # name -> (workload, datagen arguments)
@@ -61,16 +65,28 @@ DATASETS = {  # name -> (workload, datagen arguments)
 }
 
 
-def make_datasets(work: Path, cf: int, dc: int) -> None:
-    for name, (workload, args) in DATASETS.items():
+def make_datasets(work: Path, cf: int, dc: int, names: list[str], budget: Budget) -> list[str]:
+    """The datasets of ``names`` that are ready (made when missing, within the budget)."""
+    ready = []
+    for name in names:
+        workload, args = DATASETS[name]
         out = work / name
-        if (out / ".done").exists():
-            continue
-        args = [a.format(cf=cf, dc=dc) for a in args]
-        print(f"+ hpcbench datagen {workload} --out {out} {' '.join(args)}", flush=True)
-        subprocess.run([sys.executable, "-m", "hpcbench", "datagen", workload, "--out", str(out), "--workers", "2",
-                        *args], check=True, stdout=subprocess.DEVNULL)
-        (out / ".done").write_text("")
+        if not (out / ".done").exists():
+            shutil.rmtree(out, ignore_errors=True)  # a datagen cut off (no .done) left part of it
+            if budget.spent():
+                budget.skip(f"dataset {name} (not generated)")
+                continue
+            args = [a.format(cf=cf, dc=dc) for a in args]
+            say(f"+ hpcbench datagen {workload} --out {out} {' '.join(args)}")
+            try:
+                subprocess.run([sys.executable, "-m", "hpcbench", "datagen", workload, "--out", str(out), "--workers",
+                                "2", *args], check=True, stdout=subprocess.DEVNULL, timeout=budget.timeout(3600))
+            except subprocess.TimeoutExpired:
+                budget.skip(f"dataset {name} (its datagen ran out of the budget)")
+                continue
+            (out / ".done").write_text("")
+        ready.append(name)
+    return ready
 
 
 # --- the limits: the same files, the plainest read, per thread ------------------------------
@@ -150,8 +166,10 @@ class Case:
         self.title, self.wl, self.files, self.sample_bytes = title, wl, files, sample_bytes
         self.limit, self.limit_name, self.goal = limit, limit_name, goal
         self.best: dict[str, tuple[float, float]] = {}
+        self.round_s = float("inf")  # the fastest round so far: what one more round costs
 
     def record(self, key: str, rate: tuple[float, float]) -> None:
+        say(f"  {self.title} {key}: {rate[0]:8.2f} samples/s {rate[1] / 1e9:6.3f} GB/s")
         if rate[1] > self.best.get(key, (0.0, 0.0))[1]:
             self.best[key] = rate
 
@@ -199,12 +217,15 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=0, help="N reader threads (0: data.threads=-1's choice on a GPU, "
                    "min(4, cores))")
     p.add_argument("--batch", type=int, default=0, help="local batch (0: 8 CosmoFlow, 4 DeepCAM)")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (at most)")
     p.add_argument("--steps", type=int, default=10, help="timed training steps on a GPU (0: none)")
     p.add_argument("--only", choices=["cf-plain", "cf-gzip", "dc"], action="append", default=[])
+    add_budget_argument(p, 900.0)
     a = p.parse_args()
+    budget = Budget(a.budget_s)
+    say(header(describe()))
     work = Path(a.work)
-    make_datasets(work, a.cosmoflow_samples, a.deepcam_samples)
+    ready = make_datasets(work, a.cosmoflow_samples, a.deepcam_samples, a.only or list(DATASETS), budget)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     n_threads = a.threads or reader_threads(-1, None)
     thread_counts = [0, n_threads]
@@ -216,7 +237,7 @@ def main() -> None:
         dali = False
 
     cases: dict[str, Case] = {}
-    for name in ("cf-plain", "cf-gzip"):
+    for name in [n for n in ("cf-plain", "cf-gzip") if n in ready]:
         wl = CosmoFlowWorkload(CosmoFlowWorkload.load_config(
             "full", [f"data.root={work / name}", "train.loader=torch"]))
         files = sorted((work / name / "train").iterdir())
@@ -228,24 +249,30 @@ def main() -> None:
             size = xb + 200  # the inflated stream: record framing + Example around x
             cases[name] = Case("CosmoFlow gzip TFRecords", wl, files, xb, lambda f, s=size: read_inflate(f, s),
                                "(b) read + zlib inflate", "loader >= 80% of (b)")
-    wl = DeepCAMWorkload(DeepCAMWorkload.load_config("full", [f"data.root={work / 'dc'}", "train.loader=torch"]))
-    files = sorted((work / "dc" / "train").glob("data-*.h5"))
-    cases["dc"] = Case("DeepCAM HDF5", wl, files, 768 * 1152 * (16 * 4 + 1), read_h5,
-                       "(c) plain h5py read into numpy", "loader >= 80% of (c)")
-    if a.only:
-        cases = {k: v for k, v in cases.items() if k in a.only}
+    if "dc" in ready:
+        wl = DeepCAMWorkload(DeepCAMWorkload.load_config("full", [f"data.root={work / 'dc'}", "train.loader=torch"]))
+        files = sorted((work / "dc" / "train").glob("data-*.h5"))
+        cases["dc"] = Case("DeepCAM HDF5", wl, files, 768 * 1152 * (16 * 4 + 1), read_h5,
+                           "(c) plain h5py read into numpy", "loader >= 80% of (c)")
 
     for case in cases.values():  # warm the page cache: the rates below are CPU costs
         for f in case.files:
             f.read_bytes()
+    done: dict[str, int] = {}
     for r in range(a.rounds):
         for name, case in cases.items():
+            if r and budget.left() < case.round_s:
+                budget.skip(f"{name} round {r + 1} of {a.rounds} (one round needs ~{case.round_s:.0f} s)")
+                continue
             batch = a.batch or (8 if name.startswith("cf") else 4)
-            print(f"round {r + 1}/{a.rounds}: {case.title}", file=sys.stderr, flush=True)
+            say(f"round {r + 1}/{a.rounds}: {case.title}")
+            t = time.perf_counter()
             run_round(case, thread_counts, batch, device, dali)
+            case.round_s = min(case.round_s, time.perf_counter() - t)
+            done[name] = done.get(name, 0) + 1
 
-    print(header(describe()))
-    print(f"loader_limit: device {device}, reader threads 0 and {n_threads}, best of {a.rounds} interleaved rounds, "
+    say(f"loader_limit: device {device}, reader threads 0 and {n_threads}, best of the interleaved rounds done "
+          f"({', '.join(f'{k} {v}' for k, v in done.items()) or 'none'} of {a.rounds}), "
           f"page cache warm; torch threads {torch.get_num_threads()}; DALI {'installed' if dali else 'not installed'}")
     print("loader rate = read + validate (CRCs, shapes, dtypes) + batch, in the storage dtype (what a GPU receives)")
     for name, case in cases.items():
@@ -261,6 +288,7 @@ def main() -> None:
             verdict = "met" if got >= 0.8 * lim else f"MISSED by {100 * (0.8 - got / lim):.1f} points"
             print(f"  {case.title:26s} threads={n}: {100 * got / lim:5.1f}% of {case.limit_name} "
                   f"(goal >= 80%): {verdict}")
+    budget.done()
 
 
 if __name__ == "__main__":

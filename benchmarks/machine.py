@@ -1,10 +1,12 @@
 """What a benchmark ran on, for the first line of its results (``# ...``) and its JSON: the CPU
 model, core count and the instruction-set flags that decide the speed of the data path (CRC-32C,
-zlib, bf16 kernels), the torch threads and whether ``crc32c`` uses the hardware instruction."""
+zlib, bf16 kernels), the torch threads, whether ``crc32c`` uses the hardware instruction and whether
+bf16 is native here; plus a cheap, time-bounded GEMM peak to compare achieved FLOP/s with."""
 from __future__ import annotations
 
 import os
 import platform
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ def describe() -> dict[str, Any]:
     return {"cpu": model, "cores": os.cpu_count(), "flags": [f for f in FLAGS if f in flags],
             "torch_threads": torch.get_num_threads(), "crc32c_hardware": bool(crc32c.hardware_based),
             "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "load_1min": os.getloadavg()[0]}
+            "bf16_native": bf16_native()[0], "load_1min": os.getloadavg()[0]}
 
 
 def header(info: dict[str, Any]) -> str:
@@ -36,4 +38,80 @@ def header(info: dict[str, Any]) -> str:
     return (f"# {info['cpu']}, {info['cores']} cores, flags {' '.join(info['flags']) or 'none of ' + '/'.join(FLAGS)}; "
             f"crc32c {'hardware' if info['crc32c_hardware'] else 'software'}; torch threads {info['torch_threads']}; "
             f"torch cpu capability {info.get('torch_cpu_capability', '?')}; "
+            f"bf16 {'native' if info.get('bf16_native') else 'emulated'}; "
             f"load {info['load_1min']:.2f}")
+
+
+def _local_cpu_bf16_native() -> tuple[bool, str]:
+    """The check of ``common.auto.cpu_bf16_native`` for trees that do not have it yet (x86 only;
+    elsewhere bf16 counts as emulated, which errs on the cheap side)."""
+    import torch
+
+    cap = torch.backends.cpu.get_cpu_capability()
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False, f"no native-bf16 check for a {platform.machine()} CPU here (torch CPU capability {cap})"
+    hw = [name for name, fn in (("AVX512_BF16", "_is_avx512_bf16_supported"), ("AMX", "_is_amx_tile_supported"))
+          if getattr(torch.cpu, fn, lambda: False)()]
+    if not hw:
+        return False, f"no AVX512_BF16/AMX on this CPU (torch CPU capability {cap}): bf16 is emulated"
+    if not cap.startswith("AVX512"):
+        return False, f"the CPU has {'+'.join(hw)} but torch's kernels are capped at {cap}: bf16 is emulated"
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return False, f"the CPU has {'+'.join(hw)} but oneDNN's bf16 kernels are off: bf16 is emulated"
+    return True, f"the CPU has {'+'.join(hw)} (torch CPU capability {cap})"
+
+
+def bf16_native(device: Any = None) -> tuple[bool, str]:
+    """(bf16 runs natively on ``device`` (default: the CPU), why): ``common.auto``'s answer when the
+    tree has it, else the same check made here."""
+    try:
+        from common import auto
+    except ImportError:
+        auto = None
+    if device is not None and getattr(device, "type", device) == "cuda":
+        import torch
+
+        major, minor = torch.cuda.get_device_capability(device)
+        return major >= 8, f"{torch.cuda.get_device_name(device)} has compute capability {major}.{minor}"
+    return auto.cpu_bf16_native() if auto is not None else _local_cpu_bf16_native()
+
+
+def peak_dtype(device: Any = None) -> Any:
+    """The dtype a FLOP reference should be measured in: bf16 where it is native, else fp32 (an
+    emulated bf16 GEMM is no peak of anything, and at n=2048 it takes minutes on an AVX2 CPU)."""
+    import torch
+
+    return torch.bfloat16 if bf16_native(device)[0] else torch.float32
+
+
+def matmul_peak(dtype: Any, seconds: float = 1.0, max_n: int = 2048, device: Any = "cpu") -> tuple[float, int]:
+    """(best FLOP/s of an n x n GEMM, n): n doubles from 256 while the next size should take under a
+    quarter of ``seconds``, then products repeat until ``seconds`` pass (at most 5): bounded by time
+    on any machine, whatever the dtype costs there."""
+    import torch
+
+    dev = torch.device(device)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    deadline = time.perf_counter() + seconds
+
+    def once(a: torch.Tensor, b: torch.Tensor) -> float:
+        sync()
+        t = time.perf_counter()
+        a @ b
+        sync()
+        return time.perf_counter() - t
+
+    n, best = 256, 0.0
+    while True:
+        a, b = torch.randn(n, n, dtype=dtype, device=dev), torch.randn(n, n, dtype=dtype, device=dev)
+        once(a, b)  # warm-up
+        dt = min(once(a, b), once(a, b))  # two: one slow product (load elsewhere) must not stop the growth
+        best = max(best, 2.0 * n**3 / dt)
+        if 2 * n > max_n or 8 * dt > seconds / 4 or time.perf_counter() > deadline:
+            break
+        n *= 2
+    for _ in range(4):
+        if time.perf_counter() > deadline:
+            break
+        best = max(best, 2.0 * n**3 / once(a, b))
+    return best, n

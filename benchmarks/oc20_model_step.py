@@ -5,7 +5,8 @@ PyG needs pyg-lib (radius_graph) and torch-sparse (triplets), which do not insta
 patched to return our precomputed graph and triplets (tests/oc20_pyg.py). PyG measures distances
 from raw positions, so the systems are non-periodic metal clusters with adsorbates sized like OC20
 (~70 atoms, 6 A cutoff, <= 50 neighbours). Runs are interleaved (ours, pyg, ours, ...) so machine
-contention hits both; prints the median time per step and the ratio. ``--malloc tuned`` (default,
+contention hits both; prints each pair of steps as it runs, then the median time per step and the ratio.
+``--budget-s`` bounds the run: repeats stop when the time left cannot hold another pair (said). ``--malloc tuned`` (default,
 as the OC20 workload does) raises glibc's mmap/trim thresholds for the whole process, so it applies
 to both models; ``--malloc default`` leaves glibc as it is.
 
@@ -28,6 +29,10 @@ from oc20_pyg import patched_pyg_graph  # noqa: E402
 from opencatalyst import graph, pyg_map  # noqa: E402
 from opencatalyst.cpualloc import keep_freed_memory  # noqa: E402
 from opencatalyst.model import energy_and_forces  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
+from machine import describe, header  # noqa: E402 - sibling benchmark module
 
 
 def cluster(seed: int, cutoff: float, max_nb: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -80,13 +85,16 @@ def step_pyg(model: torch.nn.Module, b: dict) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--systems", type=int, default=4)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=5, help="interleaved pairs of steps (at most)")
     ap.add_argument("--cutoff", type=float, default=6.0)
     ap.add_argument("--max-neighbors", type=int, default=50)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--malloc", choices=("tuned", "default"), default="tuned",
                     help="tuned: keep freed large blocks in the heap (both models, whole process)")
+    add_budget_argument(ap, 120.0)
     args = ap.parse_args()
+    budget = Budget(args.budget_s)
+    say(header(describe()))
     tuned = args.malloc == "tuned" and keep_freed_memory()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -98,18 +106,28 @@ def main() -> None:
     ours = pyg_map.from_pyg(pyg)
     b = make_batch(args.systems, args.cutoff, args.max_neighbors)
     n, e, t = b["z"].numel(), b["edge_index"].shape[1], b["idx_kj"].numel()
-    print(f"batch: {args.systems} systems, {n} atoms, {e} edges ({e / args.systems:.0f}/system), "
+    say(f"batch: {args.systems} systems, {n} atoms, {e} edges ({e / args.systems:.0f}/system), "
           f"{t} triplets ({t / args.systems:.0f}/system); torch threads {torch.get_num_threads()}; "
           f"malloc {'tuned' if tuned else 'default'}")
-    step_ours(ours, b), step_pyg(pyg, b)  # warm-up
+    say("warm-up (one step of each, not timed; the run is at least this plus one timed pair):")
+    wo = step_ours(ours, b)
+    say(f"  warm-up ours {wo:.3f} s")
+    wp = step_pyg(pyg, b)
+    say(f"  warm-up pyg  {wp:.3f} s")
     to, tp = [], []
-    for _ in range(args.repeats):
+    for r in range(args.repeats):
+        pair_s = min(to[-1] + tp[-1], wo + wp) if to else wo + wp
+        if r and budget.left() < pair_s:
+            budget.skip(f"pairs {r + 1}-{args.repeats} of {args.repeats} (one pair needs ~{pair_s:.1f} s)")
+            break
         to.append(step_ours(ours, b))
         tp.append(step_pyg(pyg, b))
+        say(f"  pair {r + 1}/{args.repeats}: ours {to[-1]:.3f} s/step, pyg {tp[-1]:.3f} s/step")
     mo, mp = statistics.median(to), statistics.median(tp)
-    print(f"torch_geometric DimeNetPlusPlus (baseline): median {mp:.3f} s/step  runs {[round(x, 3) for x in tp]}")
-    print(f"opencatalyst fused DimeNetPP             : median {mo:.3f} s/step  runs {[round(x, 3) for x in to]}")
-    print(f"speedup (baseline / ours): {mp / mo:.2f}x   (goal >= 2x, moonshot 4x)")
+    say(f"torch_geometric DimeNetPlusPlus (baseline): median {mp:.3f} s/step  runs {[round(x, 3) for x in tp]}")
+    say(f"opencatalyst fused DimeNetPP             : median {mo:.3f} s/step  runs {[round(x, 3) for x in to]}")
+    say(f"speedup (baseline / ours): {mp / mo:.2f}x   (goal >= 2x, moonshot 4x)")
+    budget.done()
 
 
 if __name__ == "__main__":

@@ -3,17 +3,24 @@
 For every step of one epoch at R ranks: max over ranks / mean over ranks of the edges (or triplets)
 each rank processes; printed as the mean over the epoch's steps, for both partitions of
 ``common.data.sampler.EpochSampler`` on the same global batches. Costs come from the sizes stored in
-a split's LMDB files, or from OC20-like synthetic sizes.
+a split's LMDB files, or from OC20-like synthetic sizes. Each partition's line is printed when it is
+computed; with ``--budget-s`` spent after the baseline, the balanced partition is skipped (said).
 
     python benchmarks/oc20_sampler_balance.py --ranks 8 --global-batch 64 [--data DIR/train]
 """
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import numpy as np
 
 from common.data.sampler import EpochSampler
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
+from machine import describe, header  # noqa: E402 - sibling benchmark module
 
 
 def imbalance(costs: np.ndarray, ranks: int, global_batch: int, balanced: bool, seed: int) -> tuple[float, float]:
@@ -34,7 +41,10 @@ def main() -> None:
     ap.add_argument("--trust-pickle", action="store_true", help="--data holds original pickled OC20 files")
     ap.add_argument("--samples", type=int, default=20_000)
     ap.add_argument("--seed", type=int, default=0)
+    add_budget_argument(ap, 120.0)
     args = ap.parse_args()
+    budget = Budget(args.budget_s)
+    say(header(describe()))
     if args.global_batch % args.ranks:
         ap.error(f"--global-batch {args.global_batch} does not split over {args.ranks} ranks")
     if args.data:
@@ -47,12 +57,16 @@ def main() -> None:
         natoms = rng.integers(20, 226, args.samples)
         costs = (natoms * rng.uniform(25, 40, args.samples)).astype(np.int64)
         source = f"synthetic OC20-like sizes, {args.samples} samples"
-    print(f"costs: {source}; {args.ranks} ranks, global batch {args.global_batch}, "
+    say(f"costs: {source}; {args.ranks} ranks, global batch {args.global_batch}, "
           f"{costs.size // args.global_batch} steps")
     for name, balanced in (("plain strided partition (baseline)", False), ("edge-balanced LPT partition", True)):
+        if balanced and budget.spent():
+            budget.skip(name)
+            continue
         mean, worst = imbalance(costs, args.ranks, args.global_batch, balanced, args.seed)
-        print(f"{name:34s}: max/mean edges per rank per step = {mean:.3f} (worst step {worst:.3f})")
-    print("goal for the balanced partition: <= 1.05")
+        say(f"{name:34s}: max/mean edges per rank per step = {mean:.3f} (worst step {worst:.3f})")
+    say("goal for the balanced partition: <= 1.05")
+    budget.done()
 
 
 if __name__ == "__main__":

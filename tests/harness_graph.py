@@ -24,12 +24,20 @@ from tests.harness_toy import ToyWorkload
 
 
 def stepper(workload: Any, mode: str, device: torch.device) -> tuple[TrainStep, FlatParams]:
+    """The harness's step for ``workload`` on ``device``. ``auto`` precision/channels-last are resolved
+    as the trainer does (channels-last on a CPU without the timing probe: off) and written back to
+    ``workload.cfg.train``, so that callers lay out their batches to match."""
+    from common.auto import choose_channels_last, choose_precision
+
     torch.manual_seed(0)
+    cfg = workload.cfg
     model = workload.build_model().to(device)
-    if workload.cfg.train.channels_last:
+    cfg.train.precision = choose_precision(cfg.train.precision, device).value
+    cfg.train.channels_last = choose_channels_last(cfg.train.channels_last, device, model, cfg.train.precision,
+                                                   None).value
+    if cfg.train.channels_last:
         model = module_to_channels_last(model)
     flat = FlatParams(model)
-    cfg = workload.cfg
     opt = build_optimizer(flat, cfg.optim)
     schedule = Schedule.from_config(cfg.optim, steps_per_epoch=10, max_epochs=cfg.train.max_epochs)
     return TrainStep(workload, model, flat, opt, schedule, Precision(cfg.train.precision, device), mode), flat

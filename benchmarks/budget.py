@@ -1,0 +1,62 @@
+"""A benchmark's time budget (``--budget-s``) and its running output.
+
+A benchmark prints each measurement when it is made and bounds its whole run by a budget: repeats
+adapt to how slow a step is here, and what the budget does not reach is skipped *and said* (on the
+screen and in the JSON), never dropped silently. One indivisible piece (a single warm-up step, a
+single subprocess) can overrun; its subprocesses get the time that is left as their timeout.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+
+def say(text: str) -> None:
+    """Print now: a benchmark's output must not wait in a pipe buffer until the end."""
+    print(text, flush=True)
+
+
+def add_budget_argument(parser: argparse.ArgumentParser, default: float) -> None:
+    parser.add_argument("--budget-s", type=float, default=default,
+                        help=f"seconds for the whole run (default {default:g}): repeats adapt to it and what it "
+                             "does not reach is reported as skipped")
+
+
+class Budget:
+    def __init__(self, seconds: float) -> None:
+        if seconds <= 0:
+            raise SystemExit(f"--budget-s must be > 0 seconds, got {seconds:g}")
+        self.seconds, self.start = seconds, time.monotonic()
+        self.skipped: list[str] = []
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def left(self) -> float:
+        return self.seconds - self.elapsed()
+
+    def spent(self) -> bool:
+        return self.left() <= 0
+
+    def fit(self, each_s: float, wanted: int, share: float = 1.0) -> int:
+        """How many of ``wanted`` repeats of ``each_s`` seconds fit in ``share`` of the time left
+        (at least 1: a measurement that was started gets one sample)."""
+        room = max(0.0, self.left() * share)
+        return max(1, min(wanted, int(room / max(each_s, 1e-9))))
+
+    def skip(self, what: str) -> None:
+        """Record and say that ``what`` was not measured because the budget was spent."""
+        self.skipped.append(what)
+        say(f"SKIPPED {what}: --budget-s {self.seconds:g} spent ({self.elapsed():.0f} s elapsed)")
+
+    def timeout(self, cap: float) -> float:
+        """A subprocess's timeout: the time left (at least a few seconds), at most ``cap``."""
+        return max(5.0, min(cap, self.left()))
+
+    def summary(self) -> dict[str, Any]:
+        return {"budget_s": self.seconds, "elapsed_s": round(self.elapsed(), 1), "skipped": list(self.skipped)}
+
+    def done(self) -> None:
+        say(f"# done in {self.elapsed():.1f} s of --budget-s {self.seconds:g}; skipped: "
+            + ("; ".join(self.skipped) if self.skipped else "nothing"))
