@@ -83,11 +83,11 @@ def step_rates(budget_s: float) -> dict:
             "auto": auto, "auto_reason": prec.reason}
 
 
-def child(setting: str, budget_s: float) -> dict:
+def child(setting: str, budget_s: float, timeout_s: float) -> dict:
     env = dict(os.environ, **SETTINGS[setting], PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     code = f"import json, benchmarks.any_cpu as b; print('RESULT', json.dumps(b.step_rates({budget_s})))"
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
-                         timeout=budget_s + 240)
+                         timeout=timeout_s)
     if out.returncode:
         raise SystemExit(f"step measurement under {setting} failed:\n{out.stderr[-2000:]}")
     line = next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))
@@ -109,10 +109,12 @@ def full_run(setting: str, workdir: Path, timeout_s: float) -> dict:
 
 
 def main() -> None:
+    from benchmarks.budget import Budget, add_budget_argument
     from benchmarks.machine import describe, header
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--budget-s", type=float, default=20.0, help="step-measurement time per setting (default 20)")
+    add_budget_argument(p, 900.0)
+    p.add_argument("--step-s", type=float, default=20.0, help="step-measurement time per setting (default 20)")
     p.add_argument("--run", action="store_true", help="also time `hpcbench run --fresh` under each setting")
     p.add_argument("--run-timeout-s", type=float, default=420.0, help="give up on one full run after this long")
     p.add_argument("--workdir", type=Path, default=Path("/tmp/hpcbench-any-cpu"))
@@ -120,10 +122,14 @@ def main() -> None:
     p.add_argument("--json", type=Path, help="also write the results here")
     a = p.parse_args()
     print(header(describe()), flush=True)
+    budget = Budget(a.budget_s)
     results: dict = {}
     for setting in a.settings.split(","):
+        if budget.spent():
+            budget.skip(f"setting {setting}")
+            continue
         print(f"\n== {setting} ({' '.join(f'{k}={v}' for k, v in SETTINGS[setting].items()) or 'no caps'})", flush=True)
-        r = child(setting, a.budget_s)
+        r = child(setting, min(a.step_s, max(1.0, budget.left() / 4)), budget.timeout(600))
         cap = r["machine"].get("torch_cpu_capability", "?")
         print(f"torch CPU capability {cap}; bf16 native: {r['bf16_native'][0]} ({r['bf16_native'][1]})")
         base = r["rates"]["bf16+cl"]
@@ -132,9 +138,11 @@ def main() -> None:
         auto = r["rates"][r["auto"]]
         print(f"  auto chooses {r['auto']}: {auto:.1f} samples/s = x{auto / base:.2f} the old preset's speed "
               f"({r['rounds']} rounds, best round)", flush=True)
-        if a.run:
+        if a.run and budget.left() < 60:
+            budget.skip(f"hpcbench run under {setting} (less than 60 s left)")
+        elif a.run:
             print(f"  hpcbench run --fresh under {setting} ...", flush=True)
-            fr = full_run(setting, a.workdir / setting, a.run_timeout_s)
+            fr = full_run(setting, a.workdir / setting, budget.timeout(a.run_timeout_s))
             for line in fr.get("lines", []):
                 print("    " + line)
             secs = fr["seconds"]
@@ -143,8 +151,9 @@ def main() -> None:
             print(f"  hpcbench run wall time: {verdict}; status {fr['status']}", flush=True)
             r["full_run"] = fr
         results[setting] = r
+    budget.done()
     if a.json:
-        a.json.write_text(json.dumps(results, indent=1, default=str))
+        a.json.write_text(json.dumps({"results": results, "budget": budget.summary()}, indent=1, default=str))
 
 
 if __name__ == "__main__":
