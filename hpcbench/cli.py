@@ -26,10 +26,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-class NotImplementedYet(HpcbenchError):
-    """A subcommand or option that exists in the CLI but is not built yet."""
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hpcbench",
@@ -90,9 +86,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     try:
         return int(args._module.run(args) or 0)
-    except NotImplementedYet as exc:
-        print(f"hpcbench {args.command}: not implemented yet: {exc}", file=sys.stderr)
-        return 3
     except HpcbenchError as exc:
         if args.debug:
             traceback.print_exc()

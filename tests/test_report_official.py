@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from common.mllog import MLPerfLogger
-from conftest import run_cli, run_mpi
+from conftest import project_env, run_cli, run_mpi
 from hpcbench import results_layout as rl
 from hpcbench.report.build import build
 from hpcbench.report.logs import parse_log
@@ -208,6 +208,14 @@ def test_report_folder_is_replaced_whole_or_removed(tmp_path: Path) -> None:
     proc = run_cli(["report", str(tmp_path / "logs"), "--out", str(out), "--no-official"])
     assert proc.returncode == 2 and "no result_*.txt logs" in proc.stderr
     assert not out.exists() and "no report was produced" in proc.stdout
+    assert (tmp_path / "rep.stale" / "report.json").is_file() and "moved to" in proc.stdout  # kept, marked stale
+    write_log(tmp_path / "logs" / "result_0.txt", SynthRun(0.0, 30.0))
+    env = project_env(MPLBACKEND="no-such-backend")  # an internal failure (plots), not bad input
+    assert run_cli(["report", str(tmp_path / "logs"), "--out", str(out), "--no-official"]).returncode == 0
+    proc = run_cli(["report", str(tmp_path / "logs"), "--out", str(out), "--no-official"], env=env)
+    assert proc.returncode != 0 and "could not write the report" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists() and (tmp_path / "rep.stale" / "report.json").is_file()
+    (tmp_path / "logs" / "result_0.txt").unlink()
     mine = tmp_path / "notes"
     mine.mkdir()
     (mine / "keep.txt").write_text("mine")

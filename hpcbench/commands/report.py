@@ -32,9 +32,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         rep = write_report(Path(args.results), out, official=not args.no_official, make_plots=not args.no_plots)
     except Exception:
+        from hpcbench.report.build import stale_path
+
         if not out.exists():
-            console.print(f"[bold red]no report was produced; {out} holds none (an old report there is removed so "
-                          "that no stale numbers remain)[/]")
+            stale = stale_path(out)
+            moved = (f"; the previous report was moved to {stale} (made from the logs as they were then)"
+                     if stale.exists() else "")
+            console.print(f"[bold red]no report was produced; {out} holds none{moved}[/]")
         raise
     for g in rep.groups:
         print_group(console, g.score, g.official, g.checks)

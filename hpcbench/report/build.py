@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.errors import ConfigError, DataError
+from common.errors import ConfigError, DataError, HpcbenchError
 
 from . import plots
 from .compare import Check, compare, disagreements
@@ -125,12 +125,22 @@ def write_report(results: Path, out: Path, official: bool = True, make_plots: bo
         write_csv(tmp / "report.csv", [(g.score, g.official) for g in rep.groups])
         _verify(tmp, rep)
         _swap(tmp, out)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         if out.exists() and _is_ours(out):
-            shutil.rmtree(out)  # its numbers describe logs that are no longer what the folder holds
+            # its numbers may describe other logs: out of the way under a name that says so, not lost
+            stale = stale_path(out)
+            shutil.rmtree(stale, ignore_errors=True)
+            out.rename(stale)
+        if isinstance(exc, Exception) and not isinstance(exc, HpcbenchError):
+            raise HpcbenchError(f"could not write the report {out}: {type(exc).__name__}: {exc}") from exc
         raise
     return rep
+
+
+def stale_path(out: Path) -> Path:
+    """Where a previous report goes when a new one cannot be made."""
+    return out.with_name(out.name + ".stale")
 
 
 def _verify(tmp: Path, rep: Report) -> None:

@@ -34,7 +34,7 @@ def compare(score: Score, off: Official) -> list[Check]:
     checks: list[Check] = []
     for row in score.runs:
         passed = off.compliance.get(row.name, (False, ""))[0]
-        checks.append(Check(f"{row.name}: counted (ours: success + target met / official: compliance checker)",
+        checks.append(Check(f"{row.name}: counted (target met, as the official compliance checker decides)",
                             row.converged, passed, row.converged == passed))
     for name, _ in score.skipped:
         passed = off.compliance.get(name, (False, ""))[0]

@@ -72,10 +72,15 @@ class RunLog:
 
     @property
     def converged(self) -> bool:
-        """Counted as a converged model: finished with run_stop status=success, reached the target as
-        the official checker defines it, and every MLLOG line parses."""
-        return (self.complete and self.status == "success" and self.target_met is not False
-                and not self.bad_lines)
+        """Counted as a converged model, as the official summarizer counts it: a complete log (run_start
+        and run_stop) whose evaluations reach the target as the official checker defines it, every
+        MLLOG line parsing. The checker does not read run_stop's status, so neither does this: a log
+        that says aborted but met the target counts (and is flagged as contradicting itself); with no
+        known target, status=success decides."""
+        if not self.complete or self.bad_lines:
+            return False
+        met = self.target_met
+        return met if met is not None else self.status == "success"
 
     @property
     def outcome(self) -> str:
@@ -84,9 +89,11 @@ class RunLog:
             return "unreadable"
         if not self.complete:
             return "incomplete"
+        if self.converged:
+            return "success"
         if self.status != "success":
             return self.status or "no_status"
-        return "success" if self.target_met is not False else "target_missed"
+        return "target_missed"
 
     @property
     def time_to_solution_s(self) -> float | None:
@@ -211,5 +218,8 @@ def parse_log(path: Path) -> RunLog:
         best = [e.value for e in log.metrics if tgt is not None and e.key == tgt.key]
         log.problems.append(f"run_stop says success but no evaluation met the target {tgt.describe() if tgt else ''}"
                             + (f" (last {best[-1]:g})" if best else " (no evaluation logged)"))
+    if log.complete and log.status != "success" and log.target_met:
+        log.problems.append(f"run_stop says {log.status or 'nothing'} but an evaluation met the target: counted, as the "
+                            "official summarizer counts it (it does not read the status)")
     log.problems.extend(log.bad_lines)
     return log

@@ -12,8 +12,9 @@ M' / TTTa in models per minute. The official summarizer scores a weak result onl
 required number of models converged. Our own extra figure, the span of the whole job including
 instances that did not converge, is labelled as ours wherever it is shown.
 
-"Converged" (see :mod:`.targets`): run_stop status=success and at least one evaluation meets the
-benchmark's target as the official compliance checker defines it.
+"Converged" (see :mod:`.targets` and ``RunLog.converged``): a complete log in which at least one
+evaluation meets the benchmark's target as the official compliance checker defines it (the status
+of run_stop is not read, as the checker does not read it).
 """
 from __future__ import annotations
 
