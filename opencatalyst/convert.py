@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from common.data.datagen import FileJob, generate
-from common.errors import ConfigError
+from common.errors import ConfigError, DataError
 
 from . import lmdbio
 from .dataset import LAYOUT
@@ -47,8 +47,18 @@ def convert_split(src: Path, dst: Path, trust_pickle: bool, progress: bool = Tru
     sources = {path.name: path for path in lmdbio.shard_paths(src)}
     jobs = [FileJob(dst.name, name, tuple(range(len(lmdbio.Shard(path, trust_pickle=True)))))
             for name, path in sources.items()]
-    generate(dst.parent, jobs, partial(convert_file, sources), verify_file, workers, progress=progress,
-             desc=f"convert {src.name}")
+    empty = [name for name, job in zip(sources, jobs) if not job.indices]
+    if empty:
+        raise DataError(f"{src}: {', '.join(empty)} hold(s) no samples (an empty or unfinished LMDB); "
+                        "nothing was converted")
+    created = not dst.exists()
+    try:
+        generate(dst.parent, jobs, partial(convert_file, sources), verify_file, workers, progress=progress,
+                 desc=f"convert {src.name}")
+    except BaseException:
+        if created and dst.is_dir() and not any(dst.iterdir()):
+            dst.rmdir()  # no empty split folder left behind by a failed conversion
+        raise
     return sum(len(j.indices) for j in jobs)
 
 

@@ -137,12 +137,19 @@ def _to_numpy(value: Any) -> Any:
 
 def from_data_object(obj: Any, where: str) -> dict[str, Any]:
     """A plain dict of numpy arrays from a (trusted) unpickled OC20 ``Data`` object or dict."""
+    state = vars(obj) if hasattr(obj, "__dict__") else {}
     if isinstance(obj, Mapping):
         raw = dict(obj)
+    elif state and "_store" not in state:
+        # Data pickled by torch_geometric 1.x (the published OC20 LMDBs): its fields are plain
+        # attributes, and a newer PyG's to_dict() on it raises, so read them as fairchem does
+        raw = {k: v for k, v in state.items() if not k.startswith("_")}
     elif hasattr(obj, "to_dict"):
-        raw = obj.to_dict()
-    elif hasattr(obj, "__dict__"):  # Data pickled by old torch_geometric versions
-        raw = {k: v for k, v in vars(obj).items() if not k.startswith("_")}
+        try:
+            raw = obj.to_dict()
+        except Exception as exc:  # noqa: BLE001 - any failure of a foreign class is named, with the file
+            raise DataError(f"{where}: could not read the fields of the unpickled {type(obj).__name__} "
+                            f"({type(exc).__name__}: {exc})") from exc
     else:
         raise DataError(f"{where}: unpickled a {type(obj).__name__}, expected a torch_geometric Data or dict")
     out: dict[str, Any] = {}

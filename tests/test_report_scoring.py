@@ -98,13 +98,28 @@ def test_weak_scaling_two_instances_cli(tmp_path: Path) -> None:
         assert (tmp_path / "report" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_weak_disagreement_is_reported_not_hidden(tmp_path: Path) -> None:
-    """An instance that the official checker counts (an eval met the target) but that we do not
-    (run_stop says aborted): listed as a disagreement, and --strict fails."""
+def test_aborted_but_target_met_counts_as_official_and_is_flagged(tmp_path: Path) -> None:
+    """The official checker does not read run_stop's status: a log that says aborted but whose eval met
+    the target is counted by both (they agree), and the report names the contradiction in the log."""
     runs = [SynthRun(0.0, 50.0), SynthRun(1.0, 80.0, status="aborted", final_error=0.1)]
     write_benchmark(tmp_path, "weak", runs)
     proc = run_cli(["report", str(tmp_path), "--strict", "--no-plots"], timeout=120)
-    assert proc.returncode == 1
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "agree on every figure they both produced" in proc.stdout
+    assert "result_1.txt: run_stop says aborted but an evaluation met the target" in proc.stdout
+    (g,) = json.loads((tmp_path / "report" / "report.json").read_text())["groups"]
+    assert g["score"]["M_prime"] == 2
+
+
+def test_weak_disagreement_is_reported_not_hidden(tmp_path: Path) -> None:
+    """An instance we count (complete, target met) that the official compliance checker rejects (the
+    required cache_clear event is missing): listed as a disagreement, and --strict fails."""
+    runs = [SynthRun(0.0, 50.0), SynthRun(1.0, 80.0)]
+    write_benchmark(tmp_path, "weak", runs)
+    log = next(tmp_path.rglob("result_1.txt"))
+    log.write_text("".join(ln for ln in log.read_text().splitlines(keepends=True) if '"key": "cache_clear"' not in ln))
+    proc = run_cli(["report", str(tmp_path), "--strict", "--no-plots"], timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "DISAGREEMENT" in proc.stdout and "result_1.txt: counted" in proc.stdout
 
 
