@@ -94,6 +94,8 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--cap-mbps", type=float, default=None,
                     help="driver: serve the data through capfs capped at this many MB/s (shared by all readers)")
     ap.add_argument("--budget-s", type=float, default=300.0, help="driver: start no new repeat after this")
+    ap.add_argument("--from-json", type=Path, default=None,
+                    help="driver: no runs; summarize, validate the model and plot again from a saved PREFIX.json")
     ap.add_argument("--mpiexec", default=str(Path(sys.executable).with_name("mpiexec")))
     return ap.parse_args(argv)
 
@@ -101,9 +103,12 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
 def main() -> None:
     a = _args()
     if a.scale:
-        from benchmarks.staging_scale import drive
+        from benchmarks.staging_scale import drive, rereport
 
-        drive(a, make_data, evict)
+        if a.from_json:
+            rereport(a, a.from_json)
+        else:
+            drive(a, make_data, evict)
         return
     env = init_distributed(a.instances, ranks_per_node=1, torch_backend=None)
     lay = env.layout

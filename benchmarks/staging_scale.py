@@ -123,6 +123,16 @@ def drive(a: argparse.Namespace, make_data: Callable[..., tuple[int, float]], ev
         shutil.rmtree(a.work, ignore_errors=True)
 
 
+def rereport(a: argparse.Namespace, path: Path) -> None:
+    """Print and write the summary, the model validation and the plot again from a saved PREFIX.json
+    (``staging_bench.py --scale ... --from-json PREFIX.json``): the model can change, the runs do not."""
+    d = json.loads(path.read_text())
+    ks = [int(k) for k in a.scale.split(",") if k]
+    files = d.get("files", 0)
+    report(a, ks, a.nodes_per_instance, d["machine"], d["probe"], d["cap_label"], d["runs"], d["served"],
+           d["raw_bytes"], d["packed_bytes"], files, d.get("elapsed_s", float("nan")))
+
+
 def report(a: argparse.Namespace, ks: list[int], n: int, mach: dict[str, Any], pr: dict[str, Any], cap_label: str,
            runs: list[dict[str, Any]], served: list[dict[str, Any]], raw_b: int, packed_b: int, files: int,
            elapsed: float) -> None:
@@ -173,7 +183,8 @@ def report(a: argparse.Namespace, ks: list[int], n: int, mach: dict[str, Any], p
         Path(f"{a.out}.txt").write_text(text + "\n")
         Path(f"{a.out}_model.txt").write_text(header(mach) + "\n" + mtext + "\n")
         Path(f"{a.out}.json").write_text(json.dumps({"machine": mach, "probe": pr, "runs": runs, "served": served,
-                                                     "raw_bytes": raw_b, "packed_bytes": packed_b}, indent=1) + "\n")
+                                                     "raw_bytes": raw_b, "packed_bytes": packed_b, "files": files,
+                                                     "cap_label": cap_label, "elapsed_s": elapsed}, indent=1) + "\n")
         plot(Path(f"{a.out}.png"), ks, n, runs, med, pr, a, raw_b, packed_b, cap_label)
 
 
