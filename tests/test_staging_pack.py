@@ -124,6 +124,23 @@ def test_dry_run_full_scale_cosmoflow_is_fast() -> None:
     assert "524,288 files" in proc.stdout and "job total" in proc.stdout
 
 
+def test_dry_run_model_with_given_rates_and_plot(tmp_path: Path) -> None:
+    """The model's lines with every rate given (no probe): the v2.0 layout is write-bound, copy read-bound."""
+    rates = ["--fs-GBps", "500", "--fabric-GBps", "200", "--write-GBps", "6", "--decompress-GBps", "24"]
+    proc = run_cli(["stage", "--dry-run", "--nodes", "512", "--instances", "128", "--dataset", "cosmoflow", *rates,
+                    "--plot", str(tmp_path / "curve.png")], timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "fs_GBps 500 (given)" in proc.stdout and "probe" not in proc.stdout.split("model (staging.model)")[1].split("\n")[0]
+    rows = {ln.split()[0]: ln.split() for ln in proc.stdout.splitlines() if ln.strip().startswith(("packed", "copy"))}
+    assert rows["packed"][-1] == "write" and rows["copy"][-1] == "read"
+    assert float(rows["copy"][-2]) > 5 * float(rows["packed"][-2])
+    assert "scaling curve (4 nodes per instance)" in proc.stdout
+    assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
+    bad = run_cli(["stage", "--dry-run", "--nodes", "4", "--instances", "2", "--dataset", "cosmoflow",
+                   "--fs-GBps", "0", "--fabric-GBps", "1", "--write-GBps", "1", "--decompress-GBps", "1"], timeout=60)
+    assert bad.returncode == 2 and "--fs-GBps must be a finite number > 0" in bad.stderr
+
+
 def test_pack_cli_and_dry_run_from_a_manifest(tmp_path: Path) -> None:
     write_cosmoflow(tmp_path / "raw", 8, 2, size=16)
     proc = run_cli(["pack", "--dataset", "cosmoflow", "--source", str(tmp_path / "raw"), "--dest",
