@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -112,6 +113,9 @@ def main() -> None:
         return
     env = init_distributed(a.instances, ranks_per_node=1, torch_backend=None)
     lay = env.layout
+    # resolved on every rank before any timed run: it imports the workload's package (torch), which
+    # would otherwise land inside the first run of every rank but 0 (~5 s of 7 parallel imports on 2 cores)
+    layout = registry.layout("cosmoflow")
     methods = [m for m in a.methods.split(",") if m]
     given = a.source_root is not None
     root = a.source_root if given else a.work
@@ -120,7 +124,7 @@ def main() -> None:
     if lay.world_rank == 0 and not given:
         files, gen_s = make_data(raw, a.gib, a.size)
         t0 = time.perf_counter()
-        man = Packer(raw, packed, registry.layout("cosmoflow"), int(a.shard_mb * MiB), threads=a.threads,
+        man = Packer(raw, packed, layout, int(a.shard_mb * MiB), threads=a.threads,
                      progress=False).run()
         info = {"files": files, "gen_s": gen_s, "pack_s": time.perf_counter() - t0,
                 "raw_bytes": sum(s.raw_bytes for s in man.splits.values()),
@@ -137,14 +141,15 @@ def main() -> None:
                 evict(packed)
             barrier(env.comm, FOREVER, "cleaning before a run")
             opts = StageOptions(raw if method == "copy" else packed, str(dest / "node{node}"),
-                                registry.layout("cosmoflow"), method=method, chunk_mb=a.chunk_mb,
+                                layout, method=method, chunk_mb=a.chunk_mb,
                                 threads=a.threads, timeout_s=600, shard_bytes=int(a.shard_mb * MiB))
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), _cpu_s()
             rep_ = stage(env, opts)
-            wall = time.perf_counter() - t0
+            wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
+            cpu_all = sum(env.comm.allgather(cpu))  # every rank's process CPU (all its threads), user + system
             if rep_ is not None:
-                runs.append({"rep": rep, "method": method, "wall_s": wall, "report": rep_})
-                print(f"  K={lay.num_instances} run {rep} {method:>11}: {wall:6.2f} s, read "
+                runs.append({"rep": rep, "method": method, "wall_s": wall, "cpu_s": cpu_all, "report": rep_})
+                print(f"  K={lay.num_instances} run {rep} {method:>11}: {wall:6.2f} s (cpu {cpu_all:.2f} s, all ranks), read "
                       f"{rep_['totals']['read_bytes'] / 1e9:.3f} GB, {rep_['landed_GBps_per_node']:.3f} GB/s landed "
                       f"per node; {phase_line(rep_)}", flush=True)
     if lay.local_rank == 0:
@@ -157,6 +162,13 @@ def main() -> None:
             summarize(a, lay, info, runs)
             if not a.keep:
                 shutil.rmtree(a.work, ignore_errors=True)
+
+
+def _cpu_s() -> float:
+    """This process's CPU seconds so far (all threads, user + system): less sensitive to other jobs'
+    load than wall time, since a rank waiting for a core is not charged."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
 
 
 def phases(rep: dict) -> dict[str, float]:

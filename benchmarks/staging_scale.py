@@ -23,24 +23,40 @@ from benchmarks.machine import describe, header
 from hpcbench import registry
 from staging.model import GB, Layout, System, predict
 from staging.pack import Packer
-from staging.probe import probe
+from staging.probe import node_rates, probe
 
 METHODS = ("copy", "independent", "packed")
 MiB = 1 << 20
 
 
 def emulation_system(cap_mbps: float | None, pr: dict[str, Any], nodes: int, threads: int,
-                     overhead_s: float) -> System:
+                     overhead_s: float, chunk_bytes: float = 0.0) -> System:
     """The model's parameters for ``nodes`` emulated nodes sharing this host: the cap is the shared
-    filesystem; the cores (decompression), the disk (writes) and memory copies (fabric) are divided
-    among the emulated nodes, and they add up (``shared_cpu``)."""
-    cores = pr["cores"]
+    filesystem; each node gets cores_effective / nodes of the host's cores (``node_rate``), its local
+    work runs at the probe's real-path rates (packed: decompress + checks + write + fsync; the part
+    above copy's write path counts as decompression), and its phases add up (``shared_cpu``)."""
+    if "stage_path_GBps_thread" not in pr:
+        raise SystemExit("the probe in this JSON predates the stage-path probe (probe version 2): rerun the study")
+    local = node_rates(pr, threads, pr["cores_effective"] / nodes)
     return System(
         fs_GBps=cap_mbps / 1e3 if cap_mbps else pr["fs_GBps"],
-        fabric_GBps=pr["fabric_GBps"] / nodes,
-        write_GBps=pr["write_GBps"] / nodes,
-        decompress_GBps=pr["decompress_GBps_thread"] * min(cores, threads * nodes) / nodes,
-        overhead_s=overhead_s, shared_cpu=True)
+        **local,
+        overhead_s=overhead_s, shared_cpu=True, chunk_bytes=chunk_bytes)
+
+
+def _say_probe(what: str, pr: dict[str, Any]) -> None:
+    print(f"{what}: " + ", ".join(f"{k} {v:.3g}" for k, v in pr.items() if isinstance(v, float)), flush=True)
+
+
+def _mean_probe(probes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The model's rates: the mean of the probes taken before and after the runs (the load of other jobs
+    drifts during a study); each probe is kept in ``runs`` of the JSON for the spread."""
+    out = dict(probes[0])
+    for k, v in probes[0].items():
+        if isinstance(v, float):
+            out[k] = statistics.fmean(p[k] for p in probes)
+    out["probes"] = [{k: v for k, v in p.items() if k != "probes"} for p in probes]
+    return out
 
 
 def _med(xs: list[float]) -> float:
@@ -70,10 +86,9 @@ def drive(a: argparse.Namespace, make_data: Callable[..., tuple[int, float]], ev
     packed_b = sum(s.bytes for s in man.splits.values())
     print(f"data: {files} files, {raw_b / GB:.3f} GB raw -> {packed_b / GB:.3f} GB packed "
           f"({packed_b / raw_b:.1%}); datagen {gen_s:.1f} s, pack {pack_s:.1f} s", flush=True)
-    pr = probe()
-    print("probe (this machine, one thread): " + ", ".join(f"{k} {v:.3g}" for k, v in pr.items()
-                                                          if isinstance(v, float)) + f" (cached {pr['cached']})",
-          flush=True)
+    a.work.mkdir(parents=True, exist_ok=True)
+    probes = [probe(refresh=True, folder=a.work)]  # measured now, under this session's load; again at the end
+    _say_probe("probe before the runs", probes[0])
     cap = CappedMount(src, shared, a.cap_mbps) if a.cap_mbps else None
     where = shared if cap else src
     cap_label = (f"capfs (FUSE server process, direct I/O) capped at {a.cap_mbps:g} MB/s shared by all readers"
@@ -118,6 +133,9 @@ def drive(a: argparse.Namespace, make_data: Callable[..., tuple[int, float]], ev
             final = cap.stop()
             print(f"capfs stopped: served {final.get('read_bytes', 0) / GB:.3f} GB in "
                   f"{final.get('read_requests', 0)} reads, throttled {final.get('throttled_s', 0):.1f} s", flush=True)
+    probes.append(probe(refresh=True, folder=a.work))
+    _say_probe("probe after the runs", probes[1])
+    pr = _mean_probe(probes)
     report(a, ks, n, mach, pr, cap_label, runs, served, raw_b, packed_b, files, time.perf_counter() - t_start)
     if not a.keep:
         shutil.rmtree(a.work, ignore_errors=True)
@@ -176,7 +194,7 @@ def report(a: argparse.Namespace, ks: list[int], n: int, mach: dict[str, Any], p
     L.append(f"elapsed {elapsed:.0f} s (budget {a.budget_s:.0f} s)")
     text = "\n".join(L)
     print(text, flush=True)
-    mtext = validate(ks, n, pr, a, runs, med, raw_b, packed_b)
+    mtext = validate(ks, n, pr, a, runs, med, raw_b, packed_b, files)
     print(mtext, flush=True)
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
@@ -185,7 +203,7 @@ def report(a: argparse.Namespace, ks: list[int], n: int, mach: dict[str, Any], p
         Path(f"{a.out}.json").write_text(json.dumps({"machine": mach, "probe": pr, "runs": runs, "served": served,
                                                      "raw_bytes": raw_b, "packed_bytes": packed_b, "files": files,
                                                      "cap_label": cap_label, "elapsed_s": elapsed}, indent=1) + "\n")
-        plot(Path(f"{a.out}.png"), ks, n, runs, med, pr, a, raw_b, packed_b, cap_label)
+        plot(Path(f"{a.out}.png"), ks, n, runs, med, pr, a, raw_b, packed_b, cap_label, files)
 
 
 def _overhead(runs: list[dict[str, Any]], k: int, m: str) -> float:
@@ -193,22 +211,29 @@ def _overhead(runs: list[dict[str, Any]], k: int, m: str) -> float:
 
 
 def validate(ks: list[int], n: int, pr: dict[str, Any], a: argparse.Namespace, runs: list[dict[str, Any]],
-             med: dict[tuple[int, str], float], raw_b: int, packed_b: int) -> str:
+             med: dict[tuple[int, str], float], raw_b: int, packed_b: int, files: int) -> str:
     """Model vs measured, per (K, method): the model gets the cap, this machine's probe divided among the
     emulated nodes, and the measured fixed time (outside moving splits) of that configuration as its overhead."""
     L = ["model validation (a): staging.model vs the emulated runs above (median wall)",
-         f"parameters: fs = {'cap ' + format(a.cap_mbps, 'g') + ' MB/s' if a.cap_mbps else 'probe disk read'}; per emulated "
-         f"node = probe / nodes: decompress {pr['decompress_GBps_thread']:.3f} GB/s/thread x min(cores, threads*nodes), "
-         f"write {pr['write_GBps']:.3f} GB/s, fabric {pr['fabric_GBps']:.3f} GB/s; shared_cpu (phases add up); "
-         "overhead = the measured fixed part (wall - the slowest node's time moving splits: manifest, headers, plan, marker)",
+         f"parameters (all from the probe, none fitted): fs = "
+         f"{'cap ' + format(a.cap_mbps, 'g') + ' MB/s' if a.cap_mbps else 'probe disk read'}; cores per emulated node = "
+         f"cores_effective {pr['cores_effective']:.2f} / nodes; per thread: packed path "
+         f"{pr['stage_path_GBps_thread']:.3f} GB/s, copy path {pr['copy_path_GBps_thread']:.3f} GB/s, fabric "
+         f"{pr['fabric_GBps']:.3f} GB/s; node rate = thread rate x min({a.threads} threads, cores per node); "
+         f"shared_cpu (local phases add up); pipelined in Allgatherv rounds of {a.chunk_mb} MiB per reader (copy: "
+         "files); overhead = the measured fixed part (wall - the slowest node's time moving splits: manifest, "
+         "headers, plan, marker)",
+         "probe spread (before / after the runs): " + "; ".join(
+             f"{k} {' / '.join(format(p[k], '.3g') for p in pr.get('probes', [pr]))}" for k in
+             ("stage_path_GBps_thread", "copy_path_GBps_thread", "cores_effective", "fabric_GBps")),
          f"{'K':>2} {'method':>11} {'measured s':>10} {'model s':>8} {'error':>7}  model phases (read/fabric/decomp/write s)"]
     errs = []
     for k in ks:
         for m in METHODS:
             if (k, m) not in med:
                 continue
-            s = emulation_system(a.cap_mbps, pr, k * n, a.threads, _overhead(runs, k, m))
-            p = predict(raw_b, packed_b, Layout(k * n, k), s, m)
+            s = emulation_system(a.cap_mbps, pr, k * n, a.threads, _overhead(runs, k, m), a.chunk_mb * MiB)
+            p = predict(raw_b, packed_b, Layout(k * n, k), s, m, files)
             e = p.total_s / med[k, m] - 1
             errs.append(abs(e))
             ph = p.phases
@@ -253,7 +278,7 @@ def published() -> str:
 
 
 def plot(path: Path, ks: list[int], n: int, runs: list[dict[str, Any]], med: dict[tuple[int, str], float],
-         pr: dict[str, Any], a: argparse.Namespace, raw_b: int, packed_b: int, cap_label: str) -> None:
+         pr: dict[str, Any], a: argparse.Namespace, raw_b: int, packed_b: int, cap_label: str, files: int) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -266,9 +291,8 @@ def plot(path: Path, ks: list[int], n: int, runs: list[dict[str, Any]], med: dic
         lo = [med[k, m] - min(r["wall_s"] for r in runs if r["k"] == k and r["method"] == m) for k in xs]
         hi = [max(r["wall_s"] for r in runs if r["k"] == k and r["method"] == m) - med[k, m] for k in xs]
         ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", color=c, capsize=3, label=f"{m} (measured, median, min-max)")
-        model = [predict(raw_b, packed_b, Layout(k * n, k),
-                         emulation_system(a.cap_mbps, pr, k * n, a.threads, _overhead(runs, k, m)), m).total_s
-                 for k in xs]
+        model = [predict(raw_b, packed_b, Layout(k * n, k), emulation_system(
+            a.cap_mbps, pr, k * n, a.threads, _overhead(runs, k, m), a.chunk_mb * MiB), m, files).total_s for k in xs]
         ax.plot(xs, model, "--", color=c, alpha=0.7, label=f"{m} (model)")
     ax.set_xlabel(f"instances K ({n} emulated nodes each)")
     ax.set_ylabel("staging time (s)")

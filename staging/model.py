@@ -14,10 +14,17 @@ copy            G * R (each node its files)   0                      0          
 ==============  ============================  =====================  ============  =============
 
 Read time = max(job bytes / shared-FS bandwidth, node bytes / per-node client limit). The phases are
-pipelined (chunks), so on a cluster the job takes the slowest phase; where nodes are emulated on one
-host (``shared_cpu``), decompression, local writes and the fabric (shared-memory copies) all use the
-same cores and their times add up. ``overhead_s`` is the fixed cost before the first byte moves
-(manifest, plan, folder checks). Rates are GB/s (1e9 bytes/s); decompression counts output bytes.
+pipelined in U units (Allgatherv rounds of ``chunk_bytes`` per reader; copy: the node's files), so
+the body takes (sum of the stages + (U-1) x the slowest stage) / U: the slowest stage when U is large
+(a cluster staging terabytes), nearly the sum when a node's stream is a round or two. Where nodes are
+emulated on one host (``shared_cpu``), decompression, local writes and the fabric (shared-memory
+copies) use the same cores and form one stage (their times add up). ``overhead_s`` is the fixed cost
+before the first byte moves (manifest, plan, folder checks). Rates are GB/s (1e9 bytes/s);
+decompression counts output bytes.
+
+CPU contention: a node's local rates come from per-thread rates as ``node_rate(thread_GBps, threads,
+cores_per_node)`` = thread rate x min(threads, cores): on a cluster every node has its own cores; where
+P emulated nodes share a host of C usable cores, each gets C/P of them.
 """
 from __future__ import annotations
 
@@ -37,14 +44,35 @@ class System:
     client_GBps: float = math.inf  # per node read limit from the shared FS
     overhead_s: float = 0.0
     shared_cpu: bool = False  # nodes emulated on one host: decompress + write + fabric add up
+    chunk_bytes: float = 0.0  # pipelining unit (Allgatherv round per reader); 0: perfectly pipelined
 
     def __post_init__(self) -> None:
         for k in ("fs_GBps", "fabric_GBps", "write_GBps", "decompress_GBps", "client_GBps"):
             v = getattr(self, k)
             if not v > 0 or math.isnan(v):
                 raise ValueError(f"{k} must be > 0, got {v}")
-        if not (self.overhead_s >= 0 and math.isfinite(self.overhead_s)):
-            raise ValueError(f"overhead_s must be a finite number >= 0, got {self.overhead_s}")
+        for k in ("overhead_s", "chunk_bytes"):
+            v = getattr(self, k)
+            if not (v >= 0 and math.isfinite(v)):
+                raise ValueError(f"{k} must be a finite number >= 0, got {v}")
+
+
+def node_rate(thread_GBps: float, threads: int, cores_per_node: float) -> float:
+    """A node's rate from one thread's: its threads run in parallel up to the cores it has (a
+    fraction of a core when emulated nodes share a host: cores / nodes on the host)."""
+    if not (thread_GBps > 0 and threads >= 1 and cores_per_node > 0):
+        raise ValueError(f"need thread_GBps > 0, threads >= 1, cores_per_node > 0; got {thread_GBps}, "
+                         f"{threads}, {cores_per_node}")
+    return thread_GBps * min(threads, cores_per_node)
+
+
+def pipelined(stages: list[float], units: int) -> float:
+    """Time of a pipeline of these total stage times cut into ``units`` equal units: fill and drain
+    cost one unit of every stage, the rest runs at the slowest stage's pace."""
+    if not stages:
+        return 0.0
+    u = max(1, units)
+    return (sum(stages) + (u - 1) * max(stages)) / u
 
 
 @dataclass(frozen=True)
@@ -76,14 +104,27 @@ class Prediction:
         return max(self.phases, key=lambda k: self.phases[k])
 
 
-def predict(raw_bytes: float, packed_bytes: float, lay: Layout, sys_: System, method: str) -> Prediction:
-    """Predicted phase times and total for one method (see the module docstring for the arithmetic)."""
+def _units(method: str, node_read: float, files_per_node: float, chunk: float) -> int:
+    """How many pieces a node's work is pipelined in: copy streams file by file; packed and independent
+    move one ``chunk`` per reader per round. Without a chunk (0): many (perfectly pipelined)."""
+    if method == "copy":
+        return max(1, math.ceil(files_per_node)) if files_per_node else 1 << 30
+    if not chunk:
+        return 1 << 30
+    return max(1, math.ceil(node_read / chunk))
+
+
+def predict(raw_bytes: float, packed_bytes: float, lay: Layout, sys_: System, method: str,
+            files: int = 0) -> Prediction:
+    """Predicted phase times and total for one method (see the module docstring for the arithmetic);
+    ``files``: the dataset's file count (copy's pipelining unit; 0: many)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     if raw_bytes < 0 or packed_bytes < 0:
         raise ValueError(f"sizes must be >= 0, got raw {raw_bytes} and packed {packed_bytes}")
     n, g = lay.shape()
     per_node_raw, per_node_packed = raw_bytes / n, packed_bytes / n
+    files_per_node = files / n
     if method == "packed":
         job_read, node_read = packed_bytes, packed_bytes / (n * g)
         fabric = per_node_packed * (g - 1) / g
@@ -98,7 +139,8 @@ def predict(raw_bytes: float, packed_bytes: float, lay: Layout, sys_: System, me
         "write": per_node_raw / (sys_.write_GBps * GB),
     }
     local = [ph["fabric"], ph["decompress"], ph["write"]]
-    body = max(ph["read"], sum(local)) if sys_.shared_cpu else max(ph["read"], *local)
+    stages = [ph["read"], sum(local)] if sys_.shared_cpu else [ph["read"], *local]
+    body = pipelined(stages, _units(method, node_read, files_per_node, sys_.chunk_bytes))
     return Prediction(method, job_read, ph, sys_.overhead_s + body)
 
 

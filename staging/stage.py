@@ -258,7 +258,11 @@ def _move(env: DistEnv, opts: StageOptions, leaders: Any, node: NodeLayout, dest
     with ThreadPoolExecutor(opts.threads) as pool:
         ctx = Ctx(opts.source, dest, node.node, journal, pool, st, opts.chunk_mb * MiB, opts.timeout_s,
                   mem_limit=max(256 * MiB, 4 * opts.chunk_mb * MiB * node.instances))
-        # every group communicator is made up front: Split is collective over all stagers
+        # every group communicator is made up front: Split is collective over all stagers. A blocking
+        # collective spins the CPU while it waits for the last stager (MPICH does); the sleeping
+        # barrier first makes all arrive together, so stagers still planning keep their cores.
+        if opts.method == "packed":
+            barrier(leaders, opts.timeout_s, "making the group communicators")
         comms = [None if opts.method == "copy" else mpi().COMM_SELF if opts.method == "independent"
                  else leaders.Split(p.set_of(node.slot), node.node) for p, _, _ in work]
         for (p, todo, groups), comm in zip(work, comms):

@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from staging.model import Layout, System, predict, predict_all, weak_scaling
+from staging.model import Layout, System, node_rate, pipelined, predict, predict_all, weak_scaling
+from staging.probe import node_rates
 
 # 100 GB raw per instance packed to 20 GB; rates in GB/s
 RAW, PACKED = 100e9, 20e9
@@ -67,3 +68,42 @@ def test_bad_input_is_named() -> None:
         System(fs_GBps=1, fabric_GBps=1, write_GBps=1, decompress_GBps=math.nan)
     with pytest.raises(ValueError, match="method"):
         predict(RAW, PACKED, Layout(2, 1), SYS, "rsync")
+
+
+def test_node_rate_is_threads_up_to_the_cores_a_node_has() -> None:
+    assert node_rate(0.5, 2, math.inf) == pytest.approx(1.0)  # a cluster node: its threads run in parallel
+    assert node_rate(0.5, 8, 4) == pytest.approx(2.0)  # more threads than cores: the cores bound it
+    assert node_rate(0.5, 2, 2 / 8) == pytest.approx(0.125)  # 8 emulated nodes on 2 cores: a quarter core each
+    with pytest.raises(ValueError, match="cores_per_node"):
+        node_rate(0.5, 2, 0)
+
+
+def test_pipeline_fill_and_drain() -> None:
+    assert pipelined([2.0, 6.0], 1) == pytest.approx(8.0)  # one unit: the stages run one after the other
+    assert pipelined([2.0, 6.0], 2) == pytest.approx((8.0 + 6.0) / 2)
+    assert pipelined([2.0, 6.0], 10**9) == pytest.approx(6.0)  # many units: the slowest stage
+    assert pipelined([], 3) == 0.0
+
+
+def test_chunk_sets_the_pipelining_units() -> None:
+    # packed, 4 nodes in 2 instances: each reader reads 20 GB / 4 = 5 GB; 2.5 GB chunks: 2 rounds
+    s = System(fs_GBps=10, fabric_GBps=5, write_GBps=2, decompress_GBps=4, shared_cpu=True, chunk_bytes=2.5e9)
+    p = predict(RAW, PACKED, Layout(4, 2), s, "packed")
+    local = 1.0 + 12.5 + 25.0
+    assert p.total_s == pytest.approx((2.0 + local + local) / 2)
+    # copy pipelines file by file: 10 files, 2 nodes per instance: 5 units per node
+    cp = predict(RAW, PACKED, Layout(4, 2), s, "copy", files=10)
+    assert cp.total_s == pytest.approx((20.0 + 25.0 + 4 * 25.0) / 5)
+    with pytest.raises(ValueError, match="chunk_bytes"):
+        System(fs_GBps=1, fabric_GBps=1, write_GBps=1, decompress_GBps=1, chunk_bytes=-1)
+
+
+def test_node_rates_from_the_real_path_probe() -> None:
+    pr = {"copy_path_GBps_thread": 1.0, "stage_path_GBps_thread": 0.5, "fabric_GBps": 4.0}
+    r = node_rates(pr, threads=2, cores_per_node=0.5)  # half a core per node
+    assert r["write_GBps"] == pytest.approx(0.5) and r["fabric_GBps"] == pytest.approx(2.0)
+    # packed path 0.25 GB/s per node = write 0.5 GB/s + decompression: 1/0.25 - 1/0.5 = 2 s/GB
+    assert r["decompress_GBps"] == pytest.approx(0.5)
+    assert 1 / r["write_GBps"] + 1 / r["decompress_GBps"] == pytest.approx(1 / 0.25)
+    fast = node_rates(pr | {"stage_path_GBps_thread": 2.0}, threads=1, cores_per_node=4)
+    assert fast["decompress_GBps"] == math.inf  # packed no slower than a plain write: nothing extra

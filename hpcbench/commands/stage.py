@@ -138,7 +138,7 @@ def _model(args: argparse.Namespace, nodes: int, raw: int, packed: int) -> str:
     """The staging model's prediction (staging.model) with rates given or probed on this machine."""
     from common.errors import ConfigError
     from staging.model import Layout, System, format_table, predict_all, weak_scaling
-    from staging.probe import probe
+    from staging.probe import node_rates, probe
 
     given = {"fs_GBps": args.fs_GBps, "fabric_GBps": args.fabric_GBps, "write_GBps": args.write_GBps,
              "decompress_GBps": args.decompress_GBps}
@@ -146,10 +146,10 @@ def _model(args: argparse.Namespace, nodes: int, raw: int, packed: int) -> str:
         if v is not None and not (v > 0 and math.isfinite(v)):
             raise ConfigError(f"--{k.replace('_GBps', '-GBps').replace('_', '-')} must be a finite number > 0, got {v:g}")
     pr = probe(refresh=args.probe) if args.probe or None in given.values() else {}
-    probed = {"fs_GBps": pr.get("fs_GBps"), "fabric_GBps": pr.get("fabric_GBps"), "write_GBps": pr.get("write_GBps"),
-              "decompress_GBps": pr.get("decompress_GBps_thread", 0) * args.threads}
+    # a probed node stands in for a cluster node with this machine's cores (its own, not shared)
+    probed = {"fs_GBps": pr.get("fs_GBps")} | (node_rates(pr, args.threads, pr["cores_effective"]) if pr else {})
     rates = {k: v if v is not None else probed[k] for k, v in given.items()}
-    sys_ = System(**rates, client_GBps=args.client_GBps or math.inf)
+    sys_ = System(**rates, client_GBps=args.client_GBps or math.inf, chunk_bytes=args.chunk_mb * 2**20)
     src = ", ".join(f"{k} {v:.3g} ({'given' if given[k] is not None else 'probe'})" for k, v in rates.items())
     lines = [f"model (staging.model): {src}; client limit "
              f"{'none' if args.client_GBps is None else format(args.client_GBps, 'g') + ' GB/s'}"
