@@ -83,7 +83,8 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--methods", default="copy,packed", help="comma-separated: copy, independent, packed")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--chunk-mb", type=int, default=16)
-    ap.add_argument("--shard-mb", type=float, default=64)
+    ap.add_argument("--shard-mb", type=float, default=16,
+                    help="pack shard size (MiB); 16 gives the validation split of --gib 0.5 two shards per instance of 2 nodes")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=None, help="also write the figures here (.txt and .json)")
     ap.add_argument("--keep", action="store_true", help="keep the generated data")

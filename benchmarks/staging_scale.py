@@ -226,22 +226,29 @@ def validate(ks: list[int], n: int, pr: dict[str, Any], a: argparse.Namespace, r
          "probe spread (before / after the runs): " + "; ".join(
              f"{k} {' / '.join(format(p[k], '.3g') for p in pr.get('probes', [pr]))}" for k in
              ("stage_path_GBps_thread", "copy_path_GBps_thread", "cores_effective", "fabric_GBps")),
-         f"{'K':>2} {'method':>11} {'measured s':>10} {'model s':>8} {'error':>7}  model phases (read/fabric/decomp/write s)"]
-    errs = []
+         f"{'K':>2} {'method':>11} {'measured s':>10} {'model s':>8} {'error':>7} {'probe band s':>13} "
+         "model phases (read/fabric/decomp/write s)"]
+    errs, inside = [], 0
     for k in ks:
         for m in METHODS:
             if (k, m) not in med:
                 continue
-            s = emulation_system(a.cap_mbps, pr, k * n, a.threads, _overhead(runs, k, m), a.chunk_mb * MiB)
-            p = predict(raw_b, packed_b, Layout(k * n, k), s, m, files)
+            def model(q: dict[str, Any]) -> Any:
+                s = emulation_system(a.cap_mbps, q, k * n, a.threads, _overhead(runs, k, m), a.chunk_mb * MiB)
+                return predict(raw_b, packed_b, Layout(k * n, k), s, m, files)
+
+            p = model(pr)
+            band = sorted(model(q).total_s for q in pr.get("probes", [pr]))
             e = p.total_s / med[k, m] - 1
             errs.append(abs(e))
+            inside += band[0] <= med[k, m] <= band[-1]
             ph = p.phases
-            L.append(f"{k:>2} {m:>11} {med[k, m]:>10.2f} {p.total_s:>8.2f} {e:>+7.0%}  "
+            L.append(f"{k:>2} {m:>11} {med[k, m]:>10.2f} {p.total_s:>8.2f} {e:>+7.0%} {band[0]:>6.2f}-{band[-1]:<6.2f} "
                      f"{ph['read']:.2f}/{ph['fabric']:.2f}/{ph['decompress']:.2f}/{ph['write']:.2f}")
     if errs:
         L.append(f"worst |error| {max(errs):.0%}, median {statistics.median(errs):.0%}; within 20%: "
-                 f"{sum(e <= 0.2 for e in errs)}/{len(errs)}")
+                 f"{sum(e <= 0.2 for e in errs)}/{len(errs)}; measured median inside the band of the two probes' "
+                 f"predictions: {inside}/{len(errs)}")
     L.append("")
     L.append(published())
     return "\n".join(L)

@@ -1,6 +1,6 @@
 """A small probe of this machine's staging rates, the defaults of ``hpcbench stage --dry-run``'s model.
 
-Measured in about a second and cached (``~/.cache/hpcbench/stage_probe.json``, keyed by CPU model
+Measured in a few seconds and cached (``~/.cache/hpcbench/stage_probe.json``, keyed by CPU model
 and core count; ``--probe`` measures again). What it measures stands in for a node of the cluster
 being modelled; every rate can be overridden on the command line, and the dry run says which
 values came from where:

@@ -237,3 +237,31 @@ def test_packed_files_follow_the_umask(tmp_path: Path) -> None:
     for p in (tmp_path / "packed").rglob("*"):
         if p.is_file():
             assert stat.S_IMODE(p.stat().st_mode) == 0o640, p
+
+
+def test_batched_durability_renames_only_after_the_shards_fsync(tmp_path: Path) -> None:
+    """A finished member stays a hidden temporary until sync_all + commit; a temporary that vanished
+    before its fsync is a named error and nothing appears under the member's name."""
+    import crc32c
+
+    from staging.manifest import FileEntry, Frame
+    from staging.nodelocal import FileAssembly, sync_all
+
+    raw = bytes(range(256)) * 512
+    blob = zstandard.ZstdCompressor().compress(raw)
+    fr = Frame(0, len(blob), 0, len(raw), crc32c.crc32c(raw))
+    entry = FileEntry("train/a.tfrecord", len(raw), fr.crc32c, [fr])
+    out = tmp_path / "train" / "a.tfrecord"
+    asm = FileAssembly(out, entry, 0)
+    assert asm.write_frame(memoryview(blob), fr, "train/shard-00000.zst")
+    assert not out.exists() and asm.tmp.read_bytes() == raw  # written and checked, not yet in place
+    sync_all([asm])
+    asm.commit()
+    assert out.read_bytes() == raw and not asm.tmp.exists()
+
+    lost = FileAssembly(tmp_path / "train" / "b.tfrecord", FileEntry("train/b.tfrecord", len(raw), fr.crc32c, [fr]), 0)
+    assert lost.write_frame(memoryview(blob), fr, "train/shard-00000.zst")
+    lost.tmp.unlink()
+    with pytest.raises(DataError, match="cannot write .*b.tfrecord"):
+        sync_all([lost])
+    assert sorted(p.name for p in (tmp_path / "train").iterdir()) == ["a.tfrecord"]

@@ -37,9 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--fs-GBps", type=float, default=None,
                    help="model: shared filesystem read bandwidth, all readers together (default: probe of this disk)")
     g.add_argument("--fabric-GBps", type=float, default=None, help="model: fabric bandwidth into a node (default: probe)")
-    g.add_argument("--write-GBps", type=float, default=None, help="model: node-local write bandwidth (default: probe)")
+    g.add_argument("--write-GBps", type=float, default=None,
+                   help="model: node-local write rate per node (default: probe of copy's write path x --threads, "
+                        "up to this machine's cores)")
     g.add_argument("--decompress-GBps", type=float, default=None,
-                   help="model: decompression rate per node, output bytes (default: probe x --threads)")
+                   help="model: decompression rate per node, output bytes (default: what the probed packed write "
+                        "path costs beyond copy's, x --threads up to the cores)")
     g.add_argument("--client-GBps", type=float, default=None, help="model: per-node read limit from the shared FS")
     g.add_argument("--probe", action="store_true", help="model: measure this machine again (else the cached probe)")
     g.add_argument("--plot", type=Path, default=None, help="model: write the scaling curve (PNG) here")
