@@ -26,7 +26,7 @@ from common.errors import DataError
 
 from .exchange import agree, wait
 from .manifest import FileEntry, ShardInfo, decode_header, header_size
-from .nodelocal import FileAssembly, Journal, target
+from .nodelocal import FileAssembly, Journal, sync_all, target
 from .plan import SplitPlan
 
 INT_MAX = 2**31 - 1
@@ -235,6 +235,7 @@ class SplitExchange:
             self._fail(sb, f"corrupt shard {sb.info.name}: its bytes fail the manifest's crc32c check")
             return
         try:
+            sync_all(sb.ready)  # durable before any rename: a renamed file is complete on disk
             for a in sb.ready:
                 a.commit()
         except DataError as exc:

@@ -1,17 +1,25 @@
 """Node-local output: atomic file writes from zstd frames, the staging journal (resume). A file
 appears under its final name only after every frame was decompressed and checked against its crc32c,
-the whole member against its crc32c, and the whole shard it came from against the manifest's crc32c
-(``commit`` is called by the exchange only then); a temporary ``.name.*.tmp`` is removed on any error.
+the whole member against its crc32c, the whole shard it came from against the manifest's crc32c, and
+its bytes are on disk (``sync_all`` then ``commit``, called by the exchange only then); a temporary
+``.name.*.tmp`` is removed on any error.
+
+Durability is batched per shard: a finished temporary file only starts its writeback
+(``sync_file_range``, where the OS has it) and is closed; once the whole shard is checked, its files
+are fsynced together, then renamed, then journaled. A decompression thread thus never waits for the
+disk file by file, and nothing is renamed or journaled before it is durable.
 Ownership, the lock and the completion marker live in :mod:`staging.marker`.
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import json
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import crc32c
 import zstandard
@@ -73,6 +81,35 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
         view, offset = view[n:], offset + n
 
 
+def _libc_sync_file_range() -> Any:
+    """libc's ``sync_file_range`` (Linux; Python's os module lacks it), or None where missing."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_SYNC_FILE_RANGE = _libc_sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2  # start writeback of dirty pages, do not wait (linux/fs.h)
+
+
+def _start_writeback(fd: int) -> None:
+    """Ask the kernel to start writing this file's dirty pages now (no wait), so the batched fsync
+    at the end of the shard finds little left to do; a no-op where ``sync_file_range`` is missing
+    (the fsync then does all the work; a failure here is found by that fsync too)."""
+    if _SYNC_FILE_RANGE is not None:
+        _SYNC_FILE_RANGE(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+
+
+def sync_all(files: list[FileAssembly]) -> None:
+    """Make every finished temporary of a shard durable (before any of them is renamed)."""
+    for a in files:
+        a.sync()
+
+
 class FileAssembly:
     """One output file being written, possibly from several frames decompressed in parallel."""
 
@@ -88,8 +125,9 @@ class FileAssembly:
             raise _disk_error(exc, path, node) from None
 
     def write_frame(self, buf: memoryview, fr: Frame, shard: str) -> bool:
-        """Decompress, check and write one frame; True when this finished the temporary file (fsynced,
-        size and whole-member crc32c checked); :meth:`commit` then renames it into place."""
+        """Decompress, check and write one frame; True when this finished the temporary file (written,
+        writeback started, size and whole-member crc32c checked); :func:`sync_all` makes it durable and
+        :meth:`commit` then renames it into place."""
         if self.failed:
             return False
         with self._abort_on_error():
@@ -100,7 +138,7 @@ class FileAssembly:
             if self.left or self.failed:
                 return False
         with self._abort_on_error():
-            os.fsync(self.fd)
+            _start_writeback(self.fd)
             os.close(self.fd)
             self.fd = -1
             if self.tmp.stat().st_size != self.entry.size:
@@ -110,6 +148,15 @@ class FileAssembly:
             if crc != self.entry.crc32c:
                 raise DataError(f"corrupt shard {shard}: member {self.entry.name} fails its whole-file crc32c check")
         return True
+
+    def sync(self) -> None:
+        """fsync the finished temporary file (reopened: the writer closed it)."""
+        with self._abort_on_error():
+            fd = os.open(self.tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def commit(self) -> None:
         """Rename the checked temporary file into place (after its shard's checksum was verified)."""

@@ -31,9 +31,12 @@ from .manifest import MANIFEST, Manifest, member_index, refuse_overlap
 from .marker import (DestLock, NodeLayout, claim, refuse_links, remove_files, remove_marker, unlisted,
                      write_marker)
 from .nodelocal import Journal, sweep_temporaries, verify_journal
-from .plan import node_slots, plan_split
+from .plan import alone, node_slots, plan_split
 
 MiB = 1 << 20
+# packed: sharded reads + Allgatherv; independent: the v1.0 way, every node reads its whole packed
+# shard-set itself (K x the shared reads, no fabric); copy: every node copies its raw files
+METHODS = ("packed", "independent", "copy")
 
 
 @dataclass
@@ -56,8 +59,8 @@ class StageOptions:
     clean: bool = False  # the dest holds another dataset: remove its staged files instead of refusing
 
     def validate(self) -> None:
-        if self.method not in ("packed", "copy"):
-            raise ConfigError(f"--method must be 'packed' or 'copy', got {self.method!r}")
+        if self.method not in METHODS:
+            raise ConfigError(f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
         for key, v in (("--chunk-mb", self.chunk_mb), ("--threads", self.threads), ("--timeout", self.timeout_s),
                        ("--shard-mb", self.shard_bytes)):
             if not v > 0:
@@ -78,7 +81,7 @@ def node_dest(template: str, node: int, env: DistEnv) -> Path:
 
 def _plan_input(opts: StageOptions) -> dict[str, Any]:
     """The manifest (packed) or the raw listing (copy), and the hash that names the dataset."""
-    if opts.method == "packed":
+    if opts.method != "copy":
         man = Manifest.load(opts.source / MANIFEST)
         if opts.layout is not None and man.dataset != opts.layout.name:
             raise DataError(f"{opts.source / MANIFEST}: packed dataset is {man.dataset!r}, "
@@ -255,9 +258,13 @@ def _move(env: DistEnv, opts: StageOptions, leaders: Any, node: NodeLayout, dest
     with ThreadPoolExecutor(opts.threads) as pool:
         ctx = Ctx(opts.source, dest, node.node, journal, pool, st, opts.chunk_mb * MiB, opts.timeout_s,
                   mem_limit=max(256 * MiB, 4 * opts.chunk_mb * MiB * node.instances))
-        # every group communicator is made up front: Split is collective over all stagers
-        comms = [None if opts.method == "copy" else leaders.Split(p.set_of(node.slot), node.node)
-                 for p, _, _ in work]
+        # every group communicator is made up front: Split is collective over all stagers. A blocking
+        # collective spins the CPU while it waits for the last stager (MPICH does); the sleeping
+        # barrier first makes all arrive together, so stagers still planning keep their cores.
+        if opts.method == "packed":
+            barrier(leaders, opts.timeout_s, "making the group communicators")
+        comms = [None if opts.method == "copy" else mpi().COMM_SELF if opts.method == "independent"
+                 else leaders.Split(p.set_of(node.slot), node.node) for p, _, _ in work]
         for (p, todo, groups), comm in zip(work, comms):
             t1 = time.perf_counter()
             err = None
@@ -267,6 +274,8 @@ def _move(env: DistEnv, opts: StageOptions, leaders: Any, node: NodeLayout, dest
                     for i in todo:
                         journal.record_raw(p.shards[i], groups[i])
                 else:
+                    if opts.method == "independent":
+                        p = alone(p, node.slot)
                     if comm.Get_size() != p.group_size():
                         raise DataError(f"{where}: internal plan mismatch: {comm.Get_size()} nodes share shard-set "
                                         f"{p.set_of(node.slot)} of split {p.split}, the plan expects {p.group_size()}")
@@ -279,7 +288,7 @@ def _move(env: DistEnv, opts: StageOptions, leaders: Any, node: NodeLayout, dest
             agree(leaders, err, opts.timeout_s, f"finishing split {p.split}")
             st.add_time(f"split_{p.split}_s", time.perf_counter() - t1)
         for comm in comms:
-            if comm is not None:
+            if comm is not None and comm != mpi().COMM_SELF:
                 comm.Free()
 
 

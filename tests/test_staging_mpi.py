@@ -70,6 +70,20 @@ def test_stage_two_instances_byte_for_byte_and_read_once(cosmo: tuple[Path, Path
     assert local["files"] == len(staged(tmp_path / "st")["node0"])
 
 
+def test_independent_method_reads_once_per_instance(cosmo: tuple[Path, Path], tmp_path: Path) -> None:
+    """--method independent (the v1.0 way): the same files land, but every instance reads its own copy
+    of the packed data (no Allgatherv), so the job reads the packed size once per instance."""
+    raw, packed = cosmo
+    rep = tmp_path / "report.json"
+    stage(packed, tmp_path / "st", "--method", "independent", "--report", str(rep))
+    check_instances(raw, staged(tmp_path / "st"), per_instance=2)
+    r = json.loads(rep.read_text())
+    man = Manifest.load(packed / MANIFEST)
+    assert r["method"] == "independent"
+    assert r["totals"]["read_bytes"] == 2 * sum(s.bytes for s in man.splits.values())
+    assert r["totals"]["recv_bytes"] == 0
+
+
 def test_resume_restages_only_what_is_missing(cosmo: tuple[Path, Path], tmp_path: Path) -> None:
     raw, packed = cosmo
     stage(packed, tmp_path / "st")

@@ -124,6 +124,23 @@ def test_dry_run_full_scale_cosmoflow_is_fast() -> None:
     assert "524,288 files" in proc.stdout and "job total" in proc.stdout
 
 
+def test_dry_run_model_with_given_rates_and_plot(tmp_path: Path) -> None:
+    """The model's lines with every rate given (no probe): the v2.0 layout is write-bound, copy read-bound."""
+    rates = ["--fs-GBps", "500", "--fabric-GBps", "200", "--write-GBps", "6", "--decompress-GBps", "24"]
+    proc = run_cli(["stage", "--dry-run", "--nodes", "512", "--instances", "128", "--dataset", "cosmoflow", *rates,
+                    "--plot", str(tmp_path / "curve.png")], timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "fs_GBps 500 (given)" in proc.stdout and "probe" not in proc.stdout.split("model (staging.model)")[1].split("\n")[0]
+    rows = {ln.split()[0]: ln.split() for ln in proc.stdout.splitlines() if ln.strip().startswith(("packed", "copy"))}
+    assert rows["packed"][-1] == "write" and rows["copy"][-1] == "read"
+    assert float(rows["copy"][-2]) > 5 * float(rows["packed"][-2])
+    assert "scaling curve (4 nodes per instance)" in proc.stdout
+    assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
+    bad = run_cli(["stage", "--dry-run", "--nodes", "4", "--instances", "2", "--dataset", "cosmoflow",
+                   "--fs-GBps", "0", "--fabric-GBps", "1", "--write-GBps", "1", "--decompress-GBps", "1"], timeout=60)
+    assert bad.returncode == 2 and "--fs-GBps must be a finite number > 0" in bad.stderr
+
+
 def test_pack_cli_and_dry_run_from_a_manifest(tmp_path: Path) -> None:
     write_cosmoflow(tmp_path / "raw", 8, 2, size=16)
     proc = run_cli(["pack", "--dataset", "cosmoflow", "--source", str(tmp_path / "raw"), "--dest",
@@ -220,3 +237,31 @@ def test_packed_files_follow_the_umask(tmp_path: Path) -> None:
     for p in (tmp_path / "packed").rglob("*"):
         if p.is_file():
             assert stat.S_IMODE(p.stat().st_mode) == 0o640, p
+
+
+def test_batched_durability_renames_only_after_the_shards_fsync(tmp_path: Path) -> None:
+    """A finished member stays a hidden temporary until sync_all + commit; a temporary that vanished
+    before its fsync is a named error and nothing appears under the member's name."""
+    import crc32c
+
+    from staging.manifest import FileEntry, Frame
+    from staging.nodelocal import FileAssembly, sync_all
+
+    raw = bytes(range(256)) * 512
+    blob = zstandard.ZstdCompressor().compress(raw)
+    fr = Frame(0, len(blob), 0, len(raw), crc32c.crc32c(raw))
+    entry = FileEntry("train/a.tfrecord", len(raw), fr.crc32c, [fr])
+    out = tmp_path / "train" / "a.tfrecord"
+    asm = FileAssembly(out, entry, 0)
+    assert asm.write_frame(memoryview(blob), fr, "train/shard-00000.zst")
+    assert not out.exists() and asm.tmp.read_bytes() == raw  # written and checked, not yet in place
+    sync_all([asm])
+    asm.commit()
+    assert out.read_bytes() == raw and not asm.tmp.exists()
+
+    lost = FileAssembly(tmp_path / "train" / "b.tfrecord", FileEntry("train/b.tfrecord", len(raw), fr.crc32c, [fr]), 0)
+    assert lost.write_frame(memoryview(blob), fr, "train/shard-00000.zst")
+    lost.tmp.unlink()
+    with pytest.raises(DataError, match="cannot write .*b.tfrecord"):
+        sync_all([lost])
+    assert sorted(p.name for p in (tmp_path / "train").iterdir()) == ["a.tfrecord"]

@@ -18,8 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                        "(needed when nodes are emulated on one host, e.g. /tmp/st/node{node})")
     parser.add_argument("--splits", default=None, help="comma-separated splits to stage (default: all)")
     parser.add_argument("--replicate", default="", help="comma-separated splits every node gets in full")
-    parser.add_argument("--method", choices=["packed", "copy"], default="packed",
-                        help="packed: sharded reads + Allgatherv (default); copy: baseline, each node copies raw files")
+    parser.add_argument("--method", choices=["packed", "independent", "copy"], default="packed",
+                        help="packed: sharded reads + Allgatherv (default); independent: the v1.0 way, each node "
+                             "reads its whole packed shard-set itself; copy: baseline, each node copies raw files")
     parser.add_argument("--verify", action="store_true", help="re-check staged files' crc32c (before and after)")
     parser.add_argument("--clean", action="store_true",
                         help="the dest holds another dataset: remove that dataset's staged files (never other files)")
@@ -33,6 +34,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("dry run (no data, no MPI)")
     g.add_argument("--dry-run", action="store_true", help="print the plan for --nodes/--instances and exit")
     g.add_argument("--nodes", type=int, default=None, help="dry run: cluster nodes")
+    g.add_argument("--fs-GBps", type=float, default=None,
+                   help="model: shared filesystem read bandwidth, all readers together (default: probe of this disk)")
+    g.add_argument("--fabric-GBps", type=float, default=None, help="model: fabric bandwidth into a node (default: probe)")
+    g.add_argument("--write-GBps", type=float, default=None,
+                   help="model: node-local write rate per node (default: probe of copy's write path x --threads, "
+                        "up to this machine's cores)")
+    g.add_argument("--decompress-GBps", type=float, default=None,
+                   help="model: decompression rate per node, output bytes (default: what the probed packed write "
+                        "path costs beyond copy's, x --threads up to the cores)")
+    g.add_argument("--client-GBps", type=float, default=None, help="model: per-node read limit from the shared FS")
+    g.add_argument("--probe", action="store_true", help="model: measure this machine again (else the cached probe)")
+    g.add_argument("--plot", type=Path, default=None, help="model: write the scaling curve (PNG) here")
     add_layout_args(parser)
 
 
@@ -118,4 +131,64 @@ def _dry_run(args: argparse.Namespace) -> int:
         print(dry_run(splits, nodes, args.instances, _csv(args.replicate)))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    raw = sum(s.raw_bytes for _, shards in splits.values() for s in shards)
+    packed = sum(s.bytes for _, shards in splits.values() for s in shards)
+    print(_model(args, nodes, raw, packed))
     return 0
+
+
+def _model(args: argparse.Namespace, nodes: int, raw: int, packed: int) -> str:
+    """The staging model's prediction (staging.model) with rates given or probed on this machine."""
+    from common.errors import ConfigError
+    from staging.model import Layout, System, format_table, predict_all, weak_scaling
+    from staging.probe import node_rates, probe
+
+    given = {"fs_GBps": args.fs_GBps, "fabric_GBps": args.fabric_GBps, "write_GBps": args.write_GBps,
+             "decompress_GBps": args.decompress_GBps}
+    for k, v in list(given.items()) + [("client_GBps", args.client_GBps)]:
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            raise ConfigError(f"--{k.replace('_GBps', '-GBps').replace('_', '-')} must be a finite number > 0, got {v:g}")
+    pr = probe(refresh=args.probe) if args.probe or None in given.values() else {}
+    # a probed node stands in for a cluster node with this machine's cores (its own, not shared)
+    probed = {"fs_GBps": pr.get("fs_GBps")} | (node_rates(pr, args.threads, pr["cores_effective"]) if pr else {})
+    rates = {k: v if v is not None else probed[k] for k, v in given.items()}
+    sys_ = System(**rates, client_GBps=args.client_GBps or math.inf, chunk_bytes=args.chunk_mb * 2**20)
+    src = ", ".join(f"{k} {v:.3g} ({'given' if given[k] is not None else 'probe'})" for k, v in rates.items())
+    lines = [f"model (staging.model): {src}; client limit "
+             f"{'none' if args.client_GBps is None else format(args.client_GBps, 'g') + ' GB/s'}"
+             + (f"; probe {'cached' if pr.get('cached') else 'measured'} on {pr.get('cpu')} x{pr.get('cores')}"
+                if pr else ""),
+             f"predicted staging for {nodes} nodes, {args.instances} instances "
+             f"({raw / 1e9:,.1f} GB raw, {packed / 1e9:,.1f} GB packed per instance):",
+             format_table(predict_all(raw, packed, Layout(nodes, args.instances), sys_))]
+    if args.instances <= nodes:
+        n = nodes // args.instances
+        ks = [1 << i for i in range(args.instances.bit_length()) if 1 << i < args.instances] + [args.instances]
+        curve = weak_scaling(raw, packed, n, ks, sys_)
+        lines.append(f"scaling curve ({n} nodes per instance), total s: {'K':>5} " + " ".join(f"{m:>12}" for m in curve))
+        for i, k in enumerate(ks):
+            lines.append(f"{'':>43}{k:>5} " + " ".join(f"{curve[m][i]:>12.1f}" for m in curve))
+        if args.plot:
+            _plot(args.plot, ks, curve, n, nodes, raw)
+            lines.append(f"plot: {args.plot}")
+    return "\n".join(lines)
+
+
+def _plot(path: Path, ks: list[int], curve: dict[str, list[float]], n: int, nodes: int, raw: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for m, ys in curve.items():
+        ax.plot(ks, ys, marker="o", label=m)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(f"instances ({n} nodes each)")
+    ax.set_ylabel("predicted staging time (s)")
+    ax.set_title(f"staging model: {raw / 1e12:,.2f} TB raw per instance", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
