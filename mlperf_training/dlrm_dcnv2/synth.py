@@ -56,7 +56,7 @@ class Teacher:
     cardinalities: tuple[int, ...]
     bag_sizes: tuple[int, ...] = MULTI_HOT_SIZES
     seed: int = 0
-    bias: float = -1.0
+    bias: float = -1.3
     sparse_scale: float = 0.9
     dense_scale: float = 0.6
     cross_scale: float = 1.2
@@ -71,9 +71,11 @@ class Teacher:
         object.__setattr__(self, "dense_weights", (u / np.linalg.norm(u)).astype(np.float64))
 
     def weight(self, k: int, ids: np.ndarray) -> np.ndarray:
-        """The teacher's weight of ids of feature k: about N(0, 1) by hash (sum of 3 uniforms)."""
+        """The teacher's weight of ids of feature k: about N(0, 1) by hash (the four 16-bit parts of one
+        hash as uniforms, summed and standardised)."""
         h = _hash(self.seed, 1000 + k, ids)
-        return (_unit(h) + _unit(_mix(h + np.uint64(1))) + _unit(_mix(h + np.uint64(2))) - 1.5) * 2.0
+        parts = sum(((h >> np.uint64(s)) & np.uint64(0xFFFF)).astype(np.float64) for s in (0, 16, 32, 48))
+        return (parts / 65536.0 - 2.0) * np.sqrt(3.0)
 
     def bags(self, k: int, base: np.ndarray) -> np.ndarray:
         """The (n, h_k) int32 bag of each base id: the id itself, then h_k - 1 ids fixed by (k, id)."""
