@@ -127,7 +127,9 @@ class HybridEmbeddings(nn.Module):
             stacked = torch.stack([pooled[k] for k in mine], dim=1)  # (B_global, T_me, D)
             out = torch.cat([stacked[starts[r]:starts[r] + sizes[r]].reshape(-1) for r in range(world)])
         else:
-            out = torch.zeros(0, device=device, dtype=self._dtype())
+            # a rank that owns no table still joins the backward all-to-all: its (empty) send
+            # buffer must require grad, or autograd would skip the collective there and the others hang
+            out = torch.zeros(0, device=device, dtype=self._dtype(), requires_grad=torch.is_grad_enabled())
         owned = [len(self.plan.owned(r)) for r in range(world)]
         back = _AllToAll.apply(out, [b_local * owned[r] * d for r in range(world)],
                                [sizes[r] * len(mine) * d for r in range(world)], self.group)
