@@ -190,7 +190,8 @@ class CriteoSplit:
         if split not in self.SPLITS:
             raise DataError(f"unknown split '{split}': expected one of {', '.join(self.SPLITS)}")
         if days < 2:
-            raise DataError(f"a Criteo multi-hot dataset needs at least 2 days (train days and one eval day), got {days}")
+            raise DataError(f"a Criteo multi-hot dataset needs at least 2 days (train days and one eval day), "
+                            f"got {days}")
         folder = Path(folder)
         if split == "train":
             train = [Day.open(folder, d, bag_sizes, cardinalities) for d in range(days - 1)]

@@ -21,8 +21,6 @@ import numpy as np
 from .criteo import MULTI_HOT_SIZES, NUM_DENSE
 from .format import Rows
 
-_M = np.uint64(0xFFFFFFFFFFFFFFFF)
-
 
 def _mix(x: np.ndarray) -> np.ndarray:
     """splitmix64 finaliser: a cheap well-mixed hash of uint64 values."""
