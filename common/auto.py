@@ -102,6 +102,12 @@ def bf16_native(device: torch.device) -> tuple[bool, str]:
 
 def choose_precision(requested: str, device: torch.device) -> Choice:
     key = "train.precision"
+    if requested == "bf16":
+        native, why = bf16_native(device)
+        if not native:  # kept (the user asked for it), but said: it is the slow case of issue #16
+            return Choice(key, requested, requested,
+                          f"as configured; WARNING: {why} and is usually several times slower than fp32 here; "
+                          "precision auto would pick fp32")
     if requested != "auto":
         return Choice(key, requested, requested, "as configured")
     native, why = bf16_native(device)

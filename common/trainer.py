@@ -27,6 +27,7 @@ the first evaluation that meets the target (``run_stop status=success``) or ``ab
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -176,9 +177,12 @@ class Trainer:
         spec = self._spec()
         if spec is not None and hasattr(spec, "channels_last"):
             spec.channels_last = tc.channels_last
-        if self.progress.lines and self.rank == 0:
+        if self.rank == 0:
             for c in self.choices:
-                self.progress.say(c.describe())
+                if self.progress.lines:
+                    self.progress.say(c.describe())
+                elif "WARNING" in c.reason and self.env.layout.instance == 0:
+                    print(f"hpcbench: {c.describe()}", file=sys.stderr, flush=True)
 
     def _spec(self) -> Any:
         try:

@@ -76,8 +76,11 @@ def sample_shape(path: Path, multiple: int = 1) -> tuple[int, int]:
     multiples of ``multiple`` (the model's output stride)."""
     try:
         with h5py.File(path, "r") as f:
-            if "climate/data" not in f or f["climate/data"].ndim != 3:
-                raise DataError(f"'{path}': expected dataset climate/data of shape (H, W, C)")
+            if "climate/data" not in f:
+                raise DataError(f"'{path}': expected dataset climate/data of shape (H, W, C); the file has "
+                                f"{sorted(f.get('climate', {}).keys()) if isinstance(f.get('climate'), h5py.Group) else 'no climate group'}")
+            if f["climate/data"].ndim != 3:
+                raise DataError(f"'{path}': climate/data has shape {f['climate/data'].shape}; expected (H, W, C)")
             _check_dtype(path, "climate/data", f["climate/data"], DATA_DTYPE)
             h, w = f["climate/data"].shape[:2]
     except OSError as exc:

@@ -19,6 +19,8 @@ CPU = torch.device("cpu")
 
 def test_explicit_settings_are_kept_as_configured() -> None:
     assert choose_precision("fp32", CPU) == Choice("train.precision", "fp32", "fp32", "as configured")
+    if cpu_bf16_native()[0]:
+        assert choose_precision("bf16", CPU).reason == "as configured"
     c = choose_channels_last(True, CPU, nn.Linear(2, 2), "fp32", probe=None)
     assert c.value is True and c.reason == "as configured"
 
@@ -40,6 +42,11 @@ def test_kernels_capped_at_avx2_give_fp32_with_the_reason() -> None:
     value, reason = out.stdout.splitlines()[:2]
     assert value == "fp32"
     assert "emulated" in reason or "no bf16" in reason or "not" in reason, reason
+    # bf16 asked for explicitly on that CPU: kept, with a warning that names the cause and the way out
+    out = subprocess.run([sys.executable, "-c", code.replace("'auto'", "'bf16'")], env=env, capture_output=True,
+                         text=True, timeout=120)
+    value, reason = out.stdout.splitlines()[:2]
+    assert value == "bf16" and "WARNING" in reason and "precision auto would pick fp32" in reason, reason
 
 
 def test_channels_last_auto_without_convolutions_is_off() -> None:

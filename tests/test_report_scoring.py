@@ -136,3 +136,17 @@ def test_missing_or_empty_results_dir_is_a_clear_error(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "does not exist" in proc.stderr
     proc = run_cli(["report", str(tmp_path)], timeout=60)
     assert proc.returncode == 2 and "no result_*.txt logs" in proc.stderr
+
+
+def test_runs_with_different_auto_choices_are_noted(tmp_path: Path) -> None:
+    """A weak set whose instances resolved channels-last "auto" differently (each probes for itself):
+    the report says so, naming the runs, since their times compare different settings."""
+    write_benchmark(tmp_path, "weak", [SynthRun(0.0, 50.0), SynthRun(1.0, 60.0)])
+    for i, cl in enumerate((True, False)):
+        log = next(tmp_path.rglob(f"result_{i}.txt"))
+        rec = {"namespace": "", "time_ms": 1.0, "event_type": "POINT_IN_TIME", "key": "hpcbench_channels_last",
+               "value": {"value": cl, "requested": "auto", "reason": "probe"}, "metadata": {}}
+        log.write_text(f":::MLLOG {json.dumps(rec)}\n" + log.read_text())
+    (rep,) = build(tmp_path, tmp_path / "out", official=False).groups
+    (note,) = [n for n in rep.score.notes if "different channels_last" in n]
+    assert "result_0.txt=True" in note and "result_1.txt=False" in note

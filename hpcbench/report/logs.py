@@ -46,6 +46,7 @@ class RunLog:
     metric_key: str | None = None
     metrics: list[Eval] = field(default_factory=list)
     tracked_throughput: list[tuple[float, float]] = field(default_factory=list)  # (samples/s, epoch ms)
+    settings: dict[str, Any] = field(default_factory=dict)  # hpcbench_* choices, e.g. precision: "bf16"
     problems: list[str] = field(default_factory=list)
     bad_lines: list[str] = field(default_factory=list)  # MLLOG lines that do not parse (the official parser rejects the file)
 
@@ -196,6 +197,8 @@ def parse_log(path: Path) -> RunLog:
         elif key in METRIC_KEYS and isinstance(value, (int, float)):
             log.metric_key = key
             log.metrics.append(Eval(key, int(meta.get("epoch_num", -1)), float(value), t))
+        elif key.startswith("hpcbench_") and isinstance(value, dict) and "value" in value:
+            log.settings[key.removeprefix("hpcbench_")] = value["value"]
         elif key == "tracked_stats" and isinstance(value, dict):
             tp = value.get("throughput", value.get("samples_per_second"))
             if isinstance(tp, (int, float)):  # logged after the epoch_stop it describes

@@ -127,6 +127,12 @@ def _start(group: Group, mode: str, t0_ms: float | None) -> Score:
         for p in r.problems:
             if "before init_stop" in p or "run_stop is before run_start" in p:
                 s.flags.append(f"{r.name}: {p}")
+    for key in sorted({k for r in runs for k in r.settings}):
+        seen = {str(r.settings.get(key)) for r in runs}
+        if len(seen) > 1:  # e.g. channels-last "auto" decided by each instance's own probe
+            by = ", ".join(f"{r.name}={r.settings.get(key)}" for r in runs[:6]) + (", ..." if len(runs) > 6 else "")
+            s.notes.append(f"the runs used different {key} settings ({by}): times compare different settings; "
+                           f"set train.{key} explicitly for a uniform set")
     for name, why in s.skipped:
         s.notes.append(f"{name} left out: {why}")
     return s
@@ -168,7 +174,8 @@ def score_weak(group: Group) -> Score:
     runs = group.runs
     complete = [r for r in runs if r.complete]
     counted = [r for r in runs if r.converged]
-    t0 = min((r.run_start_ms for r in complete), default=None)  # type: ignore[type-var]
+    # offsets from the earliest run_start of any log, finished or not (no negative start for a truncated one)
+    t0 = min((r.run_start_ms for r in runs if r.run_start_ms is not None), default=None)
     s = _start(group, "weak", t0)
     s.M = len(runs) + len(group.skipped)
     s.M_prime = len(counted)
