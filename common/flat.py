@@ -13,12 +13,14 @@ buffer: cuDNN's channels-last kernels and vectorised CUDA kernels need aligned p
 packed back to back crash DeepCAM on an H100 ("misaligned address"). The gaps between views are
 zero, are segments of their own in ``lengths`` (so they stay out of per-tensor norms) and stay zero
 under every optimizer (zero gradient, zero parameter). Sharded optimizers split the *real* elements
-(:meth:`FlatParams.pack` / :meth:`FlatParams.unpack`), never the gaps. Autograd accumulates into the
+(:meth:`FlatParams.pack` / :meth:`FlatParams.unpack`), never the gaps. Parameters that only this rank
+holds (model-parallel embedding tables) come last, after ``shared_size``: the instance's collectives
+cover the shared prefix only. Autograd accumulates into the
 existing ``p.grad`` views in place; :meth:`FlatParams.check_grads` repairs any view autograd replaced.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -67,13 +69,16 @@ class FlatParams:
     ``offsets[i]`` is where parameter ``i`` starts in it (a multiple of :data:`ALIGN_ELEMS`).
     """
 
-    def __init__(self, module: nn.Module) -> None:
+    def __init__(self, module: nn.Module, local: Sequence[nn.Parameter] = ()) -> None:
         self.names: list[str] = []
         params: list[nn.Parameter] = []
-        for name, p in module.named_parameters():
-            if p.requires_grad:
-                self.names.append(name)
-                params.append(p)
+        local_ids = {id(p) for p in local}
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        # parameters every rank holds first, then this rank's own (model parallel): the instance's
+        # gradient sync and the start-up broadcast cover the prefix ``[:shared_size]`` only
+        for name, p in sorted(named, key=lambda np_: id(np_[1]) in local_ids):
+            self.names.append(name)
+            params.append(p)
         if not params:
             raise ConfigError("the model has no trainable parameters")
         if any(p.dtype != torch.float32 for p in params):
@@ -87,6 +92,10 @@ class FlatParams:
             self.offsets.append(_align(end))
             end = self.offsets[-1] + n
         self.size = _align(end)
+        shared = [o + n for o, n, p in zip(self.offsets, self.numels, params) if id(p) not in local_ids]
+        #: elements of the buffer that hold parameters every rank of the instance has (aligned)
+        self.shared_size = _align(max(shared, default=0))
+        self.has_local = bool(local_ids & {id(p) for p in params})
         self.device = device
         self.params = _aligned_zeros(self.size, device)
         self.grads = _aligned_zeros(self.size, device)

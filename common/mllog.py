@@ -19,7 +19,7 @@ from .system import SystemDescription
 
 _ids = itertools.count()
 
-#: the ruleset the logs are written for
+#: the ruleset of the hpc suite's logs (a training-suite workload names its own: common.suites)
 RULESET = "3.0.0"
 USAGE = "hpc"
 
@@ -91,8 +91,8 @@ class MLPerfLogger:
         self._logger = None
 
 
-def check_log(path: Path, ruleset: str = RULESET) -> tuple[bool, str]:
-    """Run the official compliance checker on one log; (passed, its output)."""
+def check_log(path: Path, ruleset: str = RULESET, usage: str = USAGE) -> tuple[bool, str]:
+    """Run the official compliance checker on one log (``usage`` hpc or training); (passed, its output)."""
     import subprocess
     import tempfile
 
@@ -101,7 +101,7 @@ def check_log(path: Path, ruleset: str = RULESET) -> tuple[bool, str]:
     with tempfile.TemporaryDirectory(prefix="hpcbench-checker-") as scratch:
         proc = subprocess.run(
             [sys.executable, "-m", "mlperf_logging.compliance_checker", str(Path(path).resolve()),
-             "--usage", USAGE, "--ruleset", ruleset],
+             "--usage", usage, "--ruleset", ruleset],
             capture_output=True,
             text=True,
             cwd=scratch,

@@ -1,4 +1,4 @@
-"""Optimizers over a :class:`~common.flat.FlatParams` buffer: SGD, Adam, AdamW, LAMB, DistributedLAMB.
+"""Optimizers over a :class:`~common.flat.FlatParams` buffer: SGD, Adam, AdamW, Adagrad, LAMB, DistributedLAMB.
 
 All of them are *sync-free* and graph-capturable: the learning rate arrives as a device tensor, the
 step counter and every moment live on the device, and nothing calls ``.item()``. Each optimizer
@@ -46,9 +46,12 @@ class FlatOptimizer:
         self.state: dict[str, torch.Tensor] = {}
 
     def sync_grads(self) -> None:
+        """Average the gradients over the instance. A model-parallel part (after ``shared_size``)
+        already holds the sum of every rank's gradient: it is divided, not reduced."""
         if self.world > 1:
-            dist.all_reduce(self.flat.grads)
-            self.flat.grads.div_(self.world)
+            flat = self.flat
+            dist.all_reduce(flat.grads[: flat.shared_size] if flat.has_local else flat.grads)
+            flat.grads.div_(self.world)
 
     def step(self, lr: torch.Tensor, skip: torch.Tensor | None = None) -> None:
         self.sync_grads()
@@ -228,6 +231,31 @@ class DistributedLAMB(LAMB):
         self.step_count.add_(1.0 if skip is None else 1.0 - skip)
 
 
+class Adagrad(FlatOptimizer):
+    """PyTorch Adagrad semantics: ``sum += g^2``; ``p -= lr / (1 + (t - 1) * lr_decay) * g / (sqrt(sum) + eps)``,
+    L2 ``weight_decay`` added to the gradient, ``sum`` starting at ``initial_accumulator``. On rows a
+    step did not touch (zero gradient) the update is exactly zero, so dense Adagrad over embedding
+    tables equals torch's sparse Adagrad."""
+
+    def __init__(self, flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0) -> None:
+        super().__init__(flat, cfg, world, rank)
+        self.state["sum"] = torch.full((flat.size,), float(cfg.initial_accumulator), device=flat.device)
+
+    def _update(self, p, g, lr, skip) -> None:  # noqa: ANN001
+        c = self.cfg
+        if c.weight_decay:
+            g = g.add(p, alpha=c.weight_decay)
+        clr = lr / (1.0 + self.step_count * c.lr_decay) if c.lr_decay else lr
+        acc = self.state["sum"]
+        if skip is None:
+            acc.addcmul_(g, g)
+            p.addcdiv_(g * clr, acc.sqrt().add_(c.eps), value=-1.0)
+            return
+        new_acc = acc + g * g
+        _assign(acc, new_acc, skip)
+        _assign(p, p - clr * g / (new_acc.sqrt() + c.eps), skip)
+
+
 def build_optimizer(flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0,
                     allow_apex: bool = True) -> FlatOptimizer:
     """The optimizer ``cfg.name`` over ``flat`` (``distributed = true`` shards LAMB's state;
@@ -244,6 +272,11 @@ def build_optimizer(flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: in
         return SGD(flat, cfg, world, rank)
     if cfg.name in ("adam", "adamw"):
         return Adam(flat, cfg, world, rank, decoupled=cfg.name == "adamw")
+    if cfg.name == "adagrad":
+        return Adagrad(flat, cfg, world, rank)
     if cfg.name == "lamb":
+        if cfg.distributed and flat.has_local:
+            raise ConfigError("config key 'optim.distributed': the sharded LAMB splits the whole flat buffer over "
+                              "the ranks, which cannot hold a model-parallel part; set it to false")
         return (DistributedLAMB if cfg.distributed else LAMB)(flat, cfg, world, rank)
     raise ConfigError(f"config key 'optim.name': unknown optimizer {cfg.name!r}")

@@ -13,13 +13,15 @@ from .errors import ConfigError
 
 @dataclass
 class OptimConfig:
-    name: Literal["sgd", "lamb", "adamw", "adam"] = "sgd"
+    name: Literal["sgd", "lamb", "adamw", "adam", "adagrad"] = "sgd"
     lr: float = 0.001  # base (peak) learning rate, reached at the end of warmup
     momentum: float = 0.9  # sgd
     nesterov: bool = False  # sgd
     betas: tuple[float, ...] = (0.9, 0.999)  # adam/adamw/lamb
     eps: float = 1e-8
     weight_decay: float = 0.0
+    lr_decay: float = 0.0  # adagrad: lr / (1 + (step - 1) * lr_decay)
+    initial_accumulator: float = 0.0  # adagrad: starting value of the squared-gradient sum
     bias_correction: bool = True  # lamb
     grad_averaging: bool = True  # lamb
     max_grad_norm: float = 0.0  # clip by global norm; 0 disables

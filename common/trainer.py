@@ -50,6 +50,7 @@ from .step import TrainStep, prepare_batch
 from .system import SystemDescription
 from .timing import PhaseTimer, now_ms
 from .data.instance import InstanceData, agree, reader_group
+from .suites import suite
 from .workload import DataShard, DataSizes, Workload
 
 
@@ -93,9 +94,10 @@ def sync_batchnorm_stats(model: nn.Module, world: int) -> None:
 
 
 def _broadcast_model(model: nn.Module, flat: FlatParams, world: int) -> None:
+    """Rank 0's parameters and buffers to the instance (the model-parallel part stays each rank's own)."""
     if world <= 1:
         return
-    dist.broadcast(flat.params, 0)
+    dist.broadcast(flat.params[: flat.shared_size] if flat.has_local else flat.params, 0)
     for b in model.buffers():
         dist.broadcast(b, 0)
 
@@ -137,9 +139,14 @@ class Trainer:
         self._choose_for_hardware(model)
         if tc.channels_last:
             model = module_to_channels_last(model)
+        model = self.workload.distribute(model, self.rank, self.world)
         self.model = model
         self.sharded = cfg.optim.name == "lamb" and cfg.optim.distributed
-        self.flat = FlatParams(model)
+        self.flat = FlatParams(model, self.workload.local_parameters(model))
+        if self.flat.has_local and tc.checkpoint_dir:
+            raise ConfigError("config key 'train.checkpoint_dir': checkpoints hold rank 0's parameters, and this "
+                              f"model keeps parameters on each rank ({self.workload.name}'s model-parallel part); "
+                              "leave it empty")
         _broadcast_model(model, self.flat, self.world)
         torch.manual_seed(self.seed * 1000 + self.rank)  # per-rank randomness (dropout) from here on
         self.optimizer = build_optimizer(self.flat, cfg.optim, self.world, self.rank,
@@ -205,6 +212,9 @@ class Trainer:
     def _data(self) -> InstanceData:
         """Loaders and sizes of the instance's data (:mod:`common.data.instance`)."""
         node_local = bool(getattr(getattr(self.cfg, "data", None), "node_local", False))
+        spec = self._spec()
+        if spec is not None and spec.layout.whole_on_every_node:
+            node_local = False  # every node was given the whole dataset: the instance's ranks split it once
         group = reader_group(self.env, node_local)
         shard = DataShard(rank=group.rank, size=group.size, seed=self.seed,
                           local_batch_size=self.cfg.train.global_batch_size // self.world, device=self.device,
@@ -222,7 +232,7 @@ class Trainer:
         self.log.event("global_batch_size", tc.global_batch_size)
         self.log.event("train_samples", self.train_samples)
         self.log.event("eval_samples", self.eval_samples)
-        self.log.event("gradient_accumulation_frequency", 1)
+        self.log.event(suite(self.workload.suite).grad_accum_key, 1)
         # not an MLPerf key (the checker ignores it): what the schedule and the step count are built on
         self.log.event("steps_per_epoch", self.steps_per_epoch)
         self.log.hyperparameters(self.workload.hyperparameters())
@@ -319,6 +329,34 @@ class Trainer:
             outputs = self.workload.forward(self.model, batch)
         return self.workload.eval_sums(outputs, batch)
 
+    def _eval_sums(self) -> float:
+        """Additive statistics per rank, summed over the instance, then ``metric``."""
+        sums: dict[str, torch.Tensor] = {}
+        run = self._eval_batch if self.workload.eval_needs_grad else self._no_grad_eval
+        for batch in self.eval_loader:
+            batch = prepare_batch(batch, self.device, self.cfg.train.channels_last)
+            for k, v in run(batch).items():
+                v = torch.as_tensor(v).detach().to(self.device, torch.float64).sum()
+                sums[k] = sums[k] + v if k in sums else v
+        keys = sorted(set().union(*self.env.instance_comm.allgather(sorted(sums))))
+        packed = torch.stack([sums.get(k, torch.zeros((), dtype=torch.float64, device=self.device)) for k in keys])
+        if self.world > 1:
+            dist.all_reduce(packed)
+        return float(self.workload.metric(dict(zip(keys, packed.tolist()))))
+
+    def _eval_samples(self) -> float:
+        """Every eval sample's outputs kept on its rank; the workload's metric combines the instance's."""
+        kept: dict[str, list[torch.Tensor]] = {}
+        grad = torch.enable_grad() if self.workload.eval_needs_grad else torch.no_grad()
+        with grad:
+            for batch in self.eval_loader:
+                batch = prepare_batch(batch, self.device, self.cfg.train.channels_last)
+                with self.precision.autocast():
+                    outputs = self.workload.forward(self.model, batch)
+                for k, v in self.workload.eval_samples(outputs, batch).items():
+                    kept.setdefault(k, []).append(v.detach())
+        return float(self.workload.metric_of_samples({k: torch.cat(v) for k, v in kept.items()}, self.world))
+
     def evaluate(self, epoch: int) -> float:
         """Metric over the whole eval set: sums per rank, summed over the instance, then ``metric``."""
         with self.timer("eval"):
@@ -326,18 +364,7 @@ class Trainer:
             self.log.start("eval_start", metadata={"epoch_num": epoch})
             self.model.eval()
             self.eval_loader.set_epoch(epoch)
-            sums: dict[str, torch.Tensor] = {}
-            run = self._eval_batch if self.workload.eval_needs_grad else self._no_grad_eval
-            for batch in self.eval_loader:
-                batch = prepare_batch(batch, self.device, self.cfg.train.channels_last)
-                for k, v in run(batch).items():
-                    v = torch.as_tensor(v).detach().to(self.device, torch.float64).sum()
-                    sums[k] = sums[k] + v if k in sums else v
-            keys = sorted(set().union(*self.env.instance_comm.allgather(sorted(sums))))
-            packed = torch.stack([sums.get(k, torch.zeros((), dtype=torch.float64, device=self.device)) for k in keys])
-            if self.world > 1:
-                dist.all_reduce(packed)
-            value = float(self.workload.metric(dict(zip(keys, packed.tolist()))))
+            value = self._eval_samples() if self.workload.eval_kind == "samples" else self._eval_sums()
             self.log.end("eval_stop", metadata={"epoch_num": epoch})
             self.log.event(self.workload.metric_key, value, metadata={"epoch_num": epoch})
             self.model.train()

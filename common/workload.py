@@ -77,12 +77,17 @@ class Workload(ABC, Generic[C]):
     """One benchmark. Subclasses set the class attributes and implement the abstract methods."""
 
     name: ClassVar[str]  # CLI/registry name, e.g. "cosmoflow"
-    benchmark: ClassVar[str]  # MLPerf submission_benchmark: cosmoflow | deepcam | oc20
+    benchmark: ClassVar[str]  # MLPerf submission_benchmark: cosmoflow | deepcam | oc20 | dlrm_dcnv2
+    suite: ClassVar[str] = "hpc"  # hpc | training (common.suites): which rules the log and results follow
+    ruleset: ClassVar[str] = ""  # the suite's ruleset version this benchmark logs for; "" = the suite's default
     config_cls: ClassVar[type[RunConfig]]
     metric_key: ClassVar[str]  # eval_error | eval_accuracy
     higher_is_better: ClassVar[bool]
     static_shapes: ClassVar[bool] = True  # False: no CUDA graph capture (e.g. variable-size graphs)
     eval_needs_grad: ClassVar[bool] = False  # True: eval runs with autograd on (e.g. forces = -dE/dx)
+    # "sums": additive statistics per batch (eval_sums/metric); "samples": the metric needs every
+    # sample's outputs (eval_samples/metric_of_samples, e.g. exact AUROC)
+    eval_kind: ClassVar[str] = "sums"
 
     def __init__(self, cfg: C) -> None:
         self.cfg = cfg
@@ -92,7 +97,7 @@ class Workload(ABC, Generic[C]):
     # configuration ------------------------------------------------------------------------
     @classmethod
     def presets_dir(cls) -> Path:
-        package = cls.__module__.split(".")[0]
+        package = cls.__module__.rpartition(".")[0] or cls.__module__  # the workload's own package
         return Path(str(importlib.resources.files(package))) / "configs"
 
     @classmethod
@@ -182,6 +187,27 @@ class Workload(ABC, Generic[C]):
     @abstractmethod
     def metric(self, sums: Mapping[str, float]) -> float:
         """The quality metric from the summed statistics."""
+
+    def eval_samples(self, outputs: Any, batch: Any) -> Mapping[str, "torch.Tensor"]:
+        """With ``eval_kind = "samples"``: per-sample tensors of one eval batch (first dimension = the
+        batch's samples); the harness concatenates them over the rank's batches."""
+        raise NotImplementedError(f"workload '{self.name}' sets eval_kind='samples' but has no eval_samples()")
+
+    def metric_of_samples(self, kept: Mapping[str, "torch.Tensor"], world: int) -> float:
+        """With ``eval_kind = "samples"``: the metric over every rank's samples; each rank of the
+        instance calls it with its own ``kept`` (the instance's torch default group, ``world`` ranks)."""
+        raise NotImplementedError(f"workload '{self.name}' sets eval_kind='samples' but has no metric_of_samples()")
+
+    # model parallelism ----------------------------------------------------------------------
+    def distribute(self, model: "nn.Module", rank: int, world: int) -> "nn.Module":
+        """The model as this rank of the instance holds it (e.g. embedding tables sharded over the
+        ranks). Called on every rank after the same seeded build and the move to the device."""
+        return model
+
+    def local_parameters(self, model: "nn.Module") -> list["nn.Parameter"]:
+        """Parameters that only this rank holds (model parallel): neither broadcast from rank 0 nor
+        all-reduced; their gradients arrive complete through the model's own collectives."""
+        return []
 
     def hyperparameters(self) -> dict[str, Any]:
         """The benchmark's MLPerf hyperparameter keys (opt_*, scheduler_*, ...) with values;

@@ -25,8 +25,10 @@ class WorkloadEntry:
     benchmark: str  # MLPerf benchmark key
     summary: str
     data_module: str = ""  # module with the dataset's LAYOUT (light to import: no torch, no model)
-    required_runs: int = 5  # runs the MLPerf HPC rules require per result (mlperf_logging.benchmark_meta)
+    required_runs: int = 5  # runs the MLPerf rules require per result (mlperf_logging.benchmark_meta)
     converter: str = ""  # "module:function" (a Converter) behind `hpcbench convert NAME`; "" for none
+    suite: str = "hpc"  # hpc | training (common.suites): the rules its logs and results follow
+    ruleset: str = "3.0.0"  # the version of the suite's ruleset the logs are written and checked for
 
 
 WORKLOADS: dict[str, WorkloadEntry] = {
@@ -41,13 +43,18 @@ WORKLOADS: dict[str, WorkloadEntry] = {
         WorkloadEntry("oc20", "opencatalyst.workload:OC20Workload", "oc20",
                       "DimeNet++ energies and forces of catalyst slabs with adsorbates (OC20 S2EF)",
                       "opencatalyst.dataset", required_runs=5, converter="opencatalyst.convert:convert"),
+        # training 5.1.0: the newest training ruleset of the installed mlperf-logging listed for it by
+        # the issue (6.0.0 also has dlrm_dcnv2; the logs pass both)
+        WorkloadEntry("dlrm_dcnv2", "mlperf_training.dlrm_dcnv2.workload:DLRMWorkload", "dlrm_dcnv2",
+                      "DLRM with a DCNv2 cross network on Criteo multi-hot clicks; exact AUROC; hybrid-parallel embeddings",
+                      "mlperf_training.dlrm_dcnv2.dataset", required_runs=10, suite="training", ruleset="5.1.0"),
     )
 }
 ALIASES = {"opencatalyst": "oc20", "oc": "oc20"}
 
 #: benchmarks of the MLPerf HPC rules that no workload here implements yet: the runs they require
 UPCOMING_REQUIRED_RUNS = {"openfold": 10}
-#: runs per benchmark key demanded by the rules (same table as mlperf_logging.benchmark_meta, hpc)
+#: runs per benchmark key demanded by the rules (same table as mlperf_logging.benchmark_meta)
 REQUIRED_RUNS: dict[str, int] = {**{e.benchmark: e.required_runs for e in WORKLOADS.values()},
                                  **UPCOMING_REQUIRED_RUNS}
 #: for a benchmark the rules do not list (an out-of-tree workload)
@@ -84,6 +91,14 @@ def get(name: str) -> "type[Workload]":
 def required_runs(benchmark: str) -> int:
     """Runs (strong) or converged models (weak) the rules require for a result of ``benchmark``."""
     return REQUIRED_RUNS.get(benchmark, DEFAULT_REQUIRED_RUNS)
+
+
+def suite_of(benchmark: str) -> tuple[str, str]:
+    """(suite, ruleset) of a benchmark key; an unregistered one is taken as hpc 3.0.0."""
+    for e in WORKLOADS.values():
+        if e.benchmark == benchmark:
+            return e.suite, e.ruleset
+    return "hpc", "3.0.0"
 
 
 def converter_names() -> list[str]:

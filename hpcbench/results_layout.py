@@ -1,9 +1,13 @@
 """Where results go: the layout the official MLPerf result summarizer reads.
 
-    ROOT/results/<system>/strong/<benchmark>/result_<n>.txt   one file per run (n = next free index)
-    ROOT/results/<system>/weak/<benchmark>/result_<k>.txt     one file per instance k of the job
+    ROOT/results/<system>/strong/<benchmark>/result_<n>.txt   hpc suite: one file per run (n = next free index)
+    ROOT/results/<system>/weak/<benchmark>/result_<k>.txt     hpc suite: one file per instance k of the job
+    ROOT/results/<system>/<benchmark>/result_<n>.txt          training suite: one file per run (no mode folder)
     ROOT/systems/<system>.json                                 the system description
-    ROOT/hpcbench/<system>/<mode>/<benchmark>/train_summary.json  our per-job summary
+    ROOT/hpcbench/<system>/[<mode>/]<benchmark>/train_summary.json  our per-job summary
+
+A training-suite folder has no mode (``mode = ""`` below): the training summarizer scores time to
+train only, and the concurrent instances of one job are separate runs with a result file each.
 
 The official package checker warns about any file beside the result_*.txt logs ("Unknown files in
 result directory") and reads only results/, systems/ and benchmarks/<benchmark>/ below ROOT, so
@@ -20,7 +24,10 @@ MODES = ("strong", "weak")
 EXTRAS = "hpcbench"  # top-level folder of our own files (never looked at by the official tools)
 
 
-def mode_for(instances: int) -> str:
+def mode_for(instances: int, suite: str = "hpc") -> str:
+    """The results folder's mode: strong (one instance) or weak (several) for hpc; "" for training."""
+    if suite == "training":
+        return ""
     return "strong" if instances == 1 else "weak"
 
 
@@ -33,18 +40,24 @@ def system_dirname(name: str) -> str:
 
 
 def benchmark_dir(root: Path, system: str, mode: str, benchmark: str) -> Path:
-    return Path(root) / "results" / system_dirname(system) / mode / benchmark
+    """``mode`` "" is the training suite's layout (no mode folder)."""
+    base = Path(root) / "results" / system_dirname(system)
+    return base / mode / benchmark if mode else base / benchmark
 
 
 def extras_dir(root: Path, system: str, mode: str, benchmark: str) -> Path:
     """Our own files about one benchmark folder, outside what the official checkers read."""
-    return Path(root) / EXTRAS / system_dirname(system) / mode / benchmark
+    base = Path(root) / EXTRAS / system_dirname(system)
+    return base / mode / benchmark if mode else base / benchmark
 
 
 def summary_file(bench_dir: Path) -> Path:
     """``train_summary.json`` of the job that wrote the logs in ``bench_dir`` (a :func:`benchmark_dir`)."""
     bench_dir = Path(bench_dir)
-    root, system, mode = bench_dir.parents[3], bench_dir.parent.parent.name, bench_dir.parent.name
+    if bench_dir.parents[1].name == "results" and bench_dir.parent.name not in MODES:  # training layout
+        root, system, mode = bench_dir.parents[2], bench_dir.parent.name, ""
+    else:
+        root, system, mode = bench_dir.parents[3], bench_dir.parent.parent.name, bench_dir.parent.name
     return extras_dir(root, system, mode, bench_dir.name) / "train_summary.json"
 
 
@@ -56,9 +69,22 @@ def existing_results(folder: Path) -> list[Path]:
     return sorted(folder.glob("result_*.txt"))
 
 
+def _used(folder: Path) -> set[int]:
+    return {int(p.stem.split("_", 1)[1]) for p in existing_results(folder) if p.stem.split("_", 1)[1].isdigit()}
+
+
 def next_free_index(folder: Path) -> int:
-    used = {int(p.stem.split("_", 1)[1]) for p in existing_results(folder) if p.stem.split("_", 1)[1].isdigit()}
+    used = _used(folder)
     n = 0
     while n in used:
+        n += 1
+    return n
+
+
+def next_free_block(folder: Path, count: int) -> int:
+    """The first index n with result_n .. result_{n+count-1} all free (runs of one job stay together)."""
+    used = _used(folder)
+    n = 0
+    while any(n + k in used for k in range(count)):
         n += 1
     return n

@@ -54,6 +54,7 @@ class RunnerOptions:
     mode: str | None = None  # strong | weak; default: strong for one instance, weak for several
     instance_offset: int | None = None  # one srun per instance: this job's instance k writes result_<offset+k>
     system_nodes: int | None = None  # nodes of the whole system for systems/<name>.json (default: this job's)
+    suite: str = "hpc"  # the workload's suite (common.suites): which results layout
 
 
 def _log_has(path: Path, key: str) -> bool:
@@ -76,15 +77,30 @@ def close_aborted(path: Path, error: str) -> None:
 def _prepare(env: DistEnv, opts: RunnerOptions, benchmark: str) -> tuple[Path, int]:
     """World rank 0 checks the results folder and writes the system file; (folder, first log index)."""
     lay = env.layout
-    mode = opts.mode or rl.mode_for(lay.num_instances)
-    if mode not in rl.MODES:
-        raise ConfigError(f"--mode must be one of {', '.join(rl.MODES)}, got {mode!r}")
+    if opts.suite == "training":
+        if opts.mode:
+            raise ConfigError("--mode is for hpc-suite workloads; a training-suite result folder has no mode "
+                              "(each instance is one run of results/<system>/<benchmark>/)")
+        mode = ""
+    else:
+        mode = opts.mode or rl.mode_for(lay.num_instances)
+        if mode not in rl.MODES:
+            raise ConfigError(f"--mode must be one of {', '.join(rl.MODES)}, got {mode!r}")
     folder = rl.benchmark_dir(opts.results, opts.system.system_name, mode, benchmark)
     err, index = None, 0
     if lay.is_world_leader:
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            if mode == "weak":
+            if not mode:  # training: every instance is one more run (the rules ask for 10)
+                index = opts.instance_offset if opts.instance_offset is not None else \
+                    rl.next_free_block(folder, lay.num_instances)
+                taken = [folder / result_filename(index + k) for k in range(lay.num_instances)
+                         if (folder / result_filename(index + k)).exists()]
+                if taken and not opts.overwrite:
+                    raise ConfigError(f"{taken[0]} already exists; use another --instance-offset or --overwrite")
+                for p in taken:
+                    p.unlink()
+            elif mode == "weak":
                 index = opts.instance_offset or 0
                 mine = [folder / result_filename(index + k) for k in range(lay.num_instances)]
                 # a job that owns the folder (one launch for all instances) must not mix with older logs

@@ -76,3 +76,53 @@ def write_benchmark(root: Path, mode: str, runs: list[SynthRun], benchmark: str 
     SystemDescription(system_name=system, number_of_nodes=nodes, division=division,
                       framework="PyTorch").write(root / "systems" / f"{system}.json")
     return folder
+
+
+DLRM_HPARAMS = {
+    "opt_name": "adagrad", "opt_base_learning_rate": 0.005, "opt_adagrad_learning_rate_decay": 0.0,
+    "opt_weight_decay": 0.0, "opt_adagrad_initial_accumulator_value": 0.0, "opt_adagrad_epsilon": 1e-8,
+    "opt_learning_rate_warmup_steps": 0, "opt_learning_rate_decay_start_step": 0, "opt_learning_rate_decay_steps": 0,
+}
+DLRM_EVAL_SAMPLES = 89_137_319  # closed training 5.1.0 pins it
+
+
+def write_training_log(path: Path, run: SynthRun, final_auroc: float, division: str = "open",
+                       system: str = "testbox") -> Path:
+    """One dlrm_dcnv2 run's log with the keys training 5.1.0 requires (gradient_accumulation_steps,
+    the Adagrad opt_* keys, eval_accuracy with epoch_num); ``run.status`` "incomplete" leaves out run_stop."""
+    sysd = SystemDescription(system_name=system, number_of_nodes=run.nodes, accelerators_per_node=0)
+    log = MLPerfLogger(path)
+    t = T0_MS + run.start_s * 1000.0
+    log.event("cache_clear", True, time_ms=t - 1001)
+    log.start("init_start", time_ms=t - 1000)
+    log.submission(sysd, "dlrm_dcnv2", division)
+    for key, value in (("seed", run.seed), ("global_batch_size", 65536), ("train_samples", run.train_samples),
+                       ("eval_samples", DLRM_EVAL_SAMPLES), ("gradient_accumulation_steps", 1)):
+        log.event(key, value, time_ms=t - 2)
+    log.hyperparameters(DLRM_HPARAMS)
+    log.end("init_stop", time_ms=t - 1)
+    log.start("run_start", time_ms=t)
+    per_epoch = run.duration_s * 1000.0 / run.epochs
+    for e in range(1, run.epochs + 1):
+        e0 = t + (e - 1) * per_epoch
+        log.start("epoch_start", metadata={"epoch_num": e}, time_ms=e0)
+        log.end("epoch_stop", metadata={"epoch_num": e}, time_ms=e0 + 0.8 * per_epoch)
+        log.start("eval_start", metadata={"epoch_num": e}, time_ms=e0 + 0.8 * per_epoch)
+        value = final_auroc - 0.01 * (run.epochs - e)
+        log.event("eval_accuracy", value, metadata={"epoch_num": e}, time_ms=e0 + 0.99 * per_epoch)
+        log.end("eval_stop", metadata={"epoch_num": e}, time_ms=e0 + 0.99 * per_epoch)
+    if run.status != "incomplete":
+        log.end("run_stop", metadata={"status": run.status}, time_ms=t + run.duration_s * 1000.0)
+    log.close()
+    return path
+
+
+def write_training_benchmark(root: Path, runs: list[SynthRun], aurocs: list[float], division: str = "open",
+                             system: str = "testbox") -> Path:
+    """root/results/<system>/dlrm_dcnv2/result_<k>.txt (the training layout) and root/systems/<system>.json."""
+    folder = root / "results" / system / "dlrm_dcnv2"
+    for k, (run, auc) in enumerate(zip(runs, aurocs)):
+        write_training_log(folder / result_filename(k), run, auc, division, system)
+    SystemDescription(system_name=system, number_of_nodes=max(r.nodes for r in runs), division=division,
+                      framework="PyTorch").write(root / "systems" / f"{system}.json")
+    return folder

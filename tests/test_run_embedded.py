@@ -38,3 +38,25 @@ def test_run_embedded_default_reaches_target_and_reports(tmp_path: Path) -> None
     staged = sorted(p.name for p in (work / "local" / "node0" / "train").iterdir() if not p.name.startswith("."))
     raw = sorted(p.name for p in (work / "raw" / "train").iterdir() if not p.name.startswith("."))
     assert staged == raw and len(raw) == 4096
+
+
+@pytest.mark.slow
+def test_run_dlrm_dcnv2_end_to_end_in_the_training_layout(tmp_path: Path) -> None:
+    """datagen -> pack -> stage (every node gets every day file) -> 2 instances of the mini preset ->
+    report, in the training suite's layout results/<system>/dlrm_dcnv2/."""
+    work = tmp_path / "work"
+    proc = run_cli(["run", "--workload", "dlrm_dcnv2", "--workdir", str(work), "--device", "cpu"], timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    logs = sorted((work / "results" / "results").rglob("result_*.txt"))
+    assert [p.name for p in logs] == ["result_0.txt", "result_1.txt"]
+    assert all(p.parent.name == "dlrm_dcnv2" and p.parent.parent.parent.name == "results" for p in logs)
+    report = json.loads((work / "results" / "report" / "report.json").read_text())
+    (group,) = report["groups"]
+    score = group["score"]
+    assert (score["suite"], score["ruleset"], score["benchmark"], score["division"]) == \
+        ("training", "5.1.0", "dlrm_dcnv2", "open")
+    assert all(r["status"] == "success" and r["final_metric"] >= 0.77 and r["staging_s"] > 0 for r in score["runs"])
+    assert group["official"]["compliance"] == {"result_0.txt": True, "result_1.txt": True}
+    assert not [c for c in group["checks"] if c["agree"] is False]
+    staged = sorted(p.name for p in (work / "local" / "node0").iterdir() if not p.name.startswith("."))
+    assert staged == sorted(p.name for p in (work / "raw").iterdir() if p.name.startswith("day_"))

@@ -38,6 +38,13 @@ class FileLayout:
     known: dict[str, KnownSplit] = field(default_factory=dict)
     describe: str = ""  # what the sample files are called in messages (default: "<name> sample files")
 
+    @property
+    def whole_on_every_node(self) -> bool:
+        """No file is a per-node sample: every file is replicated (e.g. DLRM's day files, whose
+        train/validation splits are rows, not folders). Node-local staging then gives each node
+        the whole dataset, and an instance's nodes do not split it between them."""
+        return not self.patterns and bool(self.replicate)
+
     def is_sample(self, name: str) -> bool:
         return any(fnmatch.fnmatch(name, p) for p in self.patterns)
 
@@ -79,6 +86,8 @@ def scan(root: Path, layout: FileLayout) -> dict[str, list[str]]:
         files = [f for f in files if f not in reps]
         if files:
             out[d.name] = files
+    if layout.whole_on_every_node and out:
+        return out
     if not any(k != REPLICATED for k in out):
         want = ", ".join(layout.splits or ("<any folder>",))
         raise DataError(f"no {layout.name} sample files ({', '.join(layout.patterns)}) found under {root} "

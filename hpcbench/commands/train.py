@@ -2,7 +2,9 @@
 
 With ``--instances 1`` (default) this is one strong-scaling run; with K > 1 the job's ranks form K
 concurrent instances (weak scaling). Logs land where the official summarizer reads them:
-``RESULTS/results/<system>/{strong,weak}/<benchmark>/result_<n>.txt`` and ``RESULTS/systems/<system>.json``.
+``RESULTS/results/<system>/{strong,weak}/<benchmark>/result_<n>.txt`` (hpc suite) or
+``RESULTS/results/<system>/<benchmark>/result_<n>.txt`` (training suite: each instance is one more run)
+and ``RESULTS/systems/<system>.json``.
 """
 from __future__ import annotations
 
@@ -79,7 +81,8 @@ def train(args: argparse.Namespace) -> int:
                          dataset=None if ":" in args.workload else registry.entry(args.workload).name,
                          overwrite=args.overwrite, straggler_grace_s=args.straggler_grace,
                          progress="none" if args.no_progress else args.progress, mode=args.mode,
-                         instance_offset=args.instance_offset, system_nodes=args.system_nodes)
+                         instance_offset=args.instance_offset, system_nodes=args.system_nodes,
+                         suite=registry.get(args.workload).suite)
 
     def make_workload(data_root: str | None):  # noqa: ANN202
         from staging.marker import require_staged

@@ -68,7 +68,8 @@ def build(results: Path, plot_dir: Path | None, official: bool = True, plots_as:
     elif not available():
         note = "the official tools (mlperf-logging) are not installed: no official figures"
     elif root is None:
-        note = "not in the submission layout (results/<system>/<mode>/<benchmark>/): the official tools were not run"
+        note = ("not in a submission layout (results/<system>/<mode>/<benchmark>/ or results/<system>/<benchmark>/): "
+                "the official tools were not run")
     else:
         offs, checks_root = run_tools(root, [g for g in groups if g.official_layout])
     reports = []
@@ -84,7 +85,7 @@ def build(results: Path, plot_dir: Path | None, official: bool = True, plots_as:
 def _plots(reports: list[GroupReport], out: Path, final: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for rep in reports:
-        stem = f"{rep.score.system}_{rep.score.mode}_{rep.score.benchmark}"
+        stem = f"{rep.score.system}_{rep.group.label}_{rep.score.benchmark}"
         made = []
         if rep.score.mode == "weak":
             made.append(plots.timeline(rep.score, out / f"{stem}_timeline.png"))

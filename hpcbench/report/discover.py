@@ -1,5 +1,8 @@
-"""Find result logs: the official HPC submission layout is
-``ROOT/results/<system>/{strong,weak}/<benchmark>/result_*.txt`` with ``ROOT/systems/<system>.json``."""
+"""Find result logs in the official submission layouts: hpc
+``ROOT/results/<system>/{strong,weak}/<benchmark>/result_*.txt``, training
+``ROOT/results/<system>/<benchmark>/result_*.txt``, with ``ROOT/systems/<system>.json``. A training
+folder is scored like a strong-scaling one (time to train, olympic mean); its suite and ruleset come
+from the registry's entry for the benchmark."""
 from __future__ import annotations
 
 import json
@@ -8,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import DataError
+from hpcbench import registry
 
 from .logs import NotAResultLog, RunLog, parse_log
 
@@ -28,6 +32,16 @@ class Group:
     skipped: list[tuple[Path, str]] = field(default_factory=list)  # result files left out, and why
     system_file: Path | None = None
     system_problem: str | None = None  # the systems JSON is missing or unreadable
+    suite: str = "hpc"  # hpc | training: whose rules score it and which official tools check it
+    ruleset: str = "3.0.0"
+
+    def __post_init__(self) -> None:
+        self.suite, self.ruleset = registry.suite_of(self.benchmark)
+
+    @property
+    def label(self) -> str:
+        """strong | weak for hpc; training for a training-suite folder (no mode)."""
+        return self.mode if self.suite == "hpc" else "training"
 
 
 def _parse_all(files: list[Path]) -> tuple[list[RunLog], list[tuple[Path, str]]]:
@@ -80,25 +94,32 @@ def discover(path: Path) -> list[Group]:
     if root is not None:
         for sysdir in sorted(p for p in (root / "results").iterdir() if p.is_dir()):
             desc, desc_problem = _load_system(root, sysdir.name)
-            for mode in MODES:
-                for bdir in sorted(p for p in (sysdir / mode).glob("*") if p.is_dir()):
-                    files = sorted(bdir.glob("result_*.txt"), key=_sort_key)
-                    if files:
-                        runs, skipped = _parse_all(files)
-                        groups.append(Group(sysdir.name, mode, bdir.name, bdir, runs, desc, True, skipped,
-                                            root / "systems" / f"{sysdir.name}.json", desc_problem))
+            folders = [(mode, bdir) for mode in MODES
+                       for bdir in sorted(p for p in (sysdir / mode).glob("*") if p.is_dir())]
+            # the training layout: benchmark folders straight under the system
+            folders += [("strong", bdir) for bdir in sorted(p for p in sysdir.iterdir() if p.is_dir())
+                        if bdir.name not in MODES]
+            for mode, bdir in folders:
+                files = sorted(bdir.glob("result_*.txt"), key=_sort_key)
+                if files:
+                    runs, skipped = _parse_all(files)
+                    groups.append(Group(sysdir.name, mode, bdir.name, bdir, runs, desc, True, skipped,
+                                        root / "systems" / f"{sysdir.name}.json", desc_problem))
     else:  # loose logs: group by folder, mode from the folder name when it says so
         by_folder: dict[Path, list[Path]] = {}
         for f in sorted(path.rglob("result_*.txt"), key=_sort_key):
             by_folder.setdefault(f.parent, []).append(f)
         for folder, files in sorted(by_folder.items()):
             runs, skipped = _parse_all(files)
-            mode = next((m for m in MODES if m in folder.parts), "weak" if len(runs) > 1 and _overlap(runs) else "strong")
             bench = next((r.benchmark for r in runs if r.benchmark), folder.name)
+            mode = next((m for m in MODES if m in folder.parts), "weak" if len(runs) > 1 and _overlap(runs) else "strong")
+            if registry.suite_of(bench)[0] == "training":
+                mode = "strong"  # training runs are scored by time to train, concurrent or not
             system = next((r.platform for r in runs if r.platform), "unknown")
             groups.append(Group(system, mode, bench, folder, runs, None, False, skipped))
     if not groups:
-        raise DataError(f"no result_*.txt logs under {path} (expected results/<system>/<strong|weak>/<benchmark>/)")
+        raise DataError(f"no result_*.txt logs under {path} (expected results/<system>/<strong|weak>/<benchmark>/ "
+                        "for the hpc suite or results/<system>/<benchmark>/ for the training suite)")
     return groups
 
 

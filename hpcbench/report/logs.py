@@ -60,7 +60,7 @@ class RunLog:
 
     @property
     def target(self) -> Target | None:
-        return target_for(self.benchmark)
+        return target_for(self.benchmark, self.division)
 
     @property
     def target_met(self) -> bool | None:

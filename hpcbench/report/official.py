@@ -1,9 +1,11 @@
 """The official mlperf-logging tools on the same files.
 
 * the compliance checker on every log (in process, through the same ``make_checker``/``check_file``
-  calls its command line makes), with its messages captured;
+  calls its command line makes, with the log's suite and ruleset: hpc 3.0.0 or e.g. training 5.1.0),
+  with its messages captured;
 * the result summarizer, the package checker and the system-description checker, each run as the
-  command-line tool (``python -m mlperf_logging.<tool>``) on the submission folder. The "official"
+  command-line tool (``python -m mlperf_logging.<tool>``) on the submission folder, once per
+  (usage, ruleset) of the folder's benchmarks. The "official"
   figures of the report are only what the summarizer wrote out; when it produced nothing for a
   folder the report says so, with what it printed.
 """
@@ -99,14 +101,14 @@ def _captured() -> Any:
         root.setLevel(old_level)
 
 
-def check_compliance(path: Path) -> tuple[bool, str]:
-    """The official compliance checker (hpc 3.0.0), in process."""
+def check_compliance(path: Path, usage: str = USAGE, ruleset: str = RULESET) -> tuple[bool, str]:
+    """The official compliance checker (default hpc 3.0.0), in process."""
     from mlperf_logging.compliance_checker import mlp_compliance
 
     with _captured() as buf:
-        checker = mlp_compliance.make_checker(usage=USAGE, ruleset=RULESET, quiet=False, werror=False)
+        checker = mlp_compliance.make_checker(usage=usage, ruleset=ruleset, quiet=False, werror=False)
         try:
-            ok = bool(checker.check_file(str(path), f"{USAGE}_{RULESET}/common.yaml"))
+            ok = bool(checker.check_file(str(path), f"{usage}_{ruleset}/common.yaml"))
         except Exception as exc:  # noqa: BLE001 - the checker raises on some malformed logs
             print(f"checker raised {type(exc).__name__}: {exc}")
             ok = False
@@ -165,24 +167,45 @@ def _summary_rows(csv_text: str) -> tuple[list[dict[str, str]], list[dict[str, s
 
 def run_tools(root: Path, groups: list[Group]) -> tuple[dict[int, Official], SubmissionChecks]:
     """Run the summarizer, the package checker and the system-description checker (concurrently) on
-    the submission folder ``root``, and the compliance checker on every log of ``groups``."""
+    the submission folder ``root`` once per (usage, ruleset) of ``groups``, and the compliance checker
+    on every log of ``groups`` with its group's suite and ruleset."""
+    rulesets = sorted({(g.suite, g.ruleset) for g in groups}) or [(USAGE, RULESET)]
+    offs: dict[int, Official] = {}
+    checks = SubmissionChecks(root)
+    for usage, ruleset in rulesets:
+        mine = [g for g in groups if (g.suite, g.ruleset) == (usage, ruleset)]
+        got, sub = _run_tools(root, mine, usage, ruleset)
+        offs.update(got)
+        tag = "" if len(rulesets) == 1 else f"[{usage} {ruleset}] "
+        if checks.package is None:
+            checks.package = sub.package
+        elif sub.package is not None:  # one submission folder, two suites: both verdicts, joined
+            checks.package = ToolRun(checks.package.command + ["&&", *sub.package.command],
+                                     checks.package.ok and sub.package.ok,
+                                     checks.package.output + "\n" + tag + sub.package.output)
+        for name, run in sub.systems.items():
+            checks.systems[tag + name] = run
+    return offs, checks
+
+
+def _run_tools(root: Path, groups: list[Group], usage: str, ruleset: str) -> tuple[dict[int, Official], SubmissionChecks]:
     checks = SubmissionChecks(root)
     offs = {id(g): Official() for g in groups}
     with tempfile.TemporaryDirectory(prefix="hpcbench-official-") as tmp_name:
         tmp = Path(tmp_name)
         summary_csv = tmp / "summary.csv"
-        procs = {"summarizer": _start(["mlperf_logging.result_summarizer", str(root), USAGE, RULESET,
+        procs = {"summarizer": _start(["mlperf_logging.result_summarizer", str(root), usage, ruleset,
                                        "--csv", str(summary_csv)], tmp),
-                 "package": _start(["mlperf_logging.package_checker", str(root), USAGE, RULESET,
+                 "package": _start(["mlperf_logging.package_checker", str(root), usage, ruleset,
                                     "--log_output", str(tmp / "package_checker.log")], tmp)}
         for k, sysfile in enumerate(sorted((root / "systems").glob("*.json"))):
-            procs[f"system:{sysfile.name}"] = _start(["mlperf_logging.system_desc_checker", str(sysfile), USAGE,
-                                                      RULESET, "--log_output", str(tmp / f"system_{k}.log")], tmp)
+            procs[f"system:{sysfile.name}"] = _start(["mlperf_logging.system_desc_checker", str(sysfile), usage,
+                                                      ruleset, "--log_output", str(tmp / f"system_{k}.log")], tmp)
         for g in groups:  # in process, while the tools run
             for run in g.runs:
-                offs[id(g)].compliance[run.name] = check_compliance(run.path)
+                offs[id(g)].compliance[run.name] = check_compliance(run.path, usage, ruleset)
             for path, _ in g.skipped:
-                offs[id(g)].compliance[path.name] = check_compliance(path)
+                offs[id(g)].compliance[path.name] = check_compliance(path, usage, ruleset)
         done = {name: (cmd, *_finish(cmd, proc)) for name, (cmd, proc) in procs.items()}
         cmd, rc, out = done.pop("package")
         checks.package = ToolRun(cmd, rc == 0 and PACKAGE_OK in out, out)

@@ -75,6 +75,8 @@ class Score:
     flags: list[str] = field(default_factory=list)  # inconsistencies: errors under --strict
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (file, why) left out of every figure
     target: str | None = None  # the quality target as the official checker defines it
+    suite: str = "hpc"  # hpc | training
+    ruleset: str = "3.0.0"
     system_division: str | None = None  # division in systems/<system>.json
     # strong
     score_min: float | None = None
@@ -106,9 +108,13 @@ def _start(group: Group, mode: str, t0_ms: float | None) -> Score:
     divs = sorted({r.division for r in runs if r.division})
     division = divs[0] if len(divs) == 1 else ("mixed" if divs else None)
     s = Score(group.system, mode, group.benchmark, division, required, [RunRow.of(r, t0_ms) for r in runs],
-              skipped=[(p.name, why) for p, why in group.skipped])
-    tgt = target_for(group.benchmark)
+              skipped=[(p.name, why) for p, why in group.skipped], suite=group.suite, ruleset=group.ruleset)
+    tgt = target_for(group.benchmark, division)
     s.target = tgt.describe() if tgt else None
+    if tgt is not None and tgt.low == float("-inf"):
+        s.notes.append(f"the {division} division of {group.suite} {group.ruleset} sets no quality threshold for "
+                       f"{group.benchmark} ({tgt.describe()}): every complete log counts, as the official summarizer "
+                       "counts it; whether a run met its preset's own target is its run_stop status")
     if tgt is None:
         s.notes.append(f"no official quality target is known for '{group.benchmark}': runs count on "
                        "run_stop status=success alone")

@@ -22,7 +22,8 @@ def print_group(console: Any, score: Score, off: Official | None, checks: list[C
     from rich.table import Table
     from rich.text import Text
 
-    title = (f"{score.system} / {score.mode} / {score.benchmark}  (division: {score.division or '?'}; "
+    where = score.mode if score.suite == "hpc" else f"training {score.ruleset}"
+    title = (f"{score.system} / {where} / {score.benchmark}  (division: {score.division or '?'}; "
              f"target: {score.target or 'unknown'})")
     t = Table(title=title, title_justify="left")
     for col in ("run", "seed", "outcome", "start (s)", "time (s)", "epochs", "samples/s", "staging (s)",

@@ -121,3 +121,43 @@ def write_synthetic(folder: str, days: int, rows_per_day: int, teacher: Teacher)
     for d in range(days):
         r = teacher.day(rows_per_day, d)
         write_day(folder, d, r.dense, r.labels.reshape(-1, 1), r.sparse, teacher.bag_sizes, teacher.cardinalities)
+
+
+def _write_one(args: tuple[str, int, int, tuple[int, ...], int]) -> int:
+    """Write day ``d`` (a process-pool job); its bytes on disk."""
+    from pathlib import Path
+
+    from .criteo import day_files
+    from .format import write_day
+
+    folder, d, rows, cards, seed = args
+    teacher = Teacher(cards, seed=seed)
+    r = teacher.day(rows, d)
+    write_day(folder, d, r.dense, r.labels.reshape(-1, 1), r.sparse, teacher.bag_sizes, teacher.cardinalities)
+    return sum((Path(folder) / f).stat().st_size for f in day_files(d))
+
+
+def generate(folder: str, days: int, rows_per_day: int, cardinalities: tuple[int, ...], seed: int = 0,
+             workers: int = 1, progress: bool = True) -> int:
+    """Write ``days`` days in parallel (one process per day, ``spawn``; each day written, read back and
+    renamed by ``write_day``); the bytes written. A day is made in memory: sizes for a laptop, not
+    the 4 TB of the real dataset."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    jobs = [(str(folder), d, rows_per_day, tuple(cardinalities), seed) for d in range(days)]
+    total = 0
+    if workers <= 1:
+        results = map(_write_one, jobs)
+    else:
+        pool = ProcessPoolExecutor(min(workers, days), mp_context=multiprocessing.get_context("spawn"))
+        results = pool.map(_write_one, jobs)
+    try:
+        for d, nbytes in enumerate(results):
+            total += nbytes
+            if progress:
+                print(f"datagen dlrm_dcnv2: day {d + 1}/{days} written ({nbytes / 2**20:.1f} MiB)", flush=True)
+    finally:
+        if workers > 1:
+            pool.shutdown()
+    return total

@@ -1,0 +1,159 @@
+"""DLRM-DCNv2 on the harness (training suite, ruleset training 5.1.0): data, model, loss, exact AUROC, MLPerf keys.
+
+Model parallelism: :meth:`distribute` deals the tables with at least ``model.shard_min_rows`` rows
+to the instance's ranks (``hybrid.ShardingPlan``; all-to-all of ids and pooled embeddings) and
+keeps the rest replicated; :meth:`local_parameters` tells the harness which parameters are the
+rank's own, so its gradient sync all-reduces only the data-parallel ones. Evaluation keeps every
+validation sample's score and computes the exact AUROC over the instance (``auroc.distributed_auroc``:
+only the smaller class's scores are gathered) as ``eval_accuracy``.
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from common.errors import ConfigError
+from common.workload import Workload
+
+from .config import DLRMConfig
+from .criteo import CARDINALITIES, MULTI_HOT_SIZES
+from .dataset import Batch, CriteoData
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+    from torch import nn
+
+
+class DLRMWorkload(Workload[DLRMConfig]):
+    name: ClassVar[str] = "dlrm_dcnv2"
+    benchmark: ClassVar[str] = "dlrm_dcnv2"
+    suite: ClassVar[str] = "training"
+    ruleset: ClassVar[str] = "5.1.0"
+    config_cls = DLRMConfig
+    metric_key: ClassVar[str] = "eval_accuracy"  # AUROC, as the reference logs it
+    higher_is_better: ClassVar[bool] = True
+    eval_kind: ClassVar[str] = "samples"
+
+    def __init__(self, cfg: DLRMConfig) -> None:
+        super().__init__(cfg)
+        self._spec = CriteoData(MULTI_HOT_SIZES, cfg.model.cardinalities, cfg.data.days)
+
+    def dataset(self) -> CriteoData:
+        return self._spec
+
+    # model ----------------------------------------------------------------------------------
+    def model_config(self) -> Any:
+        from .model import ModelConfig
+
+        m = self.cfg.model
+        return ModelConfig(cardinalities=tuple(m.cardinalities), embedding_dim=m.embedding_dim,
+                           bottom_mlp=tuple(m.bottom_mlp), top_mlp=tuple(m.top_mlp), dcn_layers=m.dcn_layers,
+                           dcn_low_rank=m.dcn_low_rank)
+
+    def build_model(self) -> "nn.Module":
+        from .model import DLRMDCNv2
+
+        return DLRMDCNv2(self.model_config())
+
+    def distribute(self, model: "nn.Module", rank: int, world: int) -> "nn.Module":
+        from .hybrid import ShardingPlan, parallelize
+
+        plan = ShardingPlan.build(self.cfg.model.cardinalities, world, self.cfg.model.shard_min_rows)
+        if world == 1 or not any(o is not None for o in plan.owners):
+            return model  # one rank, or nothing large enough to shard: plain data parallel
+        return parallelize(model, plan, rank)  # type: ignore[arg-type]
+
+    def local_parameters(self, model: "nn.Module") -> list["nn.Parameter"]:
+        from .hybrid import model_parallel_parameters
+
+        return model_parallel_parameters(model)
+
+    def forward(self, model: "nn.Module", batch: Batch) -> "torch.Tensor":
+        dense, _, sparse = batch
+        return model(dense, sparse)
+
+    def loss(self, outputs: "torch.Tensor", batch: Batch) -> "torch.Tensor":
+        """Binary cross-entropy of the click logits, summed over the batch."""
+        import torch.nn.functional as F
+
+        return F.binary_cross_entropy_with_logits(outputs.float(), batch[1], reduction="sum")
+
+    def loss_count(self, batch: Batch) -> "torch.Tensor":
+        import torch
+
+        return batch[1].new_full((), float(batch[1].numel()), dtype=torch.float32)
+
+    # evaluation -----------------------------------------------------------------------------
+    def eval_samples(self, outputs: "torch.Tensor", batch: Batch) -> Mapping[str, "torch.Tensor"]:
+        return {"scores": outputs.float(), "labels": batch[1].to(outputs.device)}
+
+    def metric_of_samples(self, kept: Mapping[str, "torch.Tensor"], world: int) -> float:
+        """Exact AUROC of every validation sample of the instance (ties count one half)."""
+        from .auroc import auroc, distributed_auroc
+
+        scores, labels = kept["scores"], kept["labels"]
+        return auroc(scores, labels) if world == 1 else distributed_auroc(scores, labels)
+
+    def eval_sums(self, outputs: Any, batch: Any) -> Mapping[str, "torch.Tensor"]:
+        raise NotImplementedError("dlrm_dcnv2 evaluates from every sample's score (eval_kind = 'samples')")
+
+    def metric(self, sums: Mapping[str, float]) -> float:
+        raise NotImplementedError("dlrm_dcnv2 evaluates from every sample's score (eval_kind = 'samples')")
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The keys training 5.1.0's closed_dlrm_dcnv2.yaml requires (Adagrad; warmup and decay in steps)."""
+        o = self.cfg.optim
+        steps = self.sizes.steps_per_epoch if self.sizes is not None else 0
+        warmup = o.warmup if o.unit == "steps" else o.warmup * steps
+        return {
+            "opt_name": "adagrad",
+            "opt_base_learning_rate": o.lr,
+            "opt_adagrad_learning_rate_decay": o.lr_decay,
+            "opt_weight_decay": o.weight_decay,
+            "opt_adagrad_initial_accumulator_value": o.initial_accumulator,
+            "opt_adagrad_epsilon": o.eps,
+            "opt_learning_rate_warmup_steps": int(round(warmup)),
+            "opt_learning_rate_decay_start_step": 0,  # the constant schedule never decays (config.validate)
+            "opt_learning_rate_decay_steps": 0,
+        }
+
+    # synthetic data -------------------------------------------------------------------------
+    @classmethod
+    def add_datagen_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--days", type=int, default=4, help="days D: D-1 train days and one eval day (MLPerf: 24)")
+        parser.add_argument("--rows-per-day", type=int, default=32768, help="rows of each day")
+        parser.add_argument("--cardinalities", default="reference",
+                            help="'reference' (the MLPerf table sizes, 40M-row tables included) or 26 "
+                                 "comma-separated table sizes; fewer are repeated to 26. The model's "
+                                 "model.cardinalities must be the same")
+        parser.add_argument("--quiet", action="store_true", help="no line per day")
+
+    @classmethod
+    def embedded_datagen_args(cls) -> list[str]:
+        """The dataset the ``mini`` preset is tuned on (see configs/mini.toml)."""
+        return ["--days", "4", "--rows-per-day", "32768", "--cardinalities", "200,100,50,20"]
+
+    @classmethod
+    def datagen(cls, args: argparse.Namespace) -> None:
+        from .synth import generate
+
+        cards = parse_cardinalities(args.cardinalities)
+        if args.days < 2 or args.rows_per_day < 2:
+            raise ConfigError(f"--days must be >= 2 and --rows-per-day >= 2, got {args.days} and {args.rows_per_day}")
+        nbytes = generate(args.out, args.days, args.rows_per_day, cards, seed=args.seed,
+                          workers=max(1, args.workers), progress=not args.quiet)
+        print(f"wrote {args.days} days x {args.rows_per_day} rows of Criteo multi-hot data "
+              f"({nbytes / 2**20:.1f} MiB) to {args.out}")
+
+
+def parse_cardinalities(text: str) -> tuple[int, ...]:
+    if text == "reference":
+        return CARDINALITIES
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--cardinalities: expected 'reference' or comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1 or len(values) > len(CARDINALITIES):
+        raise ConfigError(f"--cardinalities: 1 to {len(CARDINALITIES)} sizes >= 1, got {text!r}")
+    return tuple((values * len(CARDINALITIES))[: len(CARDINALITIES)])

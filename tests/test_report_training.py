@@ -1,0 +1,61 @@
+"""`hpcbench report` on a training-suite folder (results/<system>/<benchmark>/): the olympic mean over the
+10 runs dlrm_dcnv2 requires, compared with the official training 5.1.0 summarizer on 10 synthetic logs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hpcbench.report.build import build
+from hpcbench.report.targets import TRAINING_TARGETS
+from mllog_synth import SynthRun, write_training_benchmark
+
+
+def _times(n: int) -> list[SynthRun]:
+    return [SynthRun(0.0, 600.0 + 37.0 * ((7 * i) % n), seed=i) for i in range(n)]
+
+
+def test_closed_ten_runs_olympic_mean_agrees_with_the_official_summarizer(tmp_path: Path) -> None:
+    runs = _times(10)
+    aurocs = [0.8030] * 10
+    aurocs[3] = 0.8020  # below 0.80275: not converged, counted as the dropped slowest run by both
+    write_training_benchmark(tmp_path, runs, aurocs, division="closed")
+    report = build(tmp_path, None)
+    (g,) = report.groups
+    assert (g.group.suite, g.group.ruleset, g.group.label) == ("training", "5.1.0", "training")
+    assert g.score.required_runs == 10 and g.score.M == 10 and g.score.M_prime == 9
+    # run 3 stands for the dropped slowest run (olympic rule); of the other 9 the fastest is dropped
+    kept = sorted(r.duration_s for k, r in enumerate(runs) if k != 3)[1:]
+    assert g.score.score_min == pytest.approx(sum(kept) / len(kept) / 60.0)
+    assert g.official is not None and g.official.produced
+    assert g.score.score_min == pytest.approx(g.official.score_min, abs=1e-6)
+    assert not g.official.compliance["result_3.txt"][0] and g.official.compliance["result_0.txt"][0]
+    assert not g.disagreements, g.disagreements
+    assert g.score.valid
+
+
+def test_open_ten_runs_count_every_complete_log_as_the_summarizer_does(tmp_path: Path) -> None:
+    runs = _times(10)
+    runs[5] = SynthRun(0.0, 500.0, seed=5, status="incomplete")  # killed: no run_stop
+    folder = write_training_benchmark(tmp_path, runs, [0.78] * 10, division="open")
+    report = build(tmp_path, None)
+    (g,) = report.groups
+    assert g.score.M_prime == 9 and g.official is not None and g.official.produced
+    assert g.score.score_min == pytest.approx(g.official.score_min, abs=1e-6)
+    assert not g.disagreements, g.disagreements
+    assert any("sets no quality threshold" in n for n in g.score.notes)
+    assert folder == tmp_path / "results" / "testbox" / "dlrm_dcnv2"
+
+
+def test_training_targets_are_the_official_checkers() -> None:
+    from mlperf_logging import compliance_checker
+
+    base = Path(compliance_checker.__file__).parent / "training_5.1.0"
+    for (bench, division), tgt in TRAINING_TARGETS.items():
+        rules = yaml.safe_load((base / f"{division}_{bench}.yaml").read_text())
+        checks = [r["KEY"]["ATLEAST_ONE_CHECK"] for r in rules if "KEY" in r and r["KEY"]["NAME"] == tgt.key
+                  and "ATLEAST_ONE_CHECK" in r["KEY"]]
+        want = (f"v['value'] >= {tgt.low} and v['value'] <= {tgt.high}" if tgt.low != float("-inf")
+                else f"v['value'] <= {tgt.high}")
+        assert [c.strip() for c in checks] == [want], (bench, division, checks)
