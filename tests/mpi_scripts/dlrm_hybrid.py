@@ -109,7 +109,10 @@ def main() -> None:
     dist.all_gather_object(results, result)  # one line from rank 0: mpiexec may interleave ranks' lines
     if rank == 0:
         print(json.dumps(results), flush=True)
+    # every rank done before the group goes, and none exits (rank 0 hosts the store) while others tear down
+    env.barrier()
     env.close()
+    env.barrier()
 
 
 def fresh_model(cfg: ModelConfig) -> DLRMDCNv2:
