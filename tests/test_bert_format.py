@@ -59,8 +59,10 @@ def test_packed_round_trip_keeps_every_sequence(tmp_path: Path) -> None:
     assert packing.unpack(back).equals(rows.select(order))
 
 
-def test_reader_on_padded_file_built_from_the_published_layout(tmp_path: Path) -> None:
-    """Two samples written with plain h5py as the reference converter lays them out (not by our writer)."""
+@pytest.mark.parametrize("wide", ["i4", "i2"])
+def test_reader_on_padded_file_built_from_the_published_layout(tmp_path: Path, wide: str) -> None:
+    """Two samples written with plain h5py as the reference converter lays them out (not by our writer);
+    ``i2``: ids and positions as NVIDIA's re-sharding tool writes them."""
     ids = np.zeros((2, L), np.int32)
     ids[0, :7] = [101, 2023, 103, 1037, 102, 3231, 102]
     ids[1, :5] = [101, 7592, 102, 2088, 102]
@@ -74,8 +76,8 @@ def test_reader_on_padded_file_built_from_the_published_layout(tmp_path: Path) -
     pos[1, :1], mids[1, :1] = [3], [2088]
     path = tmp_path / "hand.hdf5"
     with h5py.File(path, "w") as f:
-        for k, a, dt in [("input_ids", ids, "i4"), ("input_mask", mask, "i1"), ("segment_ids", seg, "i1"),
-                         ("masked_lm_positions", pos, "i4"), ("masked_lm_ids", mids, "i4"),
+        for k, a, dt in [("input_ids", ids, wide), ("input_mask", mask, "i1"), ("segment_ids", seg, "i1"),
+                         ("masked_lm_positions", pos, wide), ("masked_lm_ids", mids, wide),
                          ("next_sentence_labels", np.array([0, 1]), "i1")]:
             f.create_dataset(k, data=a, dtype=dt, compression="gzip")
     with open_shard(path, max_seq_len=L, max_pred=P, vocab_size=30522) as shard:
