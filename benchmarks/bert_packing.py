@@ -62,10 +62,13 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=3, help="fixed batches per variant")
     ap.add_argument("--repeats", type=int, default=3, help="timed rounds over the batches (at most; +1 warm-up)")
     ap.add_argument("--unpad-variant", action="store_true", help="also time padded rows with unpadded compute")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     ap.add_argument("--seed", type=int, default=0)
     add_budget_argument(ap, 300.0)
     args = ap.parse_args()
     budget = Budget(args.budget_s)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     say(header(describe()))
 
     steps = args.batches
@@ -83,10 +86,10 @@ def main() -> None:
     if args.unpad_variant:
         variants["padded+unpad"] = (variants["padded"][0], True)
     lengths = np.array([len(t) for t in pool.input_ids])
-    say(f"sequences: mean length {lengths.mean():.1f} of {args.seq_len} (median {np.median(lengths):.0f}, "
+    say(f"pool of {len(pool)} sequences: mean length {lengths.mean():.1f} of {args.seq_len} (median {np.median(lengths):.0f}, "
         f"{(lengths == args.seq_len).mean():.0%} full); rows filled: padded {lengths.mean() / args.seq_len:.1%}, "
         f"packed {packed.num_tokens() / (len(packed) * args.seq_len):.1%} ({packed.num_sequences() / len(packed):.2f} "
-        f"sequences/row); ideal ratio {packed.num_tokens() / len(packed) / lengths.mean():.2f}x")
+        f"sequences/row)")
 
     cfg = ModelConfig(vocab_size=args.vocab, hidden=args.hidden, layers=args.layers, heads=args.heads,
                       intermediate=args.intermediate, max_position=args.seq_len)
@@ -136,6 +139,9 @@ def main() -> None:
         tokens = sum(b.num_tokens() for b in variants[name][0])
         say(f"  {name:13s} {tokens:6d} tokens in {sum(best[name]):6.2f} s = {r:7.0f} tok/s   "
             f"ratio to padded {r / rate['padded']:.2f}x")
+    per_row = {k: sum(b.num_tokens() for b in variants[k][0]) / (steps * args.rows) for k in ("padded", "packed")}
+    say(f"real tokens per row in these batches: padded {per_row['padded']:.0f}, packed {per_row['packed']:.0f} "
+        f"(ratio {per_row['packed'] / per_row['padded']:.2f}: the throughput ratio if a row cost the same)")
     say(f"packed / padded = {rate['packed'] / rate['padded']:.2f}x (goal >= 1.5x)")
     budget.done()
 
