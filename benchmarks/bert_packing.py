@@ -86,7 +86,8 @@ def main() -> None:
     if args.unpad_variant:
         variants["padded+unpad"] = (variants["padded"][0], True)
     lengths = np.array([len(t) for t in pool.input_ids])
-    say(f"pool of {len(pool)} sequences: mean length {lengths.mean():.1f} of {args.seq_len} (median {np.median(lengths):.0f}, "
+    say(f"pool of {len(pool)} sequences: mean length {lengths.mean():.1f} of {args.seq_len} "
+        f"(median {np.median(lengths):.0f}, "
         f"{(lengths == args.seq_len).mean():.0%} full); rows filled: padded {lengths.mean() / args.seq_len:.1%}, "
         f"packed {packed.num_tokens() / (len(packed) * args.seq_len):.1%} ({packed.num_sequences() / len(packed):.2f} "
         f"sequences/row)")

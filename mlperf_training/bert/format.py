@@ -41,7 +41,7 @@ collate takes. Every error is a :class:`DataError` naming the file, the key and 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -344,7 +344,8 @@ def _padded_arrays(rows: Rows, max_seq_len: int, max_pred: int) -> dict[str, np.
     return out
 
 
-def _write_atomic(path: Path, fill, reader: type[Shard], rows: Rows, limits: dict[str, int | None]) -> None:  # noqa: ANN001
+def _write_atomic(path: Path, fill: Callable[[h5py.File], None], reader: type[Shard], rows: Rows,
+                  limits: dict[str, int | None]) -> None:
     """Write through ``fill(h5file)`` into a temporary sibling, read it back with ``reader`` and compare
     with ``rows``, then rename: a shard under its final name is complete and readable."""
     path.parent.mkdir(parents=True, exist_ok=True)
