@@ -14,7 +14,7 @@ batch, gathered row-major (``Batch.token_index``), not on B x L positions. Atten
 layout: per layer the projected Q/K/V are scattered back into (B, L) rows and one
 ``scaled_dot_product_attention`` call runs with a block-diagonal boolean mask built from
 ``Batch.seq_ids`` (a position attends only to its own sequence), then the output is gathered back.
-Why a mask and not a varlen split: on this CPU (torch 2.13) one masked SDPA call per layer took
+Why a mask and not a varlen split: measured once on the shared 2-core box (torch 2.13), one masked SDPA call took
 0.27 s for 8 packed rows of 512 where nested (jagged) tensors took 1.9 s and a loop of per-sequence
 SDPA calls 2.4 s (fwd+bwd, 4 heads x 64); the mask costs L x L scores per row, but packed rows are
 ~95% full, and attention scores are a small part of the FLOPs (L / 6H of the projections: 8% at
