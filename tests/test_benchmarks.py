@@ -43,3 +43,25 @@ def test_a_spent_budget_skips_the_rest_and_says_so() -> None:
     assert "plain strided partition (baseline)" in proc.stdout  # the baseline is always measured
     assert "SKIPPED edge-balanced LPT partition: --budget-s 0.001 spent" in proc.stdout
     assert proc.stdout.splitlines()[-1].endswith("skipped: edge-balanced LPT partition")
+
+
+def test_bert_packing_benchmark_runs_all_variants_within_its_budget() -> None:
+    proc = bench(["benchmarks/bert_packing.py", "--seq-len", "64", "--vocab", "400", "--layers", "1", "--hidden", "32",
+                  "--heads", "2", "--intermediate", "64", "--rows", "4", "--batches", "1", "--repeats", "1",
+                  "--unpad-variant", "--budget-s", "60"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("# ") and "flags" in lines[0]
+    assert any(ln.startswith("  round 1 batch 0: padded") and "packed" in ln and "padded+unpad" in ln for ln in lines)
+    assert any(ln.startswith("packed / padded = ") for ln in lines)
+    assert lines[-1].startswith("# done in ") and "of --budget-s 60" in lines[-1]
+
+
+def test_bert_learn_prints_baselines_and_accuracy_as_it_trains() -> None:
+    proc = bench(["benchmarks/bert_learn.py", "--hidden", "32", "--heads", "2", "--rows", "4", "--steps", "4",
+                  "--eval-every", "2", "--budget-s", "60"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert any("trivial (most frequent word)" in ln and "oracle (chain known)" in ln for ln in lines)
+    assert sum("eval masked-LM accuracy" in ln for ln in lines) == 2
+    assert lines[-1].startswith("# done in ")

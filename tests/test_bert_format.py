@@ -1,0 +1,213 @@
+"""BERT HDF5 pretraining format (padded and packed): round trips, files built with plain h5py from the
+published layouts, named errors; the synthetic language (determinism, lengths, baselines) and packing."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from common.errors import DataError
+from mlperf_training.bert import packing, synth
+from mlperf_training.bert.format import (PACKED_KEYS, PADDED_KEYS, PackedShard, PaddedShard, Rows, open_shard,
+                                         write_packed, write_padded)
+
+L, P, V = 64, 10, 400  # small limits for fast tests
+LIMITS = {"max_seq_len": L, "max_pred": P, "vocab_size": V}
+LANG = synth.Language(vocab_size=V, seed=3)
+
+
+def _rows(n: int = 40, seed: int = 0) -> Rows:
+    return synth.generate(LANG, n, seed=seed, max_seq_len=L, max_pred=P)
+
+
+def test_padded_round_trip_and_reads_in_any_order(tmp_path: Path) -> None:
+    rows = _rows()
+    path = tmp_path / "part_0.hdf5"
+    write_padded(path, rows, **LIMITS)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["part_0.hdf5"]  # no temporary left behind
+    with h5py.File(path) as f:  # the reference converter's dtypes and shapes
+        assert {k: (f[k].dtype.name, f[k].shape) for k in PADDED_KEYS} == {
+            "input_ids": ("int32", (40, L)), "input_mask": ("int8", (40, L)), "segment_ids": ("int8", (40, L)),
+            "masked_lm_positions": ("int32", (40, P)), "masked_lm_ids": ("int32", (40, P)),
+            "next_sentence_labels": ("int8", (40,))}
+        assert f["input_ids"].compression == "gzip"
+    with open_shard(path, **LIMITS) as shard:
+        assert isinstance(shard, PaddedShard) and len(shard) == 40
+        assert shard.read().equals(rows)
+        idx = [7, 3, 3, 39, 0]
+        assert shard.read(idx).equals(rows.select(idx))
+
+
+def test_packed_round_trip_keeps_every_sequence(tmp_path: Path) -> None:
+    rows = _rows(60)
+    packed = packing.pack(rows, L, 3)
+    assert len(packed) < len(rows) and max(len(s) for s in packed.seq_lens) <= 3
+    path = tmp_path / "packed_0.hdf5"
+    write_packed(path, packed, max_per_row=3, **LIMITS)
+    with h5py.File(path) as f:
+        assert {k: h5py.check_vlen_dtype(f[k].dtype).name for k in PACKED_KEYS} == {
+            "input_ids": "int16", "segment_ids": "int8", "masked_lm_positions": "int16", "masked_lm_ids": "int16",
+            "packed_input_len": "int16", "packed_masked_lm_len": "int16", "next_sentence_labels": "int8"}
+    with open_shard(path, max_per_row=3, **LIMITS) as shard:
+        assert isinstance(shard, PackedShard)
+        back = shard.read()
+    assert back.equals(packed)
+    order = [i for row in packing.assign(np.array([len(t) for t in rows.input_ids]), L, 3) for i in row]
+    assert sorted(order) == list(range(len(rows)))
+    assert packing.unpack(back).equals(rows.select(order))
+
+
+@pytest.mark.parametrize("wide", ["i4", "i2"])
+def test_reader_on_padded_file_built_from_the_published_layout(tmp_path: Path, wide: str) -> None:
+    """Two samples written with plain h5py as the reference converter lays them out (not by our writer);
+    ``i2``: ids and positions as NVIDIA's re-sharding tool writes them."""
+    ids = np.zeros((2, L), np.int32)
+    ids[0, :7] = [101, 2023, 103, 1037, 102, 3231, 102]
+    ids[1, :5] = [101, 7592, 102, 2088, 102]
+    mask = (ids != 0).astype(np.int8)
+    seg = np.zeros((2, L), np.int8)
+    seg[0, 5:7] = 1
+    seg[1, 3:5] = 1
+    pos = np.zeros((2, P), np.int32)
+    mids = np.zeros((2, P), np.int32)
+    pos[0, :2], mids[0, :2] = [2, 3], [2003, 1037]
+    pos[1, :1], mids[1, :1] = [3], [2088]
+    path = tmp_path / "hand.hdf5"
+    with h5py.File(path, "w") as f:
+        for k, a, dt in [("input_ids", ids, wide), ("input_mask", mask, "i1"), ("segment_ids", seg, "i1"),
+                         ("masked_lm_positions", pos, wide), ("masked_lm_ids", mids, wide),
+                         ("next_sentence_labels", np.array([0, 1]), "i1")]:
+            f.create_dataset(k, data=a, dtype=dt, compression="gzip")
+    with open_shard(path, max_seq_len=L, max_pred=P, vocab_size=30522) as shard:
+        rows = shard.read()
+    assert rows.input_ids[0].tolist() == [101, 2023, 103, 1037, 102, 3231, 102]
+    assert rows.segment_ids[1].tolist() == [0, 0, 0, 1, 1]
+    assert [s.tolist() for s in rows.seq_lens] == [[7], [5]]
+    assert rows.masked_lm_positions[0].tolist() == [2, 3] and rows.masked_lm_ids[0].tolist() == [2003, 1037]
+    assert [m.tolist() for m in rows.masked_lens] == [[2], [1]]
+    assert [n.tolist() for n in rows.next_sentence_labels] == [[0], [1]]
+
+
+def test_reader_on_packed_file_built_from_the_published_layout(tmp_path: Path) -> None:
+    """One row of two sequences as NVIDIA's create_packed_trainset.py stores it: vlen int16/int8 rows,
+    the second sequence's masked positions offset by the first one's length."""
+    path = tmp_path / "packed_hand.hdf5"
+    row = {"input_ids": ([101, 7, 103, 102, 9, 102, 101, 5, 102, 103, 102], "int16"),
+           "segment_ids": ([0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1], "int8"),
+           "masked_lm_positions": ([2, 9], "int16"), "masked_lm_ids": ([8, 6], "int16"),
+           "packed_input_len": ([6, 5], "int16"), "packed_masked_lm_len": ([1, 1], "int16"),
+           "next_sentence_labels": ([1, 0], "int8")}
+    with h5py.File(path, "w") as f:
+        for k, (vals, dt) in row.items():
+            ds = f.create_dataset(k, (1,), dtype=h5py.vlen_dtype(np.dtype(dt)))
+            ds[0] = np.array(vals, dt)
+    with open_shard(path, max_seq_len=L, max_pred=P, vocab_size=V) as shard:
+        rows = shard.read()
+    assert rows.seq_lens[0].tolist() == [6, 5] and rows.masked_lm_positions[0].tolist() == [2, 9]
+    single = packing.unpack(rows)
+    assert single.masked_lm_positions[1].tolist() == [3]  # 9 - 6: within the second sequence
+    assert single.input_ids[1].tolist() == [101, 5, 102, 103, 102]
+
+
+def _padded_file(tmp_path: Path, **replace: np.ndarray) -> Path:
+    path = tmp_path / "bad.hdf5"
+    write_padded(path, _rows(4), **LIMITS)
+    with h5py.File(path, "a") as f:
+        for k, v in replace.items():
+            del f[k]
+            if v is not None:
+                f.create_dataset(k, data=v)
+    return path
+
+
+def test_named_errors_for_keys_shapes_dtypes_and_values(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"missing key 'masked_lm_ids'"):
+        PaddedShard(_padded_file(tmp_path, masked_lm_ids=None), **LIMITS)
+    with pytest.raises(DataError, match=r"'input_ids': expected shape \(N, 64\), found \(4, 63\)"):
+        PaddedShard(_padded_file(tmp_path, input_ids=np.zeros((4, L - 1), np.int32)), **LIMITS)
+    with pytest.raises(DataError, match=r"'input_ids': expected dtype int16 or int32 or int64, found float32"):
+        PaddedShard(_padded_file(tmp_path, input_ids=np.zeros((4, L), np.float32)), **LIMITS)
+    ids = np.zeros((4, L), np.int32)
+    rows = _rows(4)
+    for r, t in enumerate(rows.input_ids):
+        ids[r, : len(t)] = t
+    ids[2, 1] = V  # out of the vocabulary
+    with PaddedShard(_padded_file(tmp_path, input_ids=ids), **LIMITS) as shard:
+        shard.read([0, 1])  # rows without the bad id read fine
+        with pytest.raises(DataError, match=rf"bad.hdf5: row 2: input_ids must be in \[0, {V}\)"):
+            shard.read([1, 2])
+    mask = np.zeros((4, L), np.int8)
+    mask[:, :3] = 1
+    mask[0, 5] = 1  # a hole: not ones-then-zeros
+    with PaddedShard(_padded_file(tmp_path, input_mask=mask), **LIMITS) as shard, \
+            pytest.raises(DataError, match=r"'input_mask' row 0: expected ones then zeros"):
+        shard.read()
+
+
+def test_named_errors_for_packed_rows(tmp_path: Path) -> None:
+    packed = packing.pack(_rows(12), L, 3)
+    good = tmp_path / "p.hdf5"
+    write_packed(good, packed, **LIMITS)
+    with h5py.File(good, "a") as f:
+        lens = f["packed_input_len"][0].copy()
+        lens[0] += 1  # lengths no longer sum to the row's tokens
+        f["packed_input_len"][0] = lens
+    with PackedShard(good, **LIMITS) as shard, pytest.raises(DataError, match=r"p.hdf5: row 0: \d+ tokens but the "
+                                                                             r"sequence lengths"):
+        shard.read()
+    with pytest.raises(DataError, match=r"row 0: 3 sequences, at most 2 expected"):
+        bad = Rows()
+        bad.extend(packed.select([int(np.argmax([len(s) for s in packed.seq_lens]))]))
+        assert len(bad.seq_lens[0]) == 3
+        write_packed(tmp_path / "q.hdf5", bad, max_per_row=2, **LIMITS)
+    assert not (tmp_path / "q.hdf5").exists()
+    flat = tmp_path / "flat.hdf5"
+    with h5py.File(flat, "w") as f:
+        for k in PACKED_KEYS:
+            f.create_dataset(k, data=np.zeros((2, 4), np.int16))
+        f.create_dataset("input_mask", data=np.zeros((2, 4), np.int8))
+    with pytest.raises(DataError, match=r"'input_ids': expected a variable-length \(vlen\) integer dataset"):
+        open_shard(flat, **LIMITS)
+
+
+def test_truncated_and_missing_files_are_named(tmp_path: Path) -> None:
+    path = tmp_path / "t.hdf5"
+    write_padded(path, _rows(20), **LIMITS)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(DataError, match=r"t.hdf5: not a readable HDF5 file, truncated or corrupt"):
+        open_shard(path, **LIMITS)
+    with pytest.raises(DataError, match=r"nope.hdf5: file not found"):
+        open_shard(tmp_path / "nope.hdf5", **LIMITS)
+
+
+def test_writer_refuses_bad_rows_and_leaves_nothing(tmp_path: Path) -> None:
+    rows = _rows(3)
+    rows.masked_lm_positions[1] = rows.masked_lm_positions[1][::-1].copy()
+    with pytest.raises(DataError, match=r"row 1: masked_lm_positions .* must increase"):
+        write_padded(tmp_path / "w.hdf5", rows, **LIMITS)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_synthetic_language_is_deterministic_and_learnable() -> None:
+    a = synth.generate(LANG, 300, seed=5, max_seq_len=L, max_pred=P)
+    assert a.equals(synth.generate(LANG, 300, seed=5, max_seq_len=L, max_pred=P))
+    assert synth.generate(LANG, 20, seed=5, start=270, max_seq_len=L, max_pred=P).equals(a.select(range(270, 290)))
+    assert not a.equals(synth.generate(LANG, 300, seed=6, max_seq_len=L, max_pred=P))
+    labels = np.concatenate(a.next_sentence_labels)
+    assert 0.4 < labels.mean() < 0.6
+    trivial, oracle = synth.most_frequent_accuracy(a), synth.oracle_accuracy(LANG, a)
+    assert trivial < 0.1 and oracle > 0.7, (trivial, oracle)
+
+
+def test_reference_like_lengths_and_packing_at_512() -> None:
+    lengths = synth.sample_lengths(np.random.default_rng(0), 8192, 512)
+    assert 240 < lengths.mean() < 270  # the reference data's mean is about 254
+    assert 0.07 < (lengths == 512).mean() < 0.13
+    rows = packing.assign(lengths, 512, 3)
+    fill = lengths.sum() / (512 * len(rows))
+    assert fill > 0.92 and max(len(r) for r in rows) == 3
+    assert sorted(i for r in rows for i in r) == list(range(len(lengths)))
+    assert all(lengths[r].sum() <= 512 for r in rows)
