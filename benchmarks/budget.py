@@ -57,6 +57,19 @@ class Budget:
     def summary(self) -> dict[str, Any]:
         return {"budget_s": self.seconds, "elapsed_s": round(self.elapsed(), 1), "skipped": list(self.skipped)}
 
+    def stop_together(self, step: int, steps: int, pair_s: float, rank: int) -> bool:
+        """In a multi-rank benchmark (torch.distributed up): stop before step ``step`` of ``steps`` when
+        one more round (``pair_s`` seconds) no longer fits. Rank 0's clock decides and is broadcast, so
+        every rank stops at the same step; at least two steps always run."""
+        import torch
+        import torch.distributed as dist
+
+        stop = torch.tensor(int(step > 1 and self.left() < pair_s))
+        dist.broadcast(stop, 0)
+        if stop.item() and rank == 0:
+            self.skip(f"steps {step}-{steps} of {steps} (one round needs ~{pair_s:.1f} s)")
+        return bool(stop.item())
+
     def done(self) -> None:
         say(f"# done in {self.elapsed():.1f} s of --budget-s {self.seconds:g}; skipped: "
             + ("; ".join(self.skipped) if self.skipped else "nothing"))

@@ -110,11 +110,7 @@ def main() -> None:
     times: dict[str, list[float]] = {k: [] for k in setups}
     pair_s = 0.0
     for step in range(args.steps + 1):
-        stop = torch.tensor(int(step > 1 and budget.left() < pair_s))
-        dist.broadcast(stop, 0)  # rank 0's clock decides, so that every rank stops at the same step
-        if stop.item():
-            if rank == 0:
-                budget.skip(f"steps {step}-{args.steps} of {args.steps} (one pair needs ~{pair_s:.1f} s)")
+        if budget.stop_together(step, args.steps, pair_s, rank):
             break
         for name, s in setups.items():
             dist.barrier()

@@ -29,7 +29,7 @@ STATUS_WORDS = {
 }
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -56,7 +56,7 @@ class SystemDescription:
     number_of_nodes: int = 1
     accelerators_per_node: int = 0
     host_processors_per_node: int = 1
-    host_processor_model_name: str = dataclasses.field(default_factory=_cpu_model)
+    host_processor_model_name: str = dataclasses.field(default_factory=cpu_model)
     host_processor_core_count: int = dataclasses.field(default_factory=lambda: os.cpu_count() or 1)
     host_processor_vcpu_count: int = dataclasses.field(default_factory=lambda: os.cpu_count() or 1)
     host_processor_frequency: str = ""

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -31,19 +30,11 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from common.system import cpu_model
+
 PROBE_VERSION = 2
 SIZE = 64 << 20
 PATH_FILES, PATH_FILE = 4, 8 << 20  # the stage-path probe: 4 files of 8 MiB each
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _best(fn: Any, reps: int = 3) -> float:
@@ -169,7 +160,7 @@ def cache_path() -> Path:
 
 def probe(refresh: bool = False, folder: Path | None = None) -> dict[str, Any]:
     """The cached probe of this machine, measured (and cached) when missing, stale or ``refresh``."""
-    key = {"version": PROBE_VERSION, "cpu": _cpu(), "cores": os.cpu_count() or 1}
+    key = {"version": PROBE_VERSION, "cpu": cpu_model(), "cores": os.cpu_count() or 1}
     path = cache_path()
     if not refresh:
         try:

@@ -9,6 +9,7 @@ import platform
 import sys
 from typing import Any
 
+from common.system import cpu_model
 from hpcbench import __version__
 
 from ._common import add_device_arg, add_layout_args
@@ -64,16 +65,6 @@ def _devices() -> dict[str, Any]:
     return out
 
 
-def _cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def run(args: argparse.Namespace) -> int:
     from common.dist import choose_device, default_threads, device_description, init_distributed, launched_by_mpi, mpi
     from common.errors import DistributedError
@@ -115,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         "ranks_per_instance": layout.instance_size,
         "nodes_per_instance": layout.nodes_per_instance,
         "device_choice": {"requested": args.device, "error": refused},
-        "cpu": {"capability": torch.backends.cpu.get_cpu_capability(), "model": _cpu_model()},
+        "cpu": {"capability": torch.backends.cpu.get_cpu_capability(), "model": cpu_model()},
         "auto": {} if refused else describe_device_rules(torch.device(described["device"])),
         "layout": rows,
     }
