@@ -2,6 +2,7 @@
 timestamps), so the report can be tested without training anything."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,16 +52,7 @@ def write_log(path: Path, run: SynthRun, benchmark: str = "cosmoflow", system: s
     log.event("eval_samples", 16, time_ms=t - 2)
     log.hyperparameters(COSMOFLOW_HPARAMS)
     log.end("init_stop", time_ms=t - 1)
-    log.start("run_start", time_ms=t)
-    per_epoch = run.duration_s * 1000.0 / run.epochs
-    for e in range(1, run.epochs + 1):
-        e0 = t + (e - 1) * per_epoch
-        log.start("epoch_start", metadata={"epoch_num": e}, time_ms=e0)
-        log.end("epoch_stop", metadata={"epoch_num": e}, time_ms=e0 + 0.8 * per_epoch)
-        log.start("eval_start", metadata={"epoch_num": e}, time_ms=e0 + 0.8 * per_epoch)
-        err = run.final_error * (1 + 0.5 * (run.epochs - e))
-        log.event("eval_error", err, metadata={"epoch_num": e}, time_ms=e0 + 0.99 * per_epoch)
-        log.end("eval_stop", metadata={"epoch_num": e}, time_ms=e0 + 0.99 * per_epoch)
+    _timed_run(log, t, run, "eval_error", lambda e: run.final_error * (1 + 0.5 * (run.epochs - e)))
     log.end("run_stop", metadata={"status": run.status}, time_ms=t + run.duration_s * 1000.0)
     log.close()
     return path
@@ -101,16 +93,7 @@ def write_training_log(path: Path, run: SynthRun, final_auroc: float, division: 
         log.event(key, value, time_ms=t - 2)
     log.hyperparameters(DLRM_HPARAMS)
     log.end("init_stop", time_ms=t - 1)
-    log.start("run_start", time_ms=t)
-    per_epoch = run.duration_s * 1000.0 / run.epochs
-    for e in range(1, run.epochs + 1):
-        e0 = t + (e - 1) * per_epoch
-        log.start("epoch_start", metadata={"epoch_num": e}, time_ms=e0)
-        log.end("epoch_stop", metadata={"epoch_num": e}, time_ms=e0 + 0.8 * per_epoch)
-        log.start("eval_start", metadata={"epoch_num": e}, time_ms=e0 + 0.8 * per_epoch)
-        value = final_auroc - 0.01 * (run.epochs - e)
-        log.event("eval_accuracy", value, metadata={"epoch_num": e}, time_ms=e0 + 0.99 * per_epoch)
-        log.end("eval_stop", metadata={"epoch_num": e}, time_ms=e0 + 0.99 * per_epoch)
+    _timed_run(log, t, run, "eval_accuracy", lambda e: final_auroc - 0.01 * (run.epochs - e))
     if run.status != "incomplete":
         log.end("run_stop", metadata={"status": run.status}, time_ms=t + run.duration_s * 1000.0)
     log.close()
@@ -126,3 +109,17 @@ def write_training_benchmark(root: Path, runs: list[SynthRun], aurocs: list[floa
     SystemDescription(system_name=system, number_of_nodes=max(r.nodes for r in runs), division=division,
                       framework="PyTorch").write(root / "systems" / f"{system}.json")
     return folder
+
+
+def _timed_run(log: MLPerfLogger, t: float, run: SynthRun, metric: str, value_at: Callable[[int], float]) -> None:
+    """run_start at ``t``, then the epochs sharing ``run.duration_s`` evenly, each with an eval of
+    ``metric`` = ``value_at(epoch)``."""
+    log.start("run_start", time_ms=t)
+    per_epoch = run.duration_s * 1000.0 / run.epochs
+    for e in range(1, run.epochs + 1):
+        e0 = t + (e - 1) * per_epoch
+        log.start("epoch_start", metadata={"epoch_num": e}, time_ms=e0)
+        log.end("epoch_stop", metadata={"epoch_num": e}, time_ms=e0 + 0.8 * per_epoch)
+        log.start("eval_start", metadata={"epoch_num": e}, time_ms=e0 + 0.8 * per_epoch)
+        log.event(metric, value_at(e), metadata={"epoch_num": e}, time_ms=e0 + 0.99 * per_epoch)
+        log.end("eval_stop", metadata={"epoch_num": e}, time_ms=e0 + 0.99 * per_epoch)
