@@ -44,7 +44,10 @@ class Progress:
 
     def say(self, text: str) -> None:
         if self.lines:
-            print(f"[{self.prefix}] {text}", file=self.stream, flush=True)
+            # one write with its newline: ranks of other instances share the terminal, and a print()
+            # that writes the text and the newline apart lets their lines run together
+            self.stream.write(f"[{self.prefix}] {text}\n")
+            self.stream.flush()
 
     def epoch(self, epoch: int, steps: int, max_epochs: int) -> "EpochProgress":
         return EpochProgress(self, epoch, steps, max_epochs)
