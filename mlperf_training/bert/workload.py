@@ -1,4 +1,5 @@
-"""BERT-large on the harness (training suite, ruleset training 5.0.0): data, model, loss, masked-LM accuracy, MLPerf keys.
+"""BERT-large on the harness (training suite, ruleset training 5.0.0): data, model, loss, masked-LM accuracy,
+MLPerf keys.
 
 Why 5.0.0 and not 5.1.0: the installed mlperf-logging keeps ``closed_bert.yaml`` in training 5.1.0, but
 that ruleset's ``closed_common.yaml``/``open_common.yaml`` no longer accept ``bert`` as a
@@ -128,13 +129,14 @@ class BertWorkload(Workload[BertConfig]):
                             help="vocabulary of the synthetic language; the model's model.vocab_size must match")
         parser.add_argument("--max-seq-len", type=int, default=512, help="tokens per row (data.max_seq_len)")
         parser.add_argument("--max-pred", type=int, default=0,
-                            help="predictions per sequence at most (data.max_pred); 0: 76 at 512, else 15%% of the length")
+                            help="predictions per sequence at most (data.max_pred); 0: 76 at 512, "
+                                 "else 15%% of the length")
 
     @classmethod
     def embedded_datagen_args(cls) -> list[str]:
         """The dataset the ``mini`` preset is tuned on (see configs/mini.toml)."""
-        return ["--train-samples", "8192", "--eval-samples", "1024", "--train-shards", "2", "--vocab-size", "200",
-                "--max-seq-len", "64"]
+        return ["--train-samples", "8192", "--eval-samples", "1024", "--train-shards", "2",
+                "--vocab-size", "200", "--max-seq-len", "64"]
 
     @classmethod
     def datagen(cls, args: argparse.Namespace) -> None:
