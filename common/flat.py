@@ -178,6 +178,22 @@ class FlatParams:
         counts[-1] = max(0, (rank + 1) * size - max(self.numel, rank * size))
         return torch.tensor(counts, dtype=torch.int64, device=self.device)
 
+    def segment_values(self, per_tensor: Sequence[float], gap: float = 0.0) -> torch.Tensor:
+        """One value per segment of :attr:`lengths` (each tensor's from ``per_tensor``, ``gap`` for the
+        alignment gaps), for per-tensor factors such as a weight-decay mask."""
+        if len(per_tensor) != self.num_tensors:
+            raise ConfigError(f"{len(per_tensor)} per-tensor values for {self.num_tensors} parameter tensors")
+        out: list[float] = []
+        pos = 0
+        for value, offset, n in zip(per_tensor, self.offsets, self.numels):
+            if offset > pos:
+                out.append(gap)
+            out.append(float(value))
+            pos = offset + n
+        if self.size > pos:
+            out.append(gap)
+        return torch.tensor(out, dtype=torch.float32, device=self.device)
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {name: self.params[o : o + n].clone() for name, o, n in zip(self.names, self.offsets, self.numels)}
 

@@ -13,14 +13,16 @@ also owns the gradient synchronisation of its instance:
 LAMB follows the published algorithm with MLPerf's options: ``betas``, ``eps``, ``weight_decay``
 (decoupled, added to the update), ``bias_correction``, ``grad_averaging`` (``m`` gets ``1-beta1``
 times the gradient when true, the gradient itself when false), ``max_grad_norm`` (clip by the global
-norm before the moments). The trust ratio ``||p|| / ||u||`` is applied to every tensor (1 when either
-norm is 0).
+norm before the moments), and ``decay_exempt`` (per tensor: True leaves it out of the weight decay, as
+BERT's reference exempts biases and LayerNorm weights; a per-segment factor, expanded like the trust
+ratios). The trust ratio ``||p|| / ||u||`` is applied to every tensor (1 when either norm is 0).
 
 ``step(lr, skip=None)``: ``skip`` is an optional 0-d tensor (1 = found inf/nan under fp16 loss
 scaling); a skipped step changes neither parameters, moments nor the step counter.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -139,12 +141,21 @@ class Adam(FlatOptimizer):
 class LAMB(FlatOptimizer):
     """LAMB on the whole flat buffer of this rank (moments for all parameters)."""
 
-    def __init__(self, flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0) -> None:
+    def __init__(self, flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0,
+                 decay_exempt: Sequence[bool] = ()) -> None:
         super().__init__(flat, cfg, world, rank)
         n = self._local_size()
         self.state["exp_avg"] = self._zeros(n)
         self.state["exp_avg_sq"] = self._zeros(n)
         self.lengths = self._local_lengths()
+        #: per-segment weight decay when some tensors are exempt; None: ``cfg.weight_decay`` everywhere
+        self.decay: torch.Tensor | None = None
+        if cfg.weight_decay and any(decay_exempt):
+            per_tensor = [0.0 if exempt else cfg.weight_decay for exempt in decay_exempt]
+            self.decay = self._segment_values(per_tensor)
+
+    def _segment_values(self, per_tensor: list[float]) -> torch.Tensor:
+        return self.flat.segment_values(per_tensor)
 
     def _local_size(self) -> int:
         return self.flat.size
@@ -170,7 +181,9 @@ class LAMB(FlatOptimizer):
             t = self.step_count + 1
             new_m, new_v = new_m / (1 - b1**t), new_v / (1 - b2**t)
         u = new_m / (new_v.sqrt() + c.eps)
-        if c.weight_decay:
+        if self.decay is not None:
+            u = u + expand_segments(self.decay, self.lengths, p.numel()) * p
+        elif c.weight_decay:
             u = u + c.weight_decay * p
         norms = self._allreduce(torch.cat([segment_sum(p * p, self.lengths), segment_sum(u * u, self.lengths)]))
         pn, un = norms.sqrt().chunk(2)
@@ -191,8 +204,9 @@ class DistributedLAMB(LAMB):
 
     sharded = True
 
-    def __init__(self, flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0) -> None:
-        super().__init__(flat, cfg, world, rank)
+    def __init__(self, flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0,
+                 decay_exempt: Sequence[bool] = ()) -> None:
+        super().__init__(flat, cfg, world, rank, decay_exempt)
         n = flat.shard_size(world)
         self.packed = torch.zeros(n * world, device=flat.device)  # the tail past numel stays zero
         self.shard = torch.zeros(n, device=flat.device)  # this rank's parameters (packed)
@@ -205,6 +219,10 @@ class DistributedLAMB(LAMB):
 
     def _local_lengths(self) -> torch.Tensor:
         return self.flat.shard_lengths(self.rank, self.world)
+
+    def _segment_values(self, per_tensor: list[float]) -> torch.Tensor:
+        # shard_lengths: one segment per tensor (empty where the shard holds none of it), then padding
+        return torch.tensor([*per_tensor, 0.0], dtype=torch.float32, device=self.flat.device)
 
     def _allreduce(self, t: torch.Tensor) -> torch.Tensor:
         if self.world > 1:
@@ -257,13 +275,24 @@ class Adagrad(FlatOptimizer):
 
 
 def build_optimizer(flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0,
-                    allow_apex: bool = True) -> FlatOptimizer:
+                    allow_apex: bool = True, decay_exempt: Sequence[bool] = ()) -> FlatOptimizer:
     """The optimizer ``cfg.name`` over ``flat`` (``distributed = true`` shards LAMB's state;
-    ``apex = true`` picks apex's fused LAMB where it is importable on CUDA, see common.apex_optim)."""
+    ``apex = true`` picks apex's fused LAMB where it is importable on CUDA, see common.apex_optim).
+    ``decay_exempt`` (one flag per tensor of ``flat``): tensors kept out of the weight decay; only
+    LAMB takes such a mask, so another optimizer with weight decay refuses one rather than ignore it."""
+    exempt = any(decay_exempt) and cfg.weight_decay != 0
+    if exempt and cfg.name != "lamb":
+        names = [n for n, e in zip(flat.names, decay_exempt) if e][:3]
+        raise ConfigError(f"config key 'optim.weight_decay': the workload exempts tensors ({', '.join(names)}, ...) "
+                          f"from weight decay, which only the lamb optimizer implements; got {cfg.name!r}")
+    if exempt and len(decay_exempt) != flat.num_tensors:
+        raise ConfigError(f"{len(decay_exempt)} weight-decay flags for {flat.num_tensors} parameter tensors")
     if cfg.name == "lamb" and cfg.apex and not cfg.distributed and allow_apex:
         from .apex_optim import ApexLAMB, apex_lamb_available
 
         ok, why = apex_lamb_available(flat.device)
+        if ok and exempt:
+            ok, why = False, "apex's LAMB takes no per-tensor weight-decay mask"
         if ok:
             return ApexLAMB(flat, cfg, world, rank)
         if rank == 0:
@@ -278,5 +307,5 @@ def build_optimizer(flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: in
         if cfg.distributed and flat.has_local:
             raise ConfigError("config key 'optim.distributed': the sharded LAMB splits the whole flat buffer over "
                               "the ranks, which cannot hold a model-parallel part; set it to false")
-        return (DistributedLAMB if cfg.distributed else LAMB)(flat, cfg, world, rank)
+        return (DistributedLAMB if cfg.distributed else LAMB)(flat, cfg, world, rank, decay_exempt if exempt else ())
     raise ConfigError(f"config key 'optim.name': unknown optimizer {cfg.name!r}")

@@ -28,14 +28,15 @@ class OptimConfig:
     distributed: bool = False  # lamb: shard optimizer state across the instance's ranks
     apex: bool = False  # lamb: NVIDIA apex's fused kernel where importable on CUDA (not with fp16)
     # schedule, in epochs or steps (``unit``)
-    schedule: Literal["constant", "multistep", "cosine"] = "constant"
+    schedule: Literal["constant", "multistep", "cosine", "poly"] = "constant"
     unit: Literal["epochs", "steps"] = "epochs"
     warmup: float = 0.0  # length of linear warmup in ``unit``
     warmup_factor: float = 1.0  # lr at warmup start = lr * warmup_factor / ... see schedule docs
     milestones: tuple[float, ...] = ()  # multistep boundaries in ``unit``
     decay_factor: float = 0.1  # multistep multiplier per boundary
     min_lr: float = 0.0  # cosine floor
-    total: float = 0.0  # cosine length in ``unit`` (0: the run's max length)
+    total: float = 0.0  # cosine/poly length in ``unit`` (0: the run's max length)
+    power: float = 1.0  # poly: exponent of the polynomial decay (BERT: 1, linear)
 
     def validate(self) -> None:
         if self.lr < 0:

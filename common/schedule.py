@@ -11,7 +11,10 @@ steps once at build time (``unit = "epochs"`` multiplies by the steps per epoch)
 * ``multistep``: ``lr * decay_factor ** (number of milestones <= step)``;
 * ``cosine``: ``min_lr + (lr - min_lr) * (1 + cos(pi * (step - W) / (T - W))) / 2``, held at
   ``min_lr`` after ``T`` (``total``, or the run's length when 0; an explicit ``total`` must exceed
-  the warmup, a run shorter than its warmup just ends at ``min_lr``).
+  the warmup, a run shorter than its warmup just ends at ``min_lr``);
+* ``poly``: ``min_lr + (lr - min_lr) * (1 - min(step, T) / T) ** power`` (``T`` as for cosine),
+  counted from step 0, not from the end of warmup: the reference BERT's ``polynomial_decay`` of the
+  global step, which warmup overrides while it lasts (MLPerf BERT trains with no warmup, power 1).
 """
 from __future__ import annotations
 
@@ -34,14 +37,15 @@ class Schedule:
     decay_factor: float
     min_lr: float
     total_steps: float
+    power: float = 1.0
 
     @classmethod
     def from_config(cls, cfg: OptimConfig, steps_per_epoch: int, max_epochs: int) -> "Schedule":
         scale = float(steps_per_epoch) if cfg.unit == "epochs" else 1.0
         total = cfg.total * scale if cfg.total > 0 else float(max_epochs * steps_per_epoch)
-        if cfg.schedule == "cosine" and cfg.total > 0 and total <= cfg.warmup * scale:
+        if cfg.schedule in ("cosine", "poly") and cfg.total > 0 and total <= cfg.warmup * scale:
             raise ConfigError(
-                f"config key 'optim.total': the cosine length ({total:g} steps) must exceed the warmup "
+                f"config key 'optim.total': the {cfg.schedule} length ({total:g} steps) must exceed the warmup "
                 f"({cfg.warmup * scale:g} steps)"
             )
         return cls(
@@ -53,6 +57,7 @@ class Schedule:
             decay_factor=cfg.decay_factor,
             min_lr=cfg.min_lr,
             total_steps=total,
+            power=cfg.power,
         )
 
     def __call__(self, step: torch.Tensor) -> torch.Tensor:
@@ -82,6 +87,9 @@ class Schedule:
             span = max(self.total_steps - self.warmup_steps, 1.0)  # a run shorter than its warmup
             t = torch.clamp((step - self.warmup_steps) / span, 0.0, 1.0)
             return self.min_lr + (self.lr - self.min_lr) * 0.5 * (1.0 + torch.cos(math.pi * t))
+        if self.kind == "poly":
+            t = torch.clamp(step / max(self.total_steps, 1.0), 0.0, 1.0)
+            return self.min_lr + (self.lr - self.min_lr) * torch.pow(1.0 - t, self.power)
         raise ConfigError(f"config key 'optim.schedule': unknown schedule {self.kind!r}")
 
     def value(self, step: int) -> float:

@@ -150,7 +150,8 @@ class Trainer:
         _broadcast_model(model, self.flat, self.world)
         torch.manual_seed(self.seed * 1000 + self.rank)  # per-rank randomness (dropout) from here on
         self.optimizer = build_optimizer(self.flat, cfg.optim, self.world, self.rank,
-                                         allow_apex=tc.precision != "fp16")
+                                         allow_apex=tc.precision != "fp16",
+                                         decay_exempt=[self.workload.no_weight_decay(n) for n in self.flat.names])
         self.data = self._data()
         self.train_loader, self.eval_loader = self.data.train, self.data.eval
         self.steps_per_epoch = self.data.steps_per_epoch

@@ -209,6 +209,11 @@ class Workload(ABC, Generic[C]):
         all-reduced; their gradients arrive complete through the model's own collectives."""
         return []
 
+    def no_weight_decay(self, name: str) -> bool:
+        """True for a parameter (by its name in the model) that the benchmark's optimizer keeps out of
+        the weight decay (BERT: biases and LayerNorm weights); only LAMB takes such a mask."""
+        return False
+
     def hyperparameters(self) -> dict[str, Any]:
         """The benchmark's MLPerf hyperparameter keys (opt_*, scheduler_*, ...) with values;
         ``self.sizes`` (samples and steps per epoch of the instance) is set when this is called."""

@@ -101,8 +101,10 @@ def test_adam_and_adamw_match_torch_optim(name: str) -> None:
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
-def _reference_lamb(params: list[torch.Tensor], grads_per_step, cfg: OptimConfig, steps: int) -> list[torch.Tensor]:
-    """LAMB written per tensor, straight from the paper plus the MLPerf options."""
+def _reference_lamb(params: list[torch.Tensor], grads_per_step, cfg: OptimConfig, steps: int,
+                    exempt: tuple[bool, ...] = ()) -> list[torch.Tensor]:
+    """LAMB written per tensor, straight from the paper plus the MLPerf options (``exempt``: tensors
+    without weight decay)."""
     b1, b2 = cfg.betas
     p = [t.detach().clone() for t in params]
     m = [torch.zeros_like(t) for t in p]
@@ -118,7 +120,8 @@ def _reference_lamb(params: list[torch.Tensor], grads_per_step, cfg: OptimConfig
             mh, vh = m[i], v[i]
             if cfg.bias_correction:
                 mh, vh = mh / (1 - b1 ** (step + 1)), vh / (1 - b2 ** (step + 1))
-            u = mh / (vh.sqrt() + cfg.eps) + cfg.weight_decay * p[i]
+            wd = 0.0 if exempt and exempt[i] else cfg.weight_decay
+            u = mh / (vh.sqrt() + cfg.eps) + wd * p[i]
             pn, un = p[i].norm(), u.norm()
             ratio = float(pn / un) if pn > 0 and un > 0 else 1.0
             p[i] = p[i] - cfg.lr * ratio * u
@@ -141,6 +144,35 @@ def test_flat_lamb_matches_per_tensor_reference(clip: float, bias_correction: bo
             opt.step(torch.tensor(cfg.lr))
         for a, b in zip(model.parameters(), expected):
             torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_lamb_weight_decay_mask_exempts_biases_and_norms_per_tensor() -> None:
+    """BERT's reference LAMB leaves biases and LayerNorm (here BatchNorm) weights out of the decay."""
+    cfg = OptimConfig(name="lamb", lr=0.05, weight_decay=0.5, max_grad_norm=1.0)
+    model = _model()
+    names = [n for n, _ in model.named_parameters()]
+    exempt = tuple(n.endswith("bias") or n.startswith("1.") for n in names)  # 1 = the norm layer
+    assert any(exempt) and not all(exempt)
+    expected = _reference_lamb(list(model.parameters()), lambda s, like: _grads(s, like), cfg, 6, exempt)
+    decayed_everywhere = _reference_lamb(list(model.parameters()), lambda s, like: _grads(s, like), cfg, 6)
+    flat = FlatParams(model)
+    assert flat.segment_values([1.0] * flat.num_tensors).numel() == flat.lengths.numel()
+    for distributed in (False, True):  # 1-rank DistributedLAMB runs the sharded (per-shard segments) path
+        flat.params.copy_(flat.flatten(list(_model().parameters())))
+        opt = build_optimizer(flat, OptimConfig(**{**cfg.__dict__, "distributed": distributed}), decay_exempt=exempt)
+        assert opt.decay is not None
+        for step in range(6):
+            for p, g in zip(model.parameters(), _grads(step, list(model.parameters()))):
+                p.grad.copy_(g)
+            opt.step(torch.tensor(cfg.lr))
+        for a, b in zip(model.parameters(), expected):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    # the mask matters: the exempt tensors differ from a run that decays everything
+    assert any(not torch.allclose(a, b, atol=1e-4) for a, b, e in zip(model.parameters(), decayed_everywhere, exempt) if e)
+    flat.params.copy_(flat.flatten(list(_model().parameters())))
+    assert build_optimizer(flat, OptimConfig(name="lamb", weight_decay=0.0), decay_exempt=exempt).decay is None
+    with pytest.raises(ConfigError, match="only the lamb optimizer"):
+        build_optimizer(flat, OptimConfig(name="adamw", weight_decay=0.01), decay_exempt=exempt)
 
 
 @pytest.mark.parametrize("name", ["sgd", "adam", "adamw", "lamb"])

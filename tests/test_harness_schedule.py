@@ -55,3 +55,19 @@ def test_cosine_shorter_than_warmup_is_a_config_error() -> None:
     cfg = OptimConfig(schedule="cosine", unit="steps", warmup=10, total=5)
     with pytest.raises(ConfigError, match="optim.total"):
         Schedule.from_config(cfg, steps_per_epoch=1, max_epochs=1)
+
+
+def test_poly_decay_counts_from_step_zero_and_warmup_overrides_it() -> None:
+    """BERT's reference: lr * (1 - step / T) ** power from the global step 0 (to min_lr at T), and a
+    linear warmup in its place while it lasts."""
+    s = Schedule.from_config(OptimConfig(lr=0.4, schedule="poly", unit="steps", total=100, power=1.0), 7, 3)
+    assert [s.value(k) for k in (0, 25, 50, 100, 150)] == pytest.approx([0.4, 0.3, 0.2, 0.0, 0.0])
+    sq = Schedule.from_config(OptimConfig(lr=1.0, schedule="poly", unit="steps", total=10, power=2.0, min_lr=0.1,
+                                          warmup=4), 7, 3)
+    assert sq.value(1) == pytest.approx(1.0 * 2 / 4)  # warmup
+    for k in (4, 5, 9):
+        assert sq.value(k) == pytest.approx(0.1 + 0.9 * (1 - k / 10) ** 2)
+    run = Schedule.from_config(OptimConfig(lr=1.0, schedule="poly", unit="epochs"), steps_per_epoch=5, max_epochs=4)
+    assert run.total_steps == 20 and run.value(10) == pytest.approx(0.5)
+    with pytest.raises(ConfigError, match="poly length"):
+        Schedule.from_config(OptimConfig(schedule="poly", unit="steps", warmup=10, total=5), 1, 1)

@@ -60,3 +60,25 @@ def test_run_dlrm_dcnv2_end_to_end_in_the_training_layout(tmp_path: Path) -> Non
     assert not [c for c in group["checks"] if c["agree"] is False]
     staged = sorted(p.name for p in (work / "local" / "node0").iterdir() if not p.name.startswith("."))
     assert staged == sorted(p.name for p in (work / "raw").iterdir() if p.name.startswith("day_"))
+
+
+@pytest.mark.slow
+def test_run_bert_end_to_end_in_the_training_layout(tmp_path: Path) -> None:
+    """datagen (packed train shards, padded eval shard) -> pack -> stage -> 2 instances of the mini
+    preset -> report, in results/<system>/bert/, checked and scored under training 5.0.0."""
+    work = tmp_path / "work"
+    proc = run_cli(["run", "--workload", "bert", "--workdir", str(work), "--device", "cpu"], timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    logs = sorted((work / "results" / "results").rglob("result_*.txt"))
+    assert [p.name for p in logs] == ["result_0.txt", "result_1.txt"]
+    assert all(p.parent.name == "bert" and p.parent.parent.parent.name == "results" for p in logs)
+    report = json.loads((work / "results" / "report" / "report.json").read_text())
+    (group,) = report["groups"]
+    score = group["score"]
+    assert (score["suite"], score["ruleset"], score["benchmark"], score["division"]) == \
+        ("training", "5.0.0", "bert", "open")
+    assert all(r["status"] == "success" and r["final_metric"] >= 0.65 and r["staging_s"] > 0 for r in score["runs"])
+    assert group["official"]["compliance"] == {"result_0.txt": True, "result_1.txt": True}
+    assert not [c for c in group["checks"] if c["agree"] is False]
+    staged = sorted(p.name for p in (work / "local" / "node0" / "train").iterdir() if not p.name.startswith("."))
+    assert staged == sorted(p.name for p in (work / "raw" / "train").iterdir() if not p.name.startswith("."))

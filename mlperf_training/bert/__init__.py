@@ -1,7 +1,5 @@
-"""BERT-large (MLPerf Training ``bert``): the NVIDIA-style HDF5 pretraining format and its packed
-variant, a synthetic language that writes it, the model in plain torch with packed sequences, and the
-masked-LM accuracy.
-
-Groundwork only: the workload spec, presets and registry entry come with the training-suite harness
-(see ``docs/bert.md``).
+"""MLPerf Training BERT-large, registered as workload ``bert`` of the training suite (ruleset training
+5.0.0): the NVIDIA-style HDF5 format (padded and packed), a synthetic language, the model with packed
+sequences, masked-LM accuracy, and the workload on the shared harness (``workload.py``).
+See docs/bert.md.
 """

@@ -1,6 +1,7 @@
 """Run under mpiexec: one training step of a tiny BERT with DistributedLAMB (each rank: half the batch,
 gradients reduce-scattered, its shard of the moments) vs single-process LAMB on the averaged gradients
-of both halves. Rank 0 prints one JSON line: a list with one result per rank."""
+of both halves, both with the reference's weight-decay exemptions (biases, LayerNorm weights: a mask
+over tensors split between the ranks' shards). Rank 0 prints one JSON line: a list with one result per rank."""
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ from common.optim import LAMB, DistributedLAMB
 from common.runconfig import OptimConfig
 from mlperf_training.bert import packing, synth
 from mlperf_training.bert.batch import collate
-from mlperf_training.bert.model import BertForPretraining, ModelConfig, pretraining_loss
+from mlperf_training.bert.model import BertForPretraining, ModelConfig, no_weight_decay, pretraining_loss
 
 L, P, V = 64, 10, 400
 CFG = ModelConfig(vocab_size=V, hidden=32, layers=2, heads=4, intermediate=64, max_position=L,
@@ -47,7 +48,9 @@ def main() -> None:
 
     model, flat = build()
     loss = grads(model, flat, parts[rank])
-    dist_opt = DistributedLAMB(flat, opt_cfg, world, rank)
+    exempt = [no_weight_decay(n) for n in flat.names]
+    dist_opt = DistributedLAMB(flat, opt_cfg, world, rank, exempt)
+    assert dist_opt.decay is not None
     dist_opt.step(lr)
 
     ref_model, ref_flat = build()
@@ -57,7 +60,7 @@ def main() -> None:
         grads(ref_model, ref_flat, part)
         total += ref_flat.grads
     ref_flat.grads.copy_(total / world)
-    ref_opt = LAMB(ref_flat, opt_cfg)
+    ref_opt = LAMB(ref_flat, opt_cfg, decay_exempt=exempt)
     ref_opt.step(lr)
     mine = {"rank": rank, "loss": loss, "max_diff": (flat.params - ref_flat.params).abs().max().item(),
             "moved": (ref_flat.params - start).abs().max().item(), "state": dist_opt.state_numel(),

@@ -1,0 +1,120 @@
+"""The BERT dataset spec: ``train/`` and ``eval/`` folders of NVIDIA-style HDF5 shards, read by rows.
+
+A split is all its ``*.hdf5`` shards in name order, opened once (:func:`~.format.open_shard`: keys,
+dtypes and shapes checked; either layout) and seen as one run of rows. ``read_batch`` reads a whole
+batch with one ``Shard.read(indices)`` per shard it touches (values checked there), not row by row,
+then collates it (:func:`~.batch.collate`) into the model's :class:`~.batch.Batch`. A row is one
+sample of the harness: one sequence (padded layout) or up to 3 (packed). Training reads the packed
+shards ``datagen`` writes by default; evaluation reads the padded eval shards, and ``eval_samples``
+keeps the first N rows (the reference's fixed 10,000-sample eval set). Light to import (``hpcbench
+pack``/``stage`` load :data:`LAYOUT`): h5py and torch are imported when a split is opened.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from common.data.layout import FileLayout
+from common.data.spec import DatasetSpec
+from common.errors import DataError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .batch import Batch
+    from .format import Rows, Shard
+
+LAYOUT = FileLayout("bert", ("*.hdf5",), ("train", "eval"), describe="BERT HDF5 pretraining shards (*.hdf5)")
+
+
+class ShardSet:
+    """The rows of a split's shards back to back (the first ``limit`` rows when ``limit`` > 0)."""
+
+    def __init__(self, files: Sequence[Path], max_seq_len: int, max_pred: int, vocab_size: int, limit: int = 0) -> None:
+        from .facts import MAX_SEQ_PER_ROW
+        from .format import open_shard
+
+        self.shards: list[Shard] = []
+        try:
+            for f in files:
+                self.shards.append(open_shard(f, max_seq_len=max_seq_len, max_pred=max_pred, vocab_size=vocab_size,
+                                              max_per_row=MAX_SEQ_PER_ROW))
+        except BaseException:
+            self.close()
+            raise
+        self.starts = np.concatenate([[0], np.cumsum([len(s) for s in self.shards])]).astype(np.int64)
+        total = int(self.starts[-1])
+        if limit > total:
+            raise DataError(f"{Path(files[0]).parent}: data.eval_samples = {limit} but the split holds {total} rows")
+        self.rows = limit or total
+        if self.rows == 0:
+            raise DataError(f"{Path(files[0]).parent}: the shards hold no rows")
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __getitem__(self, i: int) -> "Rows":
+        return self.read(np.array([i]))
+
+    def read(self, indices: np.ndarray) -> "Rows":
+        """Rows ``indices`` (global numbers, any order) with one read per shard touched."""
+        from .format import Rows
+
+        indices = np.asarray(indices, dtype=np.int64)
+        if indices.size and (indices.min() < 0 or indices.max() >= self.rows):
+            raise IndexError(f"row index out of range 0..{self.rows - 1}")
+        shard_of = np.searchsorted(self.starts, indices, side="right") - 1
+        parts: list[Rows] = []
+        where: list[np.ndarray] = []
+        for k in np.unique(shard_of):
+            pick = np.flatnonzero(shard_of == k)
+            parts.append(self.shards[int(k)].read(indices[pick] - self.starts[k]))
+            where.append(pick)
+        out = Rows()
+        for part in parts:
+            out.extend(part)
+        order = np.argsort(np.concatenate(where), kind="stable") if where else np.zeros(0, np.int64)
+        return out.select(order)
+
+    def costs(self) -> np.ndarray:
+        """Uniform: packed rows are ~95% full, and the eval rows are read in contiguous chunks."""
+        return np.ones(self.rows)
+
+    def close(self) -> None:
+        for s in self.shards:
+            s.close()
+
+
+class BertData(DatasetSpec):
+    layout = LAYOUT
+    partition = "contiguous"
+    train_split = "train"
+    eval_split = "eval"
+
+    def __init__(self, max_seq_len: int, max_pred: int, vocab_size: int, eval_samples: int = 0) -> None:
+        self.max_seq_len, self.max_pred, self.vocab_size = max_seq_len, max_pred, vocab_size
+        self.eval_samples = eval_samples
+
+    def open(self, root: Path, split: str) -> ShardSet:
+        files = self.layout.list_split(root, split)
+        limit = self.eval_samples if split == self.eval_split else 0
+        return ShardSet(files, self.max_seq_len, self.max_pred, self.vocab_size, limit)
+
+    def collate(self, samples: Sequence["Rows"]) -> "Batch":
+        from .batch import collate
+        from .format import Rows
+
+        rows = Rows()
+        for s in samples:
+            rows.extend(s)
+        return collate(rows, self.max_seq_len)
+
+    def read_batch(self, source: Any, indices: Sequence[int], pin: bool = False) -> "Batch":
+        """The whole batch in one ``ShardSet.read`` (one HDF5 read per shard it touches)."""
+        from .batch import collate
+
+        read = getattr(source, "read", None)
+        if read is None:
+            return super().read_batch(source, indices, pin)
+        return collate(read(np.asarray(indices, dtype=np.int64)), self.max_seq_len)
