@@ -17,7 +17,6 @@ which is the price of sparse rows.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 from torch import nn
@@ -67,6 +66,3 @@ class SparseAdagrad:
 
     def state_numel(self) -> int:
         return sum(s.numel() for s in self.sums)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"sums": [s.clone() for s in self.sums]}
