@@ -15,8 +15,11 @@ zero, are segments of their own in ``lengths`` (so they stay out of per-tensor n
 under every optimizer (zero gradient, zero parameter). Sharded optimizers split the *real* elements
 (:meth:`FlatParams.pack` / :meth:`FlatParams.unpack`), never the gaps. Parameters that only this rank
 holds (model-parallel embedding tables) come last, after ``shared_size``: the instance's collectives
-cover the shared prefix only. Autograd accumulates into the
-existing ``p.grad`` views in place; :meth:`FlatParams.check_grads` repairs any view autograd replaced.
+cover the shared prefix only. Parameters with sparse gradients (``outside``: large embedding tables)
+are not in the buffers at all - a dense gradient of a 40M-row table is 20 GB - and are updated by
+:class:`common.sparse_optim.SparseAdagrad`; :meth:`FlatParams.zero_grad` clears their gradients.
+Autograd accumulates into the existing ``p.grad`` views in place; :meth:`FlatParams.check_grads`
+repairs any view autograd replaced.
 """
 from __future__ import annotations
 
@@ -54,10 +57,10 @@ def _align(n: int) -> int:
     return -(-n // ALIGN_ELEMS) * ALIGN_ELEMS
 
 
-def _aligned_zeros(n: int, device: torch.device) -> torch.Tensor:
-    """A zero fp32 vector whose first element is 256-byte aligned: a slice of a slightly larger
+def _aligned_zeros(n: int, device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A zero vector whose first element is 256-byte aligned: a slice of a slightly larger
     allocation (CUDA's allocator aligns to 512 bytes, the CPU allocator guarantees only 64)."""
-    raw = torch.zeros(n + ALIGN_ELEMS, device=device)
+    raw = torch.zeros(n + ALIGN_ELEMS, device=device, dtype=dtype)
     skip = (-raw.data_ptr() // raw.element_size()) % ALIGN_ELEMS
     return raw[skip : skip + n]
 
@@ -67,13 +70,20 @@ class FlatParams:
 
     ``numel`` counts the parameters' elements; ``size`` the buffer (with the alignment gaps);
     ``offsets[i]`` is where parameter ``i`` starts in it (a multiple of :data:`ALIGN_ELEMS`).
+    ``outside``: parameters left out of the buffers (sparse gradients); ``dtype``: fp32 in the
+    harness (float64 only for equality tests).
     """
 
-    def __init__(self, module: nn.Module, local: Sequence[nn.Parameter] = ()) -> None:
+    def __init__(self, module: nn.Module, local: Sequence[nn.Parameter] = (), outside: Sequence[nn.Parameter] = (),
+                 dtype: torch.dtype = torch.float32) -> None:
         self.names: list[str] = []
         params: list[nn.Parameter] = []
         local_ids = {id(p) for p in local}
-        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        out_ids = {id(p) for p in outside}
+        #: parameters outside the buffers, and those of them that every rank holds (not model parallel)
+        self.outside = [p for p in module.parameters() if id(p) in out_ids and p.requires_grad]
+        self.outside_shared = [p for p in self.outside if id(p) not in local_ids]
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad and id(p) not in out_ids]
         # parameters every rank holds first, then this rank's own (model parallel): the instance's
         # gradient sync and the start-up broadcast cover the prefix ``[:shared_size]`` only
         for name, p in sorted(named, key=lambda np_: id(np_[1]) in local_ids):
@@ -81,8 +91,9 @@ class FlatParams:
             params.append(p)
         if not params:
             raise ConfigError("the model has no trainable parameters")
-        if any(p.dtype != torch.float32 for p in params):
-            raise ConfigError("build_model() must return an fp32 model; the harness sets precision")
+        if any(p.dtype != dtype for p in params):
+            raise ConfigError("build_model() must return an fp32 model; the harness sets precision"
+                              if dtype == torch.float32 else f"FlatParams: every parameter must be {dtype}")
         device = params[0].device
         self.numels = [p.numel() for p in params]
         self.numel = sum(self.numels)
@@ -97,8 +108,8 @@ class FlatParams:
         self.shared_size = _align(max(shared, default=0))
         self.has_local = bool(local_ids & {id(p) for p in params})
         self.device = device
-        self.params = _aligned_zeros(self.size, device)
-        self.grads = _aligned_zeros(self.size, device)
+        self.params = _aligned_zeros(self.size, device, dtype)
+        self.grads = _aligned_zeros(self.size, device, dtype)
         for p, offset in zip(params, self.offsets):
             # as_strided keeps the parameter's memory format (channels-last conv weights stay so)
             view = _view(self.params, offset, p)
@@ -115,6 +126,8 @@ class FlatParams:
 
     def zero_grad(self) -> None:
         self.grads.zero_()
+        for p in self.outside:
+            p.grad = None
 
     def check_grads(self) -> None:
         """Copy any gradient autograd did not accumulate in place back into the flat buffer."""

@@ -17,6 +17,9 @@ norm before the moments), and ``decay_exempt`` (per tensor: True leaves it out o
 BERT's reference exempts biases and LayerNorm weights; a per-segment factor, expanded like the trust
 ratios). The trust ratio ``||p|| / ||u||`` is applied to every tensor (1 when either norm is 0).
 
+Parameters with sparse gradients live outside the flat buffer; :func:`build_optimizer` attaches a
+row-wise Adagrad for them (``common.sparse_optim``, only beside the flat Adagrad).
+
 ``step(lr, skip=None)``: ``skip`` is an optional 0-d tensor (1 = found inf/nan under fp16 loss
 scaling); a skipped step changes neither parameters, moments nor the step counter.
 """
@@ -31,6 +34,7 @@ import torch.distributed as dist
 from .errors import ConfigError
 from .flat import FlatParams, all_gather, expand_segments, reduce_scatter, segment_sum
 from .runconfig import OptimConfig
+from .sparse_optim import SparseAdagrad
 
 
 def _assign(dst: torch.Tensor, new: torch.Tensor, skip: torch.Tensor | None) -> None:
@@ -46,6 +50,8 @@ class FlatOptimizer:
         self.flat, self.cfg, self.world, self.rank = flat, cfg, world, rank
         self.step_count = torch.zeros((), device=flat.device)  # applied steps, float32 on the device
         self.state: dict[str, torch.Tensor] = {}
+        #: the row-wise optimizer of the parameters outside the flat buffer (sparse gradients), if any
+        self.sparse: SparseAdagrad | None = None
 
     def sync_grads(self) -> None:
         """Average the gradients over the instance. A model-parallel part (after ``shared_size``)
@@ -58,13 +64,15 @@ class FlatOptimizer:
     def step(self, lr: torch.Tensor, skip: torch.Tensor | None = None) -> None:
         self.sync_grads()
         self._update(self.flat.params, self.flat.grads, lr, skip)
+        if self.sparse is not None:
+            self.sparse.step(lr, self.step_count, skip)
         self.step_count.add_(1.0 if skip is None else 1.0 - skip)
 
     def _update(self, p: torch.Tensor, g: torch.Tensor, lr: torch.Tensor, skip: torch.Tensor | None) -> None:
         raise NotImplementedError
 
     def _zeros(self, n: int) -> torch.Tensor:
-        return torch.zeros(n, device=self.flat.device)
+        return torch.zeros(n, device=self.flat.device, dtype=self.flat.params.dtype)
 
     # checkpoints (this rank's state; sharded optimizers hold only their shard) ------------------
     def state_dict(self) -> dict[str, Any]:
@@ -78,7 +86,8 @@ class FlatOptimizer:
             v.copy_(state[k])
 
     def state_numel(self) -> int:
-        return sum(v.numel() for v in self.state.values())
+        """Elements of optimizer state this rank holds (the row-wise part's included)."""
+        return sum(v.numel() for v in self.state.values()) + (self.sparse.state_numel() if self.sparse else 0)
 
 
 class SGD(FlatOptimizer):
@@ -257,7 +266,8 @@ class Adagrad(FlatOptimizer):
 
     def __init__(self, flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0) -> None:
         super().__init__(flat, cfg, world, rank)
-        self.state["sum"] = torch.full((flat.size,), float(cfg.initial_accumulator), device=flat.device)
+        self.state["sum"] = torch.full((flat.size,), float(cfg.initial_accumulator), device=flat.device,
+                                       dtype=flat.params.dtype)
 
     def _update(self, p, g, lr, skip) -> None:  # noqa: ANN001
         c = self.cfg
@@ -279,7 +289,23 @@ def build_optimizer(flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: in
     """The optimizer ``cfg.name`` over ``flat`` (``distributed = true`` shards LAMB's state;
     ``apex = true`` picks apex's fused LAMB where it is importable on CUDA, see common.apex_optim).
     ``decay_exempt`` (one flag per tensor of ``flat``): tensors kept out of the weight decay; only
-    LAMB takes such a mask, so another optimizer with weight decay refuses one rather than ignore it."""
+    LAMB takes such a mask, so another optimizer with weight decay refuses one rather than ignore it.
+    Parameters outside the buffer (``flat.outside``, sparse gradients) get a row-wise
+    :class:`~common.sparse_optim.SparseAdagrad` that the flat Adagrad steps with the same LR and step."""
+    opt = _build_flat(flat, cfg, world, rank, allow_apex, decay_exempt)
+    if flat.outside:
+        if world > 1 and flat.outside_shared:
+            raise ConfigError(f"{len(flat.outside_shared)} parameter(s) with sparse gradients are held by every rank; "
+                              "only model-parallel (rank-local) ones can be updated row-wise (no sparse all-reduce)")
+        if type(opt) is not Adagrad:
+            raise ConfigError(f"config key 'optim.name': the model has parameters with sparse gradients, which "
+                              f"only adagrad updates (row-wise); got {cfg.name!r}")
+        opt.sparse = SparseAdagrad(flat.outside, cfg, world)
+    return opt
+
+
+def _build_flat(flat: FlatParams, cfg: OptimConfig, world: int, rank: int, allow_apex: bool,
+                decay_exempt: Sequence[bool]) -> FlatOptimizer:
     exempt = any(decay_exempt) and cfg.weight_decay != 0
     if exempt and cfg.name != "lamb":
         names = [n for n, e in zip(flat.names, decay_exempt) if e][:3]

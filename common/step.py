@@ -85,6 +85,13 @@ class TrainStep:
                                   "CUDA graphs need static ones (use compile or eager)")
         elif mode != "eager":
             raise ConfigError(f"config key 'train.graph': expected eager, compile or cuda_graph, got {mode!r}")
+        if flat.outside and mode == "cuda_graph":
+            raise ConfigError("config key 'train.graph': the model has sparse embedding gradients (their row count "
+                              "changes every step), which a CUDA graph cannot capture; use eager or compile, or "
+                              "set the workload's sparse-gradient switch (e.g. model.sparse_grads) to false")
+        if flat.outside and precision.scaled:
+            raise ConfigError("config key 'train.precision': fp16 loss scaling covers the flat gradient only, not the "
+                              "sparse embedding gradients; use bf16 or fp32")
 
     def _forward_loss(self, batch: Any) -> torch.Tensor:
         outputs = self.workload.forward(self.model, batch)

@@ -142,11 +142,11 @@ class Trainer:
         model = self.workload.distribute(model, self.rank, self.world)
         self.model = model
         self.sharded = cfg.optim.name == "lamb" and cfg.optim.distributed
-        self.flat = FlatParams(model, self.workload.local_parameters(model))
-        if self.flat.has_local and tc.checkpoint_dir:
-            raise ConfigError("config key 'train.checkpoint_dir': checkpoints hold rank 0's parameters, and this "
-                              f"model keeps parameters on each rank ({self.workload.name}'s model-parallel part); "
-                              "leave it empty")
+        self.flat = FlatParams(model, self.workload.local_parameters(model), self.workload.sparse_parameters(model))
+        if (self.flat.has_local or self.flat.outside) and tc.checkpoint_dir:
+            raise ConfigError("config key 'train.checkpoint_dir': checkpoints hold rank 0's flat buffer, and this "
+                              f"model keeps parameters on each rank or outside it ({self.workload.name}'s "
+                              "model-parallel or sparse-gradient part); leave it empty")
         _broadcast_model(model, self.flat, self.world)
         torch.manual_seed(self.seed * 1000 + self.rank)  # per-rank randomness (dropout) from here on
         self.optimizer = build_optimizer(self.flat, cfg.optim, self.world, self.rank,

@@ -209,6 +209,11 @@ class Workload(ABC, Generic[C]):
         all-reduced; their gradients arrive complete through the model's own collectives."""
         return []
 
+    def sparse_parameters(self, model: "nn.Module") -> list["nn.Parameter"]:
+        """Parameters whose gradients arrive sparse (embedding tables with ``sparse=True``): kept out of the
+        flat buffer and updated row-wise by Adagrad. With several ranks they must be local ones."""
+        return []
+
     def no_weight_decay(self, name: str) -> bool:
         """True for a parameter (by its name in the model) that the benchmark's optimizer keeps out of
         the weight decay (BERT: biases and LayerNorm weights); only LAMB takes such a mask."""

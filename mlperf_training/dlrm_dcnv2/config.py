@@ -33,6 +33,10 @@ class DLRMModelConfig:
     # tables with at least this many rows live on one rank of the instance (model parallel, all-to-all);
     # smaller ones are replicated and trained data parallel with the MLPs
     shard_min_rows: int = 100_000
+    # the tables this rank owns (those of >= shard_min_rows rows; on one rank: all of them) get sparse
+    # gradients, live outside the flat buffer and are updated row-wise (a dense gradient of a 40M x 128
+    # table is 20 GB); false: dense gradients in the flat buffer (equal in value, slower, bigger)
+    sparse_grads: bool = True
 
     def validate(self) -> None:
         if len(self.cardinalities) != NUM_SPARSE or min(self.cardinalities) < 1:

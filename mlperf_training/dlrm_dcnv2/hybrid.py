@@ -171,3 +171,26 @@ def data_parallel_parameters(model: nn.Module) -> list[nn.Parameter]:
     """Parameters every rank holds (MLPs, cross network, replicated tables): all-reduce their gradients."""
     sharded = {id(p) for p in model_parallel_parameters(model)}
     return [p for p in model.parameters() if id(p) not in sharded]
+
+
+def use_sparse_grads(model: DLRMDCNv2, plan: ShardingPlan, rank: int) -> list[nn.Parameter]:
+    """Give the tables ``rank`` owns in ``plan`` sparse gradients (in place); returns their weights.
+
+    Works on the parallel model (its sharded tables) and on the plain one (one rank: the plan's owned
+    tables, the large ones). Replicated tables keep dense gradients: they are all-reduced in the flat
+    buffer with the MLPs."""
+    arch = model.sparse_arch
+    if isinstance(arch, HybridEmbeddings):
+        bags = [arch.sharded[str(k)] for k in plan.owned(rank)]
+    elif isinstance(arch, EmbeddingBags):
+        bags = [arch.bags[k] for k in plan.owned(rank)]
+    else:
+        raise ValueError(f"use_sparse_grads: unknown sparse arch {type(arch).__name__}")
+    for bag in bags:
+        bag.sparse = True
+    return [bag.weight for bag in bags]
+
+
+def sparse_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """Weights of the model's embedding bags that produce sparse gradients."""
+    return [m.weight for m in model.modules() if isinstance(m, nn.EmbeddingBag) and m.sparse]

@@ -3,7 +3,9 @@
 Model parallelism: :meth:`distribute` deals the tables with at least ``model.shard_min_rows`` rows
 to the instance's ranks (``hybrid.ShardingPlan``; all-to-all of ids and pooled embeddings) and
 keeps the rest replicated; :meth:`local_parameters` tells the harness which parameters are the
-rank's own, so its gradient sync all-reduces only the data-parallel ones. Evaluation keeps every
+rank's own, so its gradient sync all-reduces only the data-parallel ones. With ``model.sparse_grads``
+(the default) the owned tables have sparse gradients, live outside the flat buffer
+(:meth:`sparse_parameters`) and are updated by the harness's row-wise Adagrad. Evaluation keeps every
 validation sample's score and computes the exact AUROC over the instance (``auroc.distributed_auroc``:
 only the smaller class's scores are gathered) as ``eval_accuracy``.
 """
@@ -57,17 +59,28 @@ class DLRMWorkload(Workload[DLRMConfig]):
         return DLRMDCNv2(self.model_config())
 
     def distribute(self, model: "nn.Module", rank: int, world: int) -> "nn.Module":
-        from .hybrid import ShardingPlan, parallelize
+        """Shard the large tables over the ranks; with ``model.sparse_grads`` the tables this rank owns
+        (on one rank: the large ones) get sparse gradients."""
+        from .hybrid import ShardingPlan, parallelize, use_sparse_grads
 
         plan = ShardingPlan.build(self.cfg.model.cardinalities, world, self.cfg.model.shard_min_rows)
-        if world == 1 or not any(o is not None for o in plan.owners):
-            return model  # one rank, or nothing large enough to shard: plain data parallel
-        return parallelize(model, plan, rank)  # type: ignore[arg-type]
+        if world > 1 and any(o is not None for o in plan.owners):
+            model = parallelize(model, plan, rank)  # type: ignore[arg-type]
+        elif world > 1:
+            return model  # nothing large enough to shard: plain data parallel, dense gradients
+        if self.cfg.model.sparse_grads:
+            use_sparse_grads(model, plan, rank)  # type: ignore[arg-type]
+        return model
 
     def local_parameters(self, model: "nn.Module") -> list["nn.Parameter"]:
         from .hybrid import model_parallel_parameters
 
         return model_parallel_parameters(model)
+
+    def sparse_parameters(self, model: "nn.Module") -> list["nn.Parameter"]:
+        from .hybrid import sparse_parameters
+
+        return sparse_parameters(model)
 
     def forward(self, model: "nn.Module", batch: Batch) -> "torch.Tensor":
         dense, _, sparse = batch
