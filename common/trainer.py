@@ -17,10 +17,12 @@ precision/layout (fp32 master weights in one flat buffer, bf16/fp16 autocast, ch
 optimizer + schedule from ``cfg.optim``, data shards (global batch split over the instance's ranks),
 the generic hyperparameters (seed, global_batch_size, train/eval_samples,
 gradient_accumulation_frequency) then the workload's own keys, ``init_stop``/``run_start``, the epoch
-loop (``epoch_start/stop``, ``tracked_stats`` throughput per epoch), evaluation every
-``train.eval_every`` epochs (BatchNorm statistics averaged over the instance first; additive eval
-sums reduced over the instance; ``eval_start/stop`` and the metric key with ``epoch_num``), stop at
-the first evaluation that meets the target (``run_stop status=success``) or ``aborted`` after
+loop (``epoch_start/stop``, ``tracked_stats`` throughput per epoch), evaluation at the cadence of
+:mod:`common.cadence` (every ``train.eval_every`` epochs, a fraction of an epoch, or every
+``train.eval_every_samples``; BatchNorm statistics averaged over the instance first; additive eval
+sums reduced over the instance; ``eval_start/stop`` and the metric key with ``epoch_num`` in the
+benchmark's epoch reporting), stop at the first evaluation that meets the target, inside an epoch
+too (``run_stop status=success``) or ``aborted`` after
 ``train.max_epochs``, checkpoints every ``train.checkpoint_every`` epochs and resume
 (``train.resume``), phase timers (data wait, step, eval) and a progress bar on world rank 0.
 """
