@@ -140,3 +140,14 @@ def test_bad_cadence_names_the_key(override: str, key: str) -> None:
 def test_both_cadences_at_once_are_refused_by_name() -> None:
     with pytest.raises(ConfigError, match="'train.eval_every' .* and 'train.eval_every_samples'"):
         ToyWorkload.load_config("mini", ["train.eval_every=0.5", "train.eval_every_samples=100"])
+
+
+def test_resumed_run_keeps_the_sample_count_of_its_checkpoint(env, tmp_path: Path) -> None:  # noqa: ANN001
+    ck = [f"train.checkpoint_dir={tmp_path / 'ck'}", "train.checkpoint_every=1", "train.target=0.99"]
+    _run(env, ToyBert, [*ck, "train.max_epochs=1", "train.eval_every_samples=256"], tmp_path / "a.txt")
+    tr, result = _run(env, ToyBert, [*ck, "train.max_epochs=2", "train.eval_every_samples=256", "train.resume=true"],
+                      tmp_path / "b.txt")
+    assert tr.start_epoch == 2 and tr.global_step == 2 * STEPS
+    assert [e for e, _ in result.metrics] == [768, 1024]  # samples since the run's start, not the resume's
+    starts = [x["metadata"]["epoch_num"] for x in _lines(tmp_path / "b.txt") if x["key"] == "epoch_start"]
+    assert starts == [512]
