@@ -83,7 +83,12 @@ class TrainConfig:
     seed: int = 1
     global_batch_size: int = 8  # per instance (summed over its ranks)
     max_epochs: int = 10
-    eval_every: int = 1  # epochs between evaluations
+    # epochs between evaluations: a whole number, or a fraction below 1 to evaluate inside each epoch
+    # every floor(eval_every x steps per epoch) steps (DLRM: 0.05); common/cadence.py
+    eval_every: float = 1
+    # > 0: evaluate after the step at which the training samples seen (steps x global batch) cross
+    # each multiple of this (BERT); replaces eval_every
+    eval_every_samples: int = 0
     # "auto": bf16 where the hardware does it natively, else fp32 (common/auto.py)
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"
     # "auto": measured on a CPU, by rule on a GPU (common/auto.py)
@@ -101,8 +106,15 @@ class TrainConfig:
             raise ConfigError(f"config key 'train.global_batch_size': must be >= 1, got {self.global_batch_size}")
         if self.max_epochs < 1:
             raise ConfigError(f"config key 'train.max_epochs': must be >= 1, got {self.max_epochs}")
-        if self.eval_every < 1:
-            raise ConfigError(f"config key 'train.eval_every': must be >= 1, got {self.eval_every}")
+        if not (0 < self.eval_every < 1 or (self.eval_every >= 1 and float(self.eval_every).is_integer())):
+            raise ConfigError(f"config key 'train.eval_every': expected a whole number of epochs (1, 2, ...) or a "
+                              f"fraction of an epoch between 0 and 1 (e.g. 0.05), got {self.eval_every}")
+        if self.eval_every_samples < 0:
+            raise ConfigError(f"config key 'train.eval_every_samples': must be >= 0 (0: off), got "
+                              f"{self.eval_every_samples}")
+        if self.eval_every_samples and self.eval_every != 1:
+            raise ConfigError(f"config keys 'train.eval_every' ({self.eval_every:g}) and 'train.eval_every_samples' "
+                              f"({self.eval_every_samples}) both set the evaluation cadence; give only one")
         if self.bn_group_size < 1:
             raise ConfigError(f"config key 'train.bn_group_size': must be >= 1, got {self.bn_group_size}")
 

@@ -37,6 +37,17 @@ TRAINING = Suite("training", "training", "5.1.0", "gradient_accumulation_steps",
 SUITES: dict[str, Suite] = {s.name: s for s in (HPC, TRAINING)}
 
 
+# How a benchmark's log reports training progress in ``epoch_num`` (the training rules' "Epoch
+# reporting" table; common/cadence.py): BERT in training samples, DLRM-DCNv2 in fractional epochs
+# (0.05, 0.1, ...); every other benchmark (the HPC ones) in whole epochs.
+EPOCH_REPORTING: dict[str, str] = {"bert": "samples", "dlrm_dcnv2": "fraction"}
+
+
+def epoch_reporting(benchmark: str) -> str:
+    """``epoch``, ``fraction`` or ``samples`` for an MLPerf benchmark key."""
+    return EPOCH_REPORTING.get(benchmark, "epoch")
+
+
 def suite(name: str) -> Suite:
     if name not in SUITES:
         raise ConfigError(f"unknown suite {name!r}; expected one of {', '.join(SUITES)}")

@@ -17,10 +17,12 @@ precision/layout (fp32 master weights in one flat buffer, bf16/fp16 autocast, ch
 optimizer + schedule from ``cfg.optim``, data shards (global batch split over the instance's ranks),
 the generic hyperparameters (seed, global_batch_size, train/eval_samples,
 gradient_accumulation_frequency) then the workload's own keys, ``init_stop``/``run_start``, the epoch
-loop (``epoch_start/stop``, ``tracked_stats`` throughput per epoch), evaluation every
-``train.eval_every`` epochs (BatchNorm statistics averaged over the instance first; additive eval
-sums reduced over the instance; ``eval_start/stop`` and the metric key with ``epoch_num``), stop at
-the first evaluation that meets the target (``run_stop status=success``) or ``aborted`` after
+loop (``epoch_start/stop``, ``tracked_stats`` throughput per epoch), evaluation at the cadence of
+:mod:`common.cadence` (every ``train.eval_every`` epochs, a fraction of an epoch, or every
+``train.eval_every_samples``; BatchNorm statistics averaged over the instance first; additive eval
+sums reduced over the instance; ``eval_start/stop`` and the metric key with ``epoch_num`` in the
+benchmark's epoch reporting), stop at the first evaluation that meets the target, inside an epoch
+too (``run_stop status=success``) or ``aborted`` after
 ``train.max_epochs``, checkpoints every ``train.checkpoint_every`` epochs and resume
 (``train.resume``), phase timers (data wait, step, eval) and a progress bar on world rank 0.
 """
@@ -50,8 +52,9 @@ from .step import TrainStep, prepare_batch
 from .system import SystemDescription
 from .timing import PhaseTimer, now_ms
 from .data.instance import InstanceData, agree, reader_group
-from .suites import suite
-from .workload import DataShard, DataSizes, Workload
+from .suites import epoch_reporting, suite
+from .cadence import EvalCadence, TrainPoint
+from .workload import DataShard, DataSizes, QualityTarget, Workload
 
 
 @dataclass
@@ -65,7 +68,8 @@ class RunResult:
     time_to_solution_s: float  # run_stop - run_start
     final_metric: float | None  # the last evaluation's metric
     metric_key: str
-    metrics: list[tuple[int, float]] = field(default_factory=list)  # (epoch, metric) per evaluation
+    # (epoch_num as logged, metric) per evaluation: whole epochs, fractional epochs or samples (common/cadence.py)
+    metrics: list[tuple[int | float, float]] = field(default_factory=list)
     samples_per_s: float = 0.0  # training throughput of the instance (train samples / train time)
     epoch_losses: list[float] = field(default_factory=list)
     timers: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -74,6 +78,16 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclass
+class _RunState:
+    """What the evaluations of one run share: the result they fill and where the last one was."""
+
+    result: RunResult
+    target: QualityTarget
+    start_ms: float
+    evaluated_at: int = -1  # global step of the last evaluation
 
 
 def sync_batchnorm_stats(model: nn.Module, world: int) -> None:
@@ -161,12 +175,16 @@ class Trainer:
         self.precision = Precision(tc.precision, self.device, self.world)
         self.step_fn = TrainStep(self.workload, model, self.flat, self.optimizer, self.schedule,
                                  self.precision, tc.graph, world=self.world)
+        reporting = self.workload.epoch_reporting or epoch_reporting(self.workload.benchmark)
+        self.cadence = EvalCadence.from_config(tc.eval_every, tc.eval_every_samples, self.steps_per_epoch,
+                                               tc.global_batch_size, tc.max_epochs, reporting)
         self.start_epoch = 1
         self.ckpt_dir = ckpt.instance_dir(tc.checkpoint_dir, self.env.layout.instance) if tc.checkpoint_dir else None
         if tc.resume and self.ckpt_dir is not None:
             done = ckpt.load_latest(self.ckpt_dir, self)
             if done is not None:
                 self.start_epoch = done + 1
+        self.global_step = (self.start_epoch - 1) * self.steps_per_epoch  # checkpoints are at epoch ends
 
     def _choose_for_hardware(self, model: nn.Module) -> None:
         """Resolve ``train.precision``/``train.channels_last`` = "auto" (:mod:`common.auto`): rank 0 of
@@ -254,6 +272,7 @@ class Trainer:
         target = self.workload.target()
         result = RunResult(status="aborted", instance=self.env.layout.instance, epochs=0, steps=0,
                            time_to_solution_s=0.0, final_metric=None, metric_key=target.metric_key)
+        self._run = _RunState(result, target, run_start)
         train_seconds, samples_total = 0.0, 0
         tc = self.cfg.train
         for epoch in range(self.start_epoch, tc.max_epochs + 1):
@@ -262,20 +281,14 @@ class Trainer:
             samples_total += samples
             result.epochs, result.steps = epoch, int(self.optimizer.step_count.item())
             result.epoch_losses.append(loss)
+            if result.status == "success":  # met inside the epoch: time to train ends at that evaluation
+                break
             if self.ckpt_dir is not None and tc.checkpoint_every and epoch % tc.checkpoint_every == 0:
                 ckpt.save(self.ckpt_dir, epoch, self)
-            if epoch % tc.eval_every == 0 or epoch == tc.max_epochs:
-                value = self.evaluate(epoch)
-                result.metrics.append((epoch, value))
-                result.final_metric = value
-                reached = target.reached(value)
-                self.progress.say(f"epoch {epoch}/{tc.max_epochs}: {target.metric_key} {value:.4g} "
-                                  f"({'reached' if reached else 'target'} {target.describe()}) "
-                                  f"at {(now_ms() - run_start) / 1000:.1f} s")
-                if reached:
-                    result.status = "success"
+            if self.cadence.at_epoch_end(epoch) and self._run.evaluated_at != self.global_step:
+                if self._evaluate_at(TrainPoint(epoch, self.steps_per_epoch, self.global_step)):
                     break
-        run_stop = now_ms()
+        run_stop = now_ms()  # right after the evaluation that met the target (and its epoch_stop)
         self.log.end("run_stop", metadata={"status": result.status}, time_ms=run_stop)
         result.run_start_ms, result.run_stop_ms = run_start, run_stop
         result.time_to_solution_s = (run_stop - run_start) / 1000.0
@@ -285,10 +298,35 @@ class Trainer:
                           f"{result.samples_per_s:.1f} samples/s")
         return result
 
+    def _evaluate_at(self, p: TrainPoint) -> bool:
+        """Evaluate at ``p``, record and report it; True when the target is met (the run stops there)."""
+        run = self._run
+        epoch_num = self.cadence.epoch_num(p)
+        value = self.evaluate(p.epoch, epoch_num)
+        run.evaluated_at = p.global_step
+        run.result.metrics.append((epoch_num, value))
+        run.result.final_metric = value
+        reached = run.target.reached(value)
+        where = f"epoch {p.epoch}/{self.cfg.train.max_epochs}"
+        if p.step < self.steps_per_epoch:
+            where += f" step {p.step}/{self.steps_per_epoch}"
+        if self.cadence.within_epoch:
+            where += f" ({self.cadence.samples(p)} samples)"
+        self.progress.say(f"{where}: {run.target.metric_key} {value:.4g} "
+                          f"({'reached' if reached else 'target'} {run.target.describe()}) "
+                          f"at {(now_ms() - run.start_ms) / 1000:.1f} s")
+        if reached:
+            run.result.status = "success"
+        return reached
+
     def _train_epoch(self, epoch: int) -> tuple[float, int, float]:
-        """One epoch; (seconds, samples over the instance, mean loss on this rank)."""
-        self.log.start("epoch_start", metadata={"epoch_num": epoch})
+        """One epoch, with the cadence's evaluations inside it; (training seconds without those
+        evaluations, samples over the instance, mean loss on this rank). An evaluation that meets the
+        target ends the epoch there (``epoch_stop`` then marks the cut)."""
+        cad = self.cadence
+        self.log.start("epoch_start", metadata={"epoch_num": cad.epoch_marker(epoch, self.global_step)})
         t0 = time.perf_counter()
+        eval_seconds = 0.0
         self.model.train()
         self.train_loader.set_epoch(epoch)
         loss_sum = torch.zeros((), device=self.device)
@@ -308,14 +346,22 @@ class Trainer:
             self.timer.add("step", time.perf_counter() - t_step)
             local_samples += self.workload.batch_size(batch)
             steps += 1
+            self.global_step += 1
             log_loss = self.cfg.train.log_every and steps % self.cfg.train.log_every == 0
             bar.step(steps, local_samples, float(loss_sum) / steps if log_loss else None)
+            point = TrainPoint(epoch, steps, self.global_step)
+            if cad.within_epoch and cad.after_step(point):
+                t_eval = time.perf_counter()
+                reached = self._evaluate_at(point)
+                eval_seconds += time.perf_counter() - t_eval
+                if reached:
+                    break
         mean_loss = float(loss_sum) / max(1, steps)  # read back once per epoch
         if self.device.type == "cuda":
             torch.cuda.synchronize()
-        seconds = time.perf_counter() - t0
+        seconds = time.perf_counter() - t0 - eval_seconds
         samples = int(self.env.instance_comm.allreduce(local_samples))
-        self.log.end("epoch_stop", metadata={"epoch_num": epoch})
+        self.log.end("epoch_stop", metadata={"epoch_num": cad.epoch_marker(epoch, self.global_step)})
         self.log.event("tracked_stats", {"throughput": samples / seconds, "train_loss": mean_loss},
                        metadata={"step": epoch})
         bar.done(samples, seconds, mean_loss)
@@ -358,16 +404,19 @@ class Trainer:
                     kept.setdefault(k, []).append(v.detach())
         return float(self.workload.metric_of_samples({k: torch.cat(v) for k, v in kept.items()}, self.world))
 
-    def evaluate(self, epoch: int) -> float:
-        """Metric over the whole eval set: sums per rank, summed over the instance, then ``metric``."""
+    def evaluate(self, epoch: int, epoch_num: int | float | None = None) -> float:
+        """Metric over the whole eval set: sums per rank, summed over the instance, then ``metric``.
+        ``epoch_num``: what the log reports (default: ``epoch``; see :mod:`common.cadence`)."""
+        if epoch_num is None:
+            epoch_num = epoch
         with self.timer("eval"):
             sync_batchnorm_stats(self.model, self.world)
-            self.log.start("eval_start", metadata={"epoch_num": epoch})
+            self.log.start("eval_start", metadata={"epoch_num": epoch_num})
             self.model.eval()
             self.eval_loader.set_epoch(epoch)
             value = self._eval_samples() if self.workload.eval_kind == "samples" else self._eval_sums()
-            self.log.end("eval_stop", metadata={"epoch_num": epoch})
-            self.log.event(self.workload.metric_key, value, metadata={"epoch_num": epoch})
+            self.log.end("eval_stop", metadata={"epoch_num": epoch_num})
+            self.log.event(self.workload.metric_key, value, metadata={"epoch_num": epoch_num})
             self.model.train()
         return value
 

@@ -132,3 +132,31 @@ class ToyWorkload(Workload[ToyConfig]):
             "opt_weight_decay": o.weight_decay,
             "dropout": 0.0,
         }
+
+
+class ToyAccuracyWorkload(ToyWorkload):
+    """The toy as a training-suite benchmark: ``eval_accuracy`` = 1 - mean absolute error (below 1.0
+    as the open-division checks want), so the training checker and its ``epoch_num`` rules apply."""
+
+    suite = "training"
+    metric_key = "eval_accuracy"
+    higher_is_better = True
+
+    def metric(self, sums: Mapping[str, float]) -> float:
+        return 1.0 - sums["abs_error"] / sums["count"]
+
+
+class ToyBert(ToyAccuracyWorkload):
+    """Claims ``bert`` (training 5.0.0): ``epoch_num`` reported in training samples."""
+
+    name = "toy_bert"
+    benchmark = "bert"
+    ruleset = "5.0.0"
+
+
+class ToyDlrm(ToyAccuracyWorkload):
+    """Claims ``dlrm_dcnv2`` (training 5.1.0): ``epoch_num`` reported in fractional epochs."""
+
+    name = "toy_dlrm"
+    benchmark = "dlrm_dcnv2"
+    ruleset = "5.1.0"

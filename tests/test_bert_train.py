@@ -69,12 +69,17 @@ def test_mini_reaches_target_on_two_ranks_and_passes_the_training_checker(mini_d
 def test_logged_keys_cover_closed_bert_yaml_and_full_preset_is_the_reference_point() -> None:
     import mlperf_logging
 
+    from common.suites import epoch_reporting
+
     e = registry.entry("bert")
     assert (e.suite, e.ruleset, e.required_runs) == ("training", "5.0.0", 10)
     assert registry.suite_of("bert") == ("training", "5.0.0")
     full = BertWorkload.load_config("full")
     assert (full.train.global_batch_size, full.optim.lr, full.train.target, full.train.division) == \
         (256, 0.00035, 0.720, "closed")
+    # the rules' cadence, FLOOR(0.05 x (230.23 x batch + 3M), 25000) samples, reported in samples
+    assert full.train.eval_every_samples == int(0.05 * (230.23 * 256 + 3_000_000)) // 25000 * 25000 == 150000
+    assert epoch_reporting(BertWorkload.benchmark) == "samples"
     wl = BertWorkload(full)
     wl.sizes = DataSizes(train_samples=10**6, eval_samples=10000, steps_per_epoch=10**6 // 256)
     logged = {*wl.hyperparameters(), "global_batch_size", "eval_samples", "train_samples", "seed",

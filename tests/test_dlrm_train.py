@@ -73,6 +73,7 @@ def test_registry_entry() -> None:
     full = cls.load_config("full")
     assert (full.train.global_batch_size, full.optim.lr, full.train.target) == (65536, 0.005, 0.80275)
     assert full.train.division == "closed" and full.optim.name == "adagrad"
+    assert full.train.eval_every == 0.05 and full.train.eval_every_samples == 0  # 20 evaluations per epoch
 
 
 @pytest.mark.parametrize("wd,lr_decay,acc", [(0.0, 0.0, 0.0), (0.01, 0.1, 0.1)])

@@ -1,0 +1,98 @@
+"""When the harness evaluates, and how a log reports how far training has got (``epoch_num``).
+
+Three cadences (``train.eval_every``, ``train.eval_every_samples``):
+
+* whole epochs (``eval_every`` = 1, 2, ...): after every ``eval_every``-th epoch, as MLPerf HPC does;
+* a fraction of an epoch (``eval_every`` < 1): after every ``max(1, floor(eval_every * steps))``-th
+  step of each epoch, the step counter restarting with the epoch as the reference DLRM counts its
+  iterations (0.05 with 64,013 steps: steps 3,200, 6,400, ..., 64,000);
+* samples (``eval_every_samples`` = N > 0): after the step at which the instance's training samples
+  since the run's start (steps x global batch) cross a multiple of N, as the reference BERT
+  evaluates (N rounded up to the step that passes it).
+
+The end of the run's last epoch is always evaluated (a run ends with a metric). Every decision is
+made from step counters only, so all ranks of an instance evaluate together without talking.
+
+``epoch_num`` (the MLPerf rules' "epoch reporting", per benchmark; :func:`common.suites.epoch_reporting`):
+``epoch`` = whole epochs (a fraction only for an evaluation inside an epoch), ``fraction`` = epochs
+as a float (DLRM: 0.05, 0.1, ...), ``samples`` = training samples seen (BERT, an integer).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ConfigError
+
+REPORTING: tuple[str, ...] = ("epoch", "fraction", "samples")
+
+
+@dataclass(frozen=True)
+class TrainPoint:
+    """Where training is: epoch (1-based), steps done in it, steps done in the run."""
+
+    epoch: int
+    step: int  # steps done in this epoch
+    global_step: int  # steps done since the run's first step (resumed runs count the skipped epochs)
+
+
+@dataclass(frozen=True)
+class EvalCadence:
+    every_epochs: int  # > 0: whole-epoch cadence
+    every_steps: int  # > 0: every this many steps of an epoch (fraction cadence)
+    every_samples: int  # > 0: samples cadence
+    steps_per_epoch: int
+    global_batch: int
+    max_epochs: int
+    reporting: str
+
+    @classmethod
+    def from_config(cls, eval_every: float, eval_every_samples: int, steps_per_epoch: int, global_batch: int,
+                    max_epochs: int, reporting: str) -> EvalCadence:
+        if reporting not in REPORTING:
+            raise ConfigError(f"epoch reporting {reporting!r}: expected one of {', '.join(REPORTING)}")
+        every_epochs = every_steps = 0
+        if eval_every_samples <= 0:
+            if eval_every >= 1:
+                every_epochs = int(eval_every)
+            else:
+                every_steps = max(1, int(eval_every * steps_per_epoch))
+        return cls(every_epochs, every_steps, max(0, eval_every_samples), steps_per_epoch, global_batch,
+                   max_epochs, reporting)
+
+    @property
+    def within_epoch(self) -> bool:
+        """True when evaluations may fall inside an epoch."""
+        return self.every_epochs == 0
+
+    def after_step(self, p: TrainPoint) -> bool:
+        """Evaluate after the step that brought training to ``p``?"""
+        if self.every_steps:
+            return p.step % self.every_steps == 0
+        if self.every_samples:
+            n = self.every_samples
+            return p.global_step * self.global_batch // n > (p.global_step - 1) * self.global_batch // n
+        return False
+
+    def at_epoch_end(self, epoch: int) -> bool:
+        """Evaluate at the end of ``epoch`` (when the last step did not already)?"""
+        if self.every_epochs:
+            return epoch % self.every_epochs == 0 or epoch == self.max_epochs
+        return epoch == self.max_epochs
+
+    def samples(self, p: TrainPoint) -> int:
+        return p.global_step * self.global_batch
+
+    def epoch_num(self, p: TrainPoint) -> int | float:
+        """``epoch_num`` of an evaluation (or run_stop) at ``p``, in the benchmark's reporting."""
+        if self.reporting == "samples":
+            return self.samples(p)
+        if p.step >= self.steps_per_epoch and self.reporting == "epoch":
+            return p.epoch
+        return round(p.epoch - 1 + p.step / max(1, self.steps_per_epoch), 6)
+
+    def epoch_marker(self, epoch: int, global_step: int) -> int:
+        """``epoch_num`` of ``epoch_start``/``epoch_stop``: the epoch's number, or for samples reporting
+        the samples seen when the epoch starts or stops."""
+        if self.reporting == "samples":
+            return global_step * self.global_batch
+        return epoch
