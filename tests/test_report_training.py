@@ -66,3 +66,27 @@ def test_training_targets_are_the_official_checkers() -> None:
             probes += [tgt.low, tgt.low - 1e-9, tgt.low + 1e-9]
         for x in probes:
             assert eval(checks[0], {}, {"v": {"value": x}}) == tgt.met(x), (bench, division, x, checks[0])
+
+
+def test_fractional_epoch_num_is_kept_and_plotted(tmp_path: Path) -> None:
+    """dlrm_dcnv2 logs epoch_num as a fraction of an epoch (0.05, 0.1, ...): the report keeps it (no
+    truncation to 0) and draws the quality-vs-epoch plot on that axis."""
+    import json
+
+    from hpcbench.report.logs import parse_log
+
+    folder = write_training_benchmark(tmp_path, [SynthRun(0.0, 60.0)], [0.81])
+    log = folder / "result_0.txt"
+    lines = log.read_text().splitlines(keepends=True)
+    out = []
+    for ln in lines:
+        if '"key": "eval_accuracy"' in ln:
+            rec = json.loads(ln.split(":::MLLOG ", 1)[1])
+            rec["metadata"]["epoch_num"] = rec["metadata"]["epoch_num"] * 0.05
+            ln = ":::MLLOG " + json.dumps(rec) + "\n"
+        out.append(ln)
+    log.write_text("".join(out))
+    run = parse_log(log)
+    assert [e.epoch for e in run.metrics] == pytest.approx([0.05, 0.10, 0.15])
+    build(tmp_path, tmp_path / "out", official=False)
+    assert list((tmp_path / "out").glob("*_quality.png"))

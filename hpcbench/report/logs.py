@@ -17,7 +17,7 @@ METRIC_KEYS = ("eval_error", "eval_accuracy")
 @dataclass(frozen=True)
 class Eval:
     key: str  # eval_error or eval_accuracy
-    epoch: int
+    epoch: float  # epoch_num as logged: whole epochs, a fraction of one (dlrm_dcnv2) or samples (bert)
     value: float
     time_ms: float
 
@@ -196,7 +196,7 @@ def parse_log(path: Path) -> RunLog:
             log.staging_ms = t - open_staging
         elif key in METRIC_KEYS and isinstance(value, (int, float)):
             log.metric_key = key
-            log.metrics.append(Eval(key, int(meta.get("epoch_num", -1)), float(value), t))
+            log.metrics.append(Eval(key, _number(meta.get("epoch_num"), -1.0), float(value), t))
         elif key.startswith("hpcbench_") and isinstance(value, dict) and "value" in value:
             log.settings[key.removeprefix("hpcbench_")] = value["value"]
         elif key == "tracked_stats" and isinstance(value, dict):
@@ -226,3 +226,8 @@ def parse_log(path: Path) -> RunLog:
                             "official summarizer counts it (it does not read the status)")
     log.problems.extend(log.bad_lines)
     return log
+
+
+def _number(value: Any, default: float) -> float:
+    """A metadata number as logged (a fraction stays a fraction); ``default`` when absent or not a number."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default

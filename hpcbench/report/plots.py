@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from common.suites import epoch_reporting
+
 from .logs import RunLog
 from .scoring import Score
 from .targets import target_for
@@ -95,10 +97,13 @@ def quality(score: Score, runs: list[RunLog], path: Path) -> Path:
         ax_t.text(0.01, tgt.threshold, f" target {tgt.describe()}", transform=ax_t.get_yaxis_transform(),
                   va="bottom", fontsize=8)
     ax_t.set_xlabel(f"{unit} since the first run_start")
-    ax_e.set_xlabel("epoch")
+    reporting = epoch_reporting(score.benchmark)
+    ax_e.set_xlabel({"samples": "training samples (epoch_num)", "fraction": "epoch (epoch_num, fractional)"}
+                    .get(reporting, "epoch"))
     from matplotlib.ticker import MaxNLocator
 
-    ax_e.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if reporting == "epoch":
+        ax_e.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax_t.set_ylabel(key)
     if any(r.metrics for r in runs[:LEGEND_MAX]):
         ax_t.legend(fontsize=7, ncol=2 if len(runs) > 8 else 1, title="instance (outcome)", title_fontsize=7)
