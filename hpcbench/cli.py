@@ -30,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hpcbench",
         description="MLPerf-HPC-style benchmark suite: stage datasets, train CosmoFlow, DeepCAM and "
-        "OpenCatalyst to target at strong and weak scale, and report trustworthy scores.",
+        "OpenCatalyst (MLPerf HPC) and DLRM-DCNv2 and BERT (MLPerf Training) to target at strong and weak "
+        "scale, and report trustworthy scores.",
     )
     parser.add_argument("--version", action="version", version=f"hpcbench {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for user errors too")

@@ -17,7 +17,7 @@ def workload_parser(name: str) -> argparse.ArgumentParser:
     cls = registry.get(name)
     p = argparse.ArgumentParser(prog=f"hpcbench datagen {name}",
                                 description=f"Write synthetic {name} data in the real on-disk format.")
-    p.add_argument("--out", required=True, help="output directory (train/ and validation/ are created)")
+    p.add_argument("--out", required=True, help="output directory; the workload's dataset layout is created in it (see docs/<workload>.md)")
     p.add_argument("--seed", type=int, default=0, help="random seed; the same seed writes the same files")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes to use")
     cls.add_datagen_args(p)

@@ -134,9 +134,10 @@ def _start(group: Group, mode: str, t0_ms: float | None) -> Score:
             if "before init_stop" in p or "run_stop is before run_start" in p:
                 s.flags.append(f"{r.name}: {p}")
     for key in sorted({k for r in runs for k in r.settings}):
-        seen = {str(r.settings.get(key)) for r in runs}
+        having = [r for r in runs if key in r.settings]  # a run that failed before choosing logged none
+        seen = {str(r.settings[key]) for r in having}
         if len(seen) > 1:  # e.g. channels-last "auto" decided by each instance's own probe
-            by = ", ".join(f"{r.name}={r.settings.get(key)}" for r in runs[:6]) + (", ..." if len(runs) > 6 else "")
+            by = ", ".join(f"{r.name}={r.settings[key]}" for r in having[:6]) + (", ..." if len(having) > 6 else "")
             s.notes.append(f"the runs used different {key} settings ({by}): times compare different settings; "
                            f"set train.{key} explicitly for a uniform set")
     for name, why in s.skipped:
@@ -160,7 +161,8 @@ def score_strong(group: Group) -> Score:
         s.notes.append(f"{failed} non-converged run counted as the dropped slowest run (olympic rule)")
     if s.M < s.required_runs:
         s.notes.append(f"incomplete: {s.M} of the {s.required_runs} runs the rules require for {group.benchmark}; "
-                       "the mean is shown but is not a valid MLPerf score")
+                       + ("the mean is shown but is not a valid MLPerf score" if mean is not None
+                          else "no valid MLPerf score"))
     if mean is None and failed <= MAX_FAILED_RUNS:
         s.notes.append("too few runs for an olympic mean (need 3 or more after dropping)")
     return s

@@ -44,7 +44,7 @@ def print_group(console: Any, score: Score, off: Official | None, checks: list[C
     for c in checks:
         if c.what.startswith("result_"):
             continue  # per-run checks are summarised below
-        s.add_row(c.what, str(_round(c.ours)), str(_round(c.official)),
+        s.add_row(c.what, _cell(c.ours), _cell(c.official),
                   "-" if c.agree is None else ("yes" if c.agree else "[bold red]NO[/]"))
     if score.mode == "weak":
         if not checks:
@@ -107,6 +107,15 @@ def print_submission(console: Any, checks: SubmissionChecks) -> None:
 
 def _round(x: Any) -> Any:
     return round(x, 6) if isinstance(x, float) else x
+
+
+def _cell(x: Any) -> str:
+    """A score-table cell: '-' for nothing, yes/no for a flag, numbers rounded."""
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    return str(_round(x))
 
 
 def write_json(path: Path, entries: dict[str, Any]) -> None:

@@ -262,7 +262,9 @@ class PaddedShard(Shard):
                 "masked_lm_ids": (n, self.max_pred), "next_sentence_labels": (n,)}
         for k, shape in want.items():
             if self.data[k].shape != shape:
-                raise DataError(f"{self.path}: '{k}': expected shape {_shape(shape)}, found {self.data[k].shape}")
+                raise DataError(f"{self.path}: '{k}': expected shape {_shape(shape)}, found {self.data[k].shape} "
+                                "(the row length is the config's data.max_seq_len; data from `hpcbench datagen bert` "
+                                "must be generated with the same --max-seq-len, and --vocab-size as model.vocab_size)")
         return n
 
     def _to_rows(self, raw: dict[str, np.ndarray], numbers: np.ndarray) -> Rows:

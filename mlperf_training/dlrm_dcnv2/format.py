@@ -169,7 +169,9 @@ class Day:
             for k, (ids, card) in enumerate(zip(sparse, self.cardinalities)):
                 if ids.size and (ids.min() < 0 or ids.max() >= card):
                     raise DataError(f"{self.folder / sparse_name(self.day)}: member '{k}': {where}: ids must be in "
-                                    f"[0, {card}), found {ids.min()}..{ids.max()}")
+                                    f"[0, {card}), found {ids.min()}..{ids.max()} (table sizes come from the config's "
+                                    "model.cardinalities; data from `hpcbench datagen dlrm_dcnv2` must be generated "
+                                    "with the same --cardinalities)")
         return Rows(dense, labels, sparse)
 
 
