@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -372,16 +373,22 @@ class Trainer:
         return self._eval_batch(batch)
 
     def _eval_batch(self, batch: Any) -> Any:
+        return self.workload.eval_sums(self._eval_forward(batch), batch)
+
+    def _eval_forward(self, batch: Any) -> Any:
         with self.precision.autocast():
-            outputs = self.workload.forward(self.model, batch)
-        return self.workload.eval_sums(outputs, batch)
+            return self.workload.forward(self.model, batch)
+
+    def _eval_batches(self) -> Iterator[Any]:
+        """The instance's eval batches, on the device in the run's layout."""
+        for batch in self.eval_loader:
+            yield prepare_batch(batch, self.device, self.cfg.train.channels_last)
 
     def _eval_sums(self) -> float:
         """Additive statistics per rank, summed over the instance, then ``metric``."""
         sums: dict[str, torch.Tensor] = {}
         run = self._eval_batch if self.workload.eval_needs_grad else self._no_grad_eval
-        for batch in self.eval_loader:
-            batch = prepare_batch(batch, self.device, self.cfg.train.channels_last)
+        for batch in self._eval_batches():
             for k, v in run(batch).items():
                 v = torch.as_tensor(v).detach().to(self.device, torch.float64).sum()
                 sums[k] = sums[k] + v if k in sums else v
@@ -396,11 +403,8 @@ class Trainer:
         kept: dict[str, list[torch.Tensor]] = {}
         grad = torch.enable_grad() if self.workload.eval_needs_grad else torch.no_grad()
         with grad:
-            for batch in self.eval_loader:
-                batch = prepare_batch(batch, self.device, self.cfg.train.channels_last)
-                with self.precision.autocast():
-                    outputs = self.workload.forward(self.model, batch)
-                for k, v in self.workload.eval_samples(outputs, batch).items():
+            for batch in self._eval_batches():
+                for k, v in self.workload.eval_samples(self._eval_forward(batch), batch).items():
                     kept.setdefault(k, []).append(v.detach())
         return float(self.workload.metric_of_samples({k: torch.cat(v) for k, v in kept.items()}, self.world))
 
