@@ -266,6 +266,8 @@ class Trainer:
         self._log_hyperparameters()
         for c in self.choices:  # not MLPerf keys (the checker ignores them): what "auto" chose and why
             self.log.event("hpcbench_" + c.key.split(".")[-1], c.log_value())
+        # the preset's own target (train.target), which an open-division log's official rules do not set
+        self.log.event("hpcbench_target", {"value": self.workload.target().describe()})
         self.log.end("init_stop")
         self.env.instance_comm.Barrier()
         run_start = now_ms()

@@ -74,8 +74,8 @@ def close_aborted(path: Path, error: str) -> None:
     log.close()
 
 
-def _prepare(env: DistEnv, opts: RunnerOptions, benchmark: str) -> tuple[Path, int]:
-    """World rank 0 checks the results folder and writes the system file; (folder, first log index)."""
+def _prepare(env: DistEnv, opts: RunnerOptions, benchmark: str) -> tuple[Path, int, str]:
+    """World rank 0 checks the results folder and writes the system file; (folder, first log index, mode)."""
     lay = env.layout
     if opts.suite == "training":
         if opts.mode:
@@ -119,7 +119,20 @@ def _prepare(env: DistEnv, opts: RunnerOptions, benchmark: str) -> tuple[Path, i
     err, index = env.comm.bcast((err, index), root=0)
     if err:
         raise ConfigError(err)
-    return folder, index
+    return folder, index, mode
+
+
+def set_aside_unstarted(log_path: Path, folder: Path) -> Path | None:
+    """A log without ``run_start`` records an instance that failed before its timed run began (bad config or
+    data, a missing file): it is not a run, yet the official summarizer would count a ``result_N.txt`` as a
+    non-converged one and the package checker would count it towards the required runs. Move it beside the
+    job summary, outside the folder the official tools read; returns its new path (None: the log is a run)."""
+    if not log_path.exists() or _log_has(log_path, "run_start"):
+        return None
+    dest = rl.summary_file(folder).parent / "failed_before_run_start" / log_path.name
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    log_path.replace(dest)
+    return dest
 
 
 def stage_in_job(env: DistEnv, source: Path, dest: str, mllogger: MLPerfLogger, dataset: str | None = None) -> str:
@@ -144,7 +157,7 @@ def run_instances(env: DistEnv, benchmark: str, make_workload: Callable[[str | N
     """Every rank: train this rank's instance, isolate failures, report. Returns the per-instance
     summary on world rank 0 (None elsewhere)."""
     lay = env.layout
-    folder, first = _prepare(env, opts, benchmark)
+    folder, first, mode = _prepare(env, opts, benchmark)
     index = first + lay.instance
     log_path = folder / result_filename(index)
     mllogger = MLPerfLogger(log_path if lay.is_instance_leader else None)
@@ -174,9 +187,15 @@ def run_instances(env: DistEnv, benchmark: str, make_workload: Callable[[str | N
     if lay.is_instance_leader and outcome["status"] != "success":
         mllogger.close()
         close_aborted(log_path, outcome["error"] or "did not reach the quality target")
+        # a weak-scaling job keeps every instance's log in place: a failed instance is part of its result
+        moved = set_aside_unstarted(log_path, folder) if outcome["status"] == "failed" and mode != "weak" else None
+        if moved is not None:
+            outcome["log"] = str(moved)
+            print(f"[instance {lay.instance}] failed before run_start: its log is not a run and was moved out of "
+                  f"the results folder to {moved}", file=sys.stderr, flush=True)
     mllogger.close()
     env.close()
-    return _report(env, outcome, opts)
+    return _report(env, outcome, opts, folder)
 
 
 PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "NCCL communicator was aborted")
@@ -188,7 +207,7 @@ def _peer_gone(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(k in str(exc) for k in PEER_GONE)
 
 
-def _report(env: DistEnv, outcome: dict[str, Any], opts: RunnerOptions) -> list[dict[str, Any]] | None:
+def _report(env: DistEnv, outcome: dict[str, Any], opts: RunnerOptions, folder: Path) -> list[dict[str, Any]] | None:
     comm, lay = env.comm, env.layout
     if not lay.is_world_leader:
         comm.send(outcome, dest=0, tag=OUTCOME_TAG)
@@ -196,7 +215,7 @@ def _report(env: DistEnv, outcome: dict[str, Any], opts: RunnerOptions) -> list[
         return None
     outcomes, missing = _collect(comm, lay.world_size, lay.instance_size, outcome, opts.straggler_grace_s)
     summary = summarize(outcomes, lay.num_instances, lay.instance_size, missing)
-    summary_path = rl.summary_file(Path(outcome["log"]).parent)
+    summary_path = rl.summary_file(folder)
     summary_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(summary_path, json.dumps(summary, indent=2, default=str) + "\n")
     for s in summary:

@@ -78,34 +78,59 @@ DLRM_HPARAMS = {
 DLRM_EVAL_SAMPLES = 89_137_319  # closed training 5.1.0 pins it
 
 
-def write_training_log(path: Path, run: SynthRun, final_auroc: float, division: str = "open",
-                       system: str = "testbox") -> Path:
-    """One dlrm_dcnv2 run's log with the keys training 5.1.0 requires (gradient_accumulation_steps,
-    the Adagrad opt_* keys, eval_accuracy with epoch_num); ``run.status`` "incomplete" leaves out run_stop."""
+UNET3D_HPARAMS = {
+    "opt_name": "sgd", "opt_base_learning_rate": 2.0, "opt_learning_rate_warmup_epochs": 200,
+    "opt_learning_rate_decay_boundary_epochs": [], "opt_learning_rate_decay_factor": 1.0, "opt_weight_decay": 0.0,
+    "opt_momentum": 0.9, "oversampling": 0.4, "training_input_shape": [128, 128, 128],
+    "validation_input_shape": [128, 128, 128], "validation_overlap": 0.5,
+}
+
+
+@dataclass(frozen=True)
+class TrainingBench:
+    """What a synthetic log of one training-suite benchmark carries: its key, the sample counts its
+    closed rules pin, and its hyperparameter keys."""
+
+    benchmark: str
+    eval_samples: int
+    hparams: dict[str, object]
+    global_batch_size: int
+
+
+DLRM = TrainingBench("dlrm_dcnv2", DLRM_EVAL_SAMPLES, DLRM_HPARAMS, 65536)
+UNET3D = TrainingBench("unet3d", 42, UNET3D_HPARAMS, 7)  # closed training 4.0.0 pins 168 train / 42 eval
+
+
+def write_training_log(path: Path, run: SynthRun, final_metric: float, division: str = "open",
+                       system: str = "testbox", bench: TrainingBench = DLRM) -> Path:
+    """One run's log of a training-suite benchmark with the keys its ruleset requires
+    (gradient_accumulation_steps, the opt_* keys, eval_accuracy with epoch_num); ``run.status``
+    "incomplete" leaves out run_stop."""
     sysd = SystemDescription(system_name=system, number_of_nodes=run.nodes, accelerators_per_node=0)
     log = MLPerfLogger(path)
     t = T0_MS + run.start_s * 1000.0
     log.event("cache_clear", True, time_ms=t - 1001)
     log.start("init_start", time_ms=t - 1000)
-    log.submission(sysd, "dlrm_dcnv2", division)
-    for key, value in (("seed", run.seed), ("global_batch_size", 65536), ("train_samples", run.train_samples),
-                       ("eval_samples", DLRM_EVAL_SAMPLES), ("gradient_accumulation_steps", 1)):
+    log.submission(sysd, bench.benchmark, division)
+    for key, value in (("seed", run.seed), ("global_batch_size", bench.global_batch_size),
+                       ("train_samples", run.train_samples), ("eval_samples", bench.eval_samples),
+                       ("gradient_accumulation_steps", 1)):
         log.event(key, value, time_ms=t - 2)
-    log.hyperparameters(DLRM_HPARAMS)
+    log.hyperparameters(bench.hparams)
     log.end("init_stop", time_ms=t - 1)
-    _timed_run(log, t, run, "eval_accuracy", lambda e: final_auroc - 0.01 * (run.epochs - e))
+    _timed_run(log, t, run, "eval_accuracy", lambda e: final_metric - 0.01 * (run.epochs - e))
     if run.status != "incomplete":
         log.end("run_stop", metadata={"status": run.status}, time_ms=t + run.duration_s * 1000.0)
     log.close()
     return path
 
 
-def write_training_benchmark(root: Path, runs: list[SynthRun], aurocs: list[float], division: str = "open",
-                             system: str = "testbox") -> Path:
-    """root/results/<system>/dlrm_dcnv2/result_<k>.txt (the training layout) and root/systems/<system>.json."""
-    folder = root / "results" / system / "dlrm_dcnv2"
-    for k, (run, auc) in enumerate(zip(runs, aurocs)):
-        write_training_log(folder / result_filename(k), run, auc, division, system)
+def write_training_benchmark(root: Path, runs: list[SynthRun], metrics: list[float], division: str = "open",
+                             system: str = "testbox", bench: TrainingBench = DLRM) -> Path:
+    """root/results/<system>/<benchmark>/result_<k>.txt (the training layout) and root/systems/<system>.json."""
+    folder = root / "results" / system / bench.benchmark
+    for k, (run, value) in enumerate(zip(runs, metrics)):
+        write_training_log(folder / result_filename(k), run, value, division, system, bench)
     SystemDescription(system_name=system, number_of_nodes=max(r.nodes for r in runs), division=division,
                       framework="PyTorch").write(root / "systems" / f"{system}.json")
     return folder

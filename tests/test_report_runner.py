@@ -37,6 +37,7 @@ def test_two_instances_two_ranks_report_equals_official(tmp_path: Path) -> None:
     # has the 10-instance job where it does, and agrees)
     assert off["produced"] is False and "Not enough converging" in off["why_none"]
     assert s["M_prime"] == 2 and s["S"] == 2 and s["T"] == 4
+    assert s["run_target"] == "eval_error <= 0.1"  # the preset's own train.target, beside the official one
     assert s["models_per_min"] == pytest.approx(2 / s["ttta_min"])
     assert [r["seed"] for r in s["runs"]] == [1, 2]  # train.seed (1) + instance
     assert (tmp_path / "report" / "toybox_weak_cosmoflow_timeline.png").exists()
@@ -53,6 +54,22 @@ def test_strong_run_takes_the_next_free_index(tmp_path: Path) -> None:
     run_mpi(2, [*TRAIN, "--results", str(tmp_path)], timeout=240)
     assert (folder / "result_0.txt").read_text() == "earlier run\n"
     assert '"status": "success"' in (folder / "result_1.txt").read_text()
+
+
+def test_run_failing_before_run_start_is_not_left_as_a_result(tmp_path: Path) -> None:
+    """A bad config fails the instance during setup: no timed run began, so its log leaves the folder the
+    official tools count (they would score it as a non-converged run) and is kept beside the job summary."""
+    folder = rl.benchmark_dir(tmp_path, "toybox", "strong", "cosmoflow")
+    proc = run_mpi(2, [*TRAIN, "--results", str(tmp_path), "--set", "train.global_batch_size=3"], timeout=120,
+                   check=False)
+    assert proc.returncode != 0 and "train.global_batch_size" in proc.stdout
+    assert rl.existing_results(folder) == []
+    kept = rl.summary_file(folder).parent / "failed_before_run_start" / "result_0.txt"
+    assert "failed before run_start" in proc.stderr and str(kept) in proc.stdout
+    text = kept.read_text()
+    assert '"key": "run_start"' not in text and '"status": "aborted"' in text and "global_batch_size" in text
+    (summary,) = json.loads(rl.summary_file(folder).read_text())
+    assert summary["status"] == "failed" and summary["log"] == str(kept)
 
 
 def test_failed_instance_is_reported_and_others_finish(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
 """The MLPerf HPC scoring rules, computed from our own parse of the logs.
 
 Strong scaling: score = olympic mean of the runs' time to solution (run_stop - run_start): sort,
-drop the fastest and the slowest, average the rest. A run that did not converge counts as the
-dropped slowest one; more than one such run means no valid score. The rules ask for a number of
+drop the fastest and the slowest, average the rest (unet3d, 40 runs: the 4 fastest and 4 slowest, as the
+training summarizer does; ``common.suites.max_dropped_runs``). A run that did not converge counts as a
+dropped slowest one; more such runs than are dropped means no valid score. The rules ask for a number of
 runs per benchmark (``registry.required_runs``); with fewer the mean is still shown but marked incomplete.
 
 Weak scaling: M' models (instances) of scale S converge in a system of scale T; TTTa is
@@ -21,16 +22,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.suites import max_dropped_runs
 from hpcbench import registry
 
 from .discover import Group
 from .logs import RunLog
 from .targets import target_for
 
-MAX_FAILED_RUNS = 1
-
-
-def olympic_mean(times: list[float], failed: int, max_dropped: int = MAX_FAILED_RUNS) -> float | None:
+def olympic_mean(times: list[float], failed: int, max_dropped: int = 1) -> float | None:
     """Drop ``max_dropped`` fastest and slowest; failed runs already stand for dropped slowest ones."""
     if failed > max_dropped:
         return None
@@ -75,6 +74,7 @@ class Score:
     flags: list[str] = field(default_factory=list)  # inconsistencies: errors under --strict
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (file, why) left out of every figure
     target: str | None = None  # the quality target as the official checker defines it
+    run_target: str | None = None  # the runs' own train.target (hpcbench_target), when they agree
     suite: str = "hpc"  # hpc | training
     ruleset: str = "3.0.0"
     system_division: str | None = None  # division in systems/<system>.json
@@ -111,6 +111,8 @@ def _start(group: Group, mode: str, t0_ms: float | None) -> Score:
               skipped=[(p.name, why) for p, why in group.skipped], suite=group.suite, ruleset=group.ruleset)
     tgt = target_for(group.benchmark, division)
     s.target = tgt.describe() if tgt else None
+    own = {str(r.settings["target"]) for r in runs if "target" in r.settings}
+    s.run_target = own.pop() if len(own) == 1 else None
     if tgt is not None and tgt.low == float("-inf"):
         s.notes.append(f"the {division} division of {group.suite} {group.ruleset} sets no quality threshold for "
                        f"{group.benchmark} ({tgt.describe()}): every complete log counts, as the official summarizer "
@@ -153,18 +155,21 @@ def score_strong(group: Group) -> Score:
     s.M, s.M_prime = len(runs) + len(group.skipped), len(ok)
     scales = [r.instance_scale for r in runs if r.instance_scale is not None]
     s.S = max(scales) if scales else None
-    mean = olympic_mean([t / 60.0 for t in ok], failed)  # type: ignore[operator]
+    dropped = max_dropped_runs(group.benchmark)
+    mean = olympic_mean([t / 60.0 for t in ok], failed, dropped)  # type: ignore[operator]
     s.score_min = mean
-    if failed > MAX_FAILED_RUNS:
-        s.notes.append(f"{failed} runs did not converge; the rules allow at most {MAX_FAILED_RUNS}: no score")
+    if failed > dropped:
+        s.notes.append(f"{failed} runs did not converge; the rules allow at most {dropped}: no score")
     elif failed:
-        s.notes.append(f"{failed} non-converged run counted as the dropped slowest run (olympic rule)")
+        s.notes.append(f"{failed} non-converged run{'s' if failed > 1 else ''} counted as dropped slowest "
+                       f"run{'s' if failed > 1 else ''} (olympic rule: {dropped} fastest and {dropped} slowest "
+                       f"dropped)")
     if s.M < s.required_runs:
         s.notes.append(f"incomplete: {s.M} of the {s.required_runs} runs the rules require for {group.benchmark}; "
                        + ("the mean is shown but is not a valid MLPerf score" if mean is not None
                           else "no valid MLPerf score"))
-    if mean is None and failed <= MAX_FAILED_RUNS:
-        s.notes.append("too few runs for an olympic mean (need 3 or more after dropping)")
+    if mean is None and failed <= dropped:
+        s.notes.append(f"too few runs for an olympic mean (need {2 * dropped + 1} or more)")
     return s
 
 

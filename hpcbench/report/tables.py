@@ -24,7 +24,9 @@ def print_group(console: Any, score: Score, off: Official | None, checks: list[C
 
     where = score.mode if score.suite == "hpc" else f"training {score.ruleset}"
     title = (f"{score.system} / {where} / {score.benchmark}  (division: {score.division or '?'}; "
-             f"target: {score.target or 'unknown'})")
+             f"target: {score.target or 'unknown'}"
+             + (f"; the runs' own: {score.run_target}" if score.run_target and score.run_target != score.target
+                else "") + ")")
     t = Table(title=title, title_justify="left")
     for col in ("run", "seed", "outcome", "start (s)", "time (s)", "epochs", "samples/s", "staging (s)",
                 "last metric", "checker"):
