@@ -37,7 +37,10 @@ class OptimConfig:
     decay_factor: float = 0.1  # multistep multiplier per boundary
     min_lr: float = 0.0  # cosine floor
     total: float = 0.0  # cosine/poly length in ``unit`` (0: the run's max length)
-    power: float = 1.0  # poly: exponent of the polynomial decay (BERT: 1, linear)
+    power: float = 1.0  # poly: exponent of the polynomial decay (BERT: 1, linear; ResNet: 2)
+    # poly: decay over the T - warmup steps after the warmup (MLPerf ResNet) instead of over T from
+    # step 0 (the reference BERT); common/schedule.py
+    poly_from_warmup: bool = False
 
     def validate(self) -> None:
         if self.lr < 0:
