@@ -246,11 +246,17 @@ class TrainSide:
         if self.stopped or not self.leader:
             return
         self.stopped = True
-        self.comm.send(("stop", self.sent, status), dest=self.roles.eval_leader, tag=STOP_TAG)
+        send_stop(self.roles, self.sent, status)
         deadline = time.monotonic() + tr.cfg.train.eval_timeout_s
         while self.sends and time.monotonic() < deadline:
             self._reap()
             time.sleep(POLL_S)
+
+
+def send_stop(roles: Roles, sent: int, status: str) -> None:
+    """From training rank 0: the evaluation ranks end after receiving ``sent`` jobs (also when the
+    training ranks fail before their first evaluation, so the evaluation ranks never wait in vain)."""
+    roles.instance_comm.send(("stop", sent, status), dest=roles.eval_leader, tag=STOP_TAG)
 
 
 class EvalSide:

@@ -55,7 +55,7 @@ from .timing import PhaseTimer, now_ms
 from .data.instance import InstanceData, agree, reader_group
 from .suites import epoch_reporting, suite
 from .cadence import EvalCadence, TrainPoint
-from .async_eval import EvalSide, Roles, TrainSide, check_eval_ranks, split_ranks
+from .async_eval import EvalSide, Roles, TrainSide, check_eval_ranks, send_stop, split_ranks
 from .workload import DataShard, DataSizes, QualityTarget, Workload
 
 
@@ -304,7 +304,12 @@ class Trainer:
         self.log.event("cache_clear", True)
         self.log.start("init_start")
         self._log_submission()
-        self.setup()
+        try:
+            self.setup()
+        except BaseException:
+            if self.roles is not None and not self.roles.is_eval and self.rank == 0 and self.evals is None:
+                send_stop(self.roles, 0, "aborted")  # the evaluation ranks end instead of waiting for jobs
+            raise
         if self.roles is not None and self.roles.is_eval:
             return EvalSide(self, self.roles).serve(self)
         self._log_hyperparameters()

@@ -132,6 +132,14 @@ def test_failing_evaluation_rank_stops_training_with_its_error() -> None:
     assert rows[2] == {**rows[2], "status": "raised", "error": "evaluation blew up"}
 
 
+@pytest.mark.mpi
+def test_training_ranks_that_fail_in_setup_release_the_evaluation_rank() -> None:
+    rows = _rows(run_mpi(3, [SCRIPT, "trainfail"], timeout=120).stdout)
+    for r in (0, 1):
+        assert rows[r]["status"] == "error" and "no training files here" in rows[r]["error"]
+    assert rows[2]["status"] == "aborted" and rows[2]["seconds"] < 30  # told to stop, not left waiting
+
+
 def test_eval_ranks_that_leave_no_training_rank_are_refused(env) -> None:  # noqa: ANN001
     cfg = ToyWorkload.load_config("mini", ["train.eval_ranks=1"])
     tr = Trainer(ToyWorkload(cfg), env, MLPerfLogger(None), SystemDescription(), progress=False)

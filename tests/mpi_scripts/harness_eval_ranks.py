@@ -3,6 +3,7 @@
 ``run CLASS LOG OVERRIDES...``: one run of ``tests.harness_toy.CLASS``; the instance leader writes LOG.
 ``slow``: the evaluation ranks take 3 s per evaluation and the training ranks wait at most 1 s.
 ``fail``: the evaluation rank raises inside its evaluation.
+``trainfail``: the training ranks cannot load their data (the evaluation rank must not wait for jobs).
 Prints one JSON line per rank (the run's result, or the error it raised).
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import torch
 
 from common.dist import init_distributed
-from common.errors import HpcbenchError
+from common.errors import DataError, HpcbenchError
 from common.mllog import MLPerfLogger
 from common.system import SystemDescription
 from common.trainer import Trainer
@@ -36,13 +37,18 @@ class FailingEval(harness_toy.ToyWorkload):
         raise RuntimeError("evaluation blew up")
 
 
+class NoTrainData(harness_toy.ToyWorkload):
+    def train_loader(self, shard: Any) -> Any:
+        raise DataError("no training files here")
+
+
 def main() -> None:
     env = init_distributed(device="cpu")
     mode = sys.argv[1]
     if mode == "run":
         cls, log, overrides = getattr(harness_toy, sys.argv[2]), sys.argv[3], sys.argv[4:]
     else:
-        cls, log = {"slow": SlowEval, "fail": FailingEval}[mode], None
+        cls, log = {"slow": SlowEval, "fail": FailingEval, "trainfail": NoTrainData}[mode], None
         overrides = ["train.eval_ranks=1", "train.max_epochs=1", "train.eval_timeout_s=1"]
     cfg = cls.load_config("mini", overrides)
     logger = MLPerfLogger(log if log and env.layout.instance_rank == 0 else None)
