@@ -12,7 +12,8 @@ Runs, each a real ``mpiexec`` job of ``Trainer.run`` (one torch thread per rank,
   ranks* comparison.
 
 Pairs are interleaved (inline, eval, inline, eval, ...) so machine noise hits both; the median time to
-train (``run_stop - run_start`` from the MLPerf log's clock) of each is compared. Also measured: the cost
+train (``run_stop - run_start`` from the MLPerf log's clock) of each is compared, with the evaluation time on the training ranks' path and the training step time
+(the evaluation ranks take cores from training where none are free). Also measured: the cost
 of the per-step result poll on the training ranks (``TrainSide.poll``: ``MPI_Iprobe`` on training rank
 0 and an 8-byte broadcast to the others) against a training step.
 
@@ -82,8 +83,23 @@ def worker(argv: list[str]) -> None:
         r = tr.run()
         row = {"status": r.status, "tts": r.time_to_solution_s, "epochs": r.epochs, "evals": len(r.metrics),
                "metric": r.final_metric, **{f"t_{k}": v["seconds"] for k, v in r.timers.items()}}
+        if "step" in r.timers:
+            row["step_ms"] = 1000 * r.timers["step"]["mean_s"]
+            row["on_path_s"] = on_path(tr, r)
     print(json.dumps({"rank": env.layout.world_rank, **row}), flush=True)
     env.close()
+
+
+def on_path(tr: Any, r: Any) -> float:
+    """Seconds of evaluation on the training ranks' path to the result: inline, the evaluations
+    themselves; with evaluation ranks, the sends, the wait at the end and the latency of the deciding
+    evaluation (from its send to its result's arrival; training went on meanwhile, but that training
+    did not count)."""
+    t = r.timers
+    if "eval" in t:
+        return t["eval"]["seconds"]
+    return t.get("eval_send", {}).get("seconds", 0.0) + t.get("eval_wait", {}).get("seconds", 0.0) + \
+        (r.run_stop_ms - tr.evals.last_sent_ms) / 1000.0
 
 
 def launch(ranks: int, argv: list[str], timeout: float) -> dict[int, dict[str, Any]]:
@@ -107,9 +123,9 @@ def main() -> None:
     ap.add_argument("--same-total", action="store_true", help="also run T + E ranks that all train and evaluate")
     ap.add_argument("--pairs", type=int, default=5, help="interleaved pairs (at most)")
     ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--train", type=int, default=4096, help="training samples")
-    ap.add_argument("--eval", type=int, default=16384, help="validation samples (the expensive evaluation)")
-    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--train", type=int, default=8192, help="training samples")
+    ap.add_argument("--eval", type=int, default=32768, help="validation samples (the expensive evaluation)")
+    ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--target", type=float, default=0.07, help="eval_error to reach (0.07: 3 epochs)")
     add_budget_argument(ap, 300.0)
     args = ap.parse_args()
@@ -141,6 +157,9 @@ def main() -> None:
                 f"send {tm.get('eval_send', 0):.3f} s, end wait {tm.get('eval_wait', 0):.2f} s")
         round_s = time.monotonic() - t0
     med = {k: statistics.median(r["tts"] for r in v) for k, v in got.items() if v}
+    for k, v in got.items():
+        say(f"{k:10s}: median training step {statistics.median(r['step_ms'] for r in v):.2f} ms, evaluation on the "
+            f"training ranks' path {statistics.median(r['on_path_s'] for r in v):.3f} s (median of {len(v)})")
     say(f"median time to train, inline ({t} ranks train+evaluate)          : {med['inline']:.2f} s "
         f"(of {len(got['inline'])})")
     say(f"median time to train, {t} training + {e} evaluation rank(s)        : {med['eval']:.2f} s "

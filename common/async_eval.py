@@ -131,6 +131,7 @@ class TrainSide:
         self.free: list[torch.Tensor] = []  # host buffers whose sends completed
         self.size = snapshot_size(tr)
         self.stopped = False
+        self.last_sent_ms = 0.0  # when training rank 0 sent the latest weights (its eval_start)
         self._flag = np.zeros(1, dtype=np.int64)
 
     # sending ------------------------------------------------------------------------------------
@@ -166,7 +167,8 @@ class TrainSide:
         buf.copy_(packed, non_blocking=True)
         if tr.device.type == "cuda":
             torch.cuda.current_stream(tr.device).synchronize()  # MPI reads the host buffer next
-        tr.log.start("eval_start", metadata={"epoch_num": epoch_num})
+        self.last_sent_ms = now_ms()
+        tr.log.start("eval_start", metadata={"epoch_num": epoch_num}, time_ms=self.last_sent_ms)
         self.comm.send((seq, epoch, epoch_num), dest=self.roles.eval_leader, tag=JOB_TAG)
         self.sends.append((self.comm.Isend(buf.numpy(), dest=self.roles.eval_leader, tag=DATA_TAG), buf))
 
