@@ -109,6 +109,7 @@ class DistEnv:
     device: Any = None  # torch.device once torch is set up
     torch_backend: str | None = None
     torch_threads: int | None = None
+    torch_timeout_s: float = 600.0  # of the torch group's collectives (a later init_group over a part uses it)
     _closed: bool = field(default=False, repr=False)
 
     # convenience passthroughs -------------------------------------------------------------
@@ -210,11 +211,11 @@ def default_threads(local_size: int) -> int:
     return max(1, cpus // max(1, local_size))
 
 
-def _rendezvous_host(env: DistEnv) -> str:
+def _rendezvous_host(env: DistEnv, comm: Any) -> str:
     override = os.environ.get("HPCBENCH_MASTER_ADDR")
     if override:
         return override
-    hosts = set(env.instance_comm.allgather(env.layout.hostname))
+    hosts = set(comm.allgather(env.layout.hostname))
     if len(hosts) == 1:
         return "127.0.0.1"
     try:
@@ -411,7 +412,6 @@ def init_torch(env: DistEnv, backend: str = "auto", timeout_s: float = 600.0, de
     """Choose this rank's device (:func:`choose_device`), then create this instance's torch.distributed
     default group: NCCL on CUDA (bound to this rank's GPU, set before the group exists), gloo on the CPU."""
     import torch
-    import torch.distributed as tdist
 
     layout = env.layout
     dev = choose_device(env, device)
@@ -427,20 +427,29 @@ def init_torch(env: DistEnv, backend: str = "auto", timeout_s: float = 600.0, de
     torch.set_num_threads(threads)
     env.torch_threads = threads
 
-    host = _rendezvous_host(env)
-    timeout = datetime.timedelta(seconds=timeout_s)
-    if layout.instance_rank == 0:
-        store = tdist.TCPStore(host, 0, layout.instance_size, is_master=True, timeout=timeout, wait_for_workers=False)
+    env.torch_timeout_s = timeout_s
+    init_group(env, env.instance_comm, backend)
+
+
+def init_group(env: DistEnv, comm: Any, backend: str) -> None:
+    """torch.distributed's default group over the ranks of ``comm`` (the instance, or a part of it:
+    :mod:`common.async_eval`), this rank's device already chosen: comm's rank 0 opens a TCPStore on a
+    free port and sends the address over MPI. No default group may exist yet (destroy it first)."""
+    import torch.distributed as tdist
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    host = _rendezvous_host(env, comm)
+    timeout = datetime.timedelta(seconds=env.torch_timeout_s)
+    if rank == 0:
+        store = tdist.TCPStore(host, 0, size, is_master=True, timeout=timeout, wait_for_workers=False)
         port = store.port
     else:
         store, port = None, None
-    port = env.instance_comm.bcast(port, root=0)
+    port = comm.bcast(port, root=0)
     if store is None:
-        store = tdist.TCPStore(host, port, layout.instance_size, is_master=False, timeout=timeout)
-    extra: dict[str, Any] = {"device_id": dev} if backend == "nccl" else {}
-    tdist.init_process_group(
-        backend, store=store, rank=layout.instance_rank, world_size=layout.instance_size, timeout=timeout, **extra
-    )
+        store = tdist.TCPStore(host, port, size, is_master=False, timeout=timeout)
+    extra: dict[str, Any] = {"device_id": env.device} if backend == "nccl" else {}
+    tdist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout, **extra)
     env.torch_backend = backend
 
 

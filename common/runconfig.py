@@ -106,6 +106,11 @@ class TrainConfig:
     checkpoint_every: int = 0  # epochs; 0 disables
     resume: bool = False  # continue from the latest checkpoint in checkpoint_dir, if there is one
     log_every: int = 0  # steps between loss read-backs for the progress bar; 0 = per epoch
+    # > 0: the instance's last eval_ranks ranks only evaluate, on weights the training ranks send them at
+    # each evaluation point while training goes on (common/async_eval.py); 0: the training ranks evaluate
+    eval_ranks: int = 0
+    # with eval_ranks: seconds the training ranks wait at the run's end for results still owed
+    eval_timeout_s: float = 600.0
 
     def validate(self) -> None:
         if self.global_batch_size < 1:
@@ -123,6 +128,11 @@ class TrainConfig:
                               f"({self.eval_every_samples}) both set the evaluation cadence; give only one")
         if self.bn_group_size < 1:
             raise ConfigError(f"config key 'train.bn_group_size': must be >= 1, got {self.bn_group_size}")
+        if self.eval_ranks < 0:
+            raise ConfigError(f"config key 'train.eval_ranks': must be >= 0 (0: the training ranks evaluate), "
+                              f"got {self.eval_ranks}")
+        if self.eval_timeout_s <= 0:
+            raise ConfigError(f"config key 'train.eval_timeout_s': must be > 0 seconds, got {self.eval_timeout_s}")
 
 
 @dataclass

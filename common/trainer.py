@@ -55,6 +55,7 @@ from .timing import PhaseTimer, now_ms
 from .data.instance import InstanceData, agree, reader_group
 from .suites import epoch_reporting, suite
 from .cadence import EvalCadence, TrainPoint
+from .async_eval import EvalSide, Roles, TrainSide, check_eval_ranks, send_stop, split_ranks
 from .workload import DataShard, DataSizes, QualityTarget, Workload
 
 
@@ -89,6 +90,7 @@ class _RunState:
     target: QualityTarget
     start_ms: float
     evaluated_at: int = -1  # global step of the last evaluation
+    stop_ms: float | None = None  # when the result that met the target arrived (dedicated evaluation ranks)
 
 
 def sync_batchnorm_stats(model: nn.Module, world: int) -> None:
@@ -122,8 +124,12 @@ class Trainer:
                  progress: str | bool | None = None) -> None:
         self.workload, self.env, self.log, self.system = workload, env, mllogger, system
         self.cfg = workload.cfg
-        self.world = env.layout.instance_size
+        self.world = env.layout.instance_size  # ranks that train together (the training part with eval_ranks)
         self.rank = env.layout.instance_rank
+        # the whole instance, also when train.eval_ranks splits it (self.env then holds this rank's part)
+        self.instance_comm, self.instance_rank = env.instance_comm, env.layout.instance_rank
+        self.roles: Roles | None = None  # with train.eval_ranks: this rank's part
+        self.evals: TrainSide | None = None  # on the training ranks with train.eval_ranks
         self.device = env.device if env.device is not None else torch.device("cpu")
         self.timer = PhaseTimer()
         layout = env.layout
@@ -142,9 +148,14 @@ class Trainer:
 
     def setup(self) -> None:
         cfg, tc = self.cfg, self.cfg.train
-        if tc.global_batch_size % self.world:
+        if tc.eval_ranks:
+            self._split_eval_ranks()
+        train_world = self.roles.train_size if self.roles else self.world
+        if tc.global_batch_size % train_world:
+            what = f"{train_world} training ranks" if self.roles else f"{train_world} ranks"
             raise ConfigError(f"config key 'train.global_batch_size': {tc.global_batch_size} does not split over "
-                              f"the instance's {self.world} ranks; use a multiple of {self.world}")
+                              f"the instance's {what}; use a multiple of {train_world}")
+        self.local_batch = tc.global_batch_size // train_world
         self.seed = tc.seed + self.env.layout.instance
         torch.manual_seed(self.seed)
         model = self.workload.build_model()
@@ -162,7 +173,16 @@ class Trainer:
             raise ConfigError("config key 'train.checkpoint_dir': checkpoints hold rank 0's flat buffer, and this "
                               f"model keeps parameters on each rank or outside it ({self.workload.name}'s "
                               "model-parallel or sparse-gradient part); leave it empty")
+        if self.roles is not None:
+            parallel = bool(self.flat.has_local or self.flat.outside)
+            if any(self.instance_comm.allgather(parallel)):
+                raise ConfigError(f"config key 'train.eval_ranks': {self.workload.name}'s model keeps parameters on "
+                                  "each rank or outside the flat buffer (model-parallel or sparse-gradient part), "
+                                  "which the evaluation ranks cannot receive; set it to 0")
         _broadcast_model(model, self.flat, self.world)
+        if self.roles is not None and self.roles.is_eval:
+            self.precision = Precision(tc.precision, self.device, self.world)
+            return  # the evaluation ranks load their data in async_eval.EvalSide.serve
         torch.manual_seed(self.seed * 1000 + self.rank)  # per-rank randomness (dropout) from here on
         self.optimizer = build_optimizer(self.flat, cfg.optim, self.world, self.rank,
                                          allow_apex=tc.precision != "fp16",
@@ -186,6 +206,28 @@ class Trainer:
             if done is not None:
                 self.start_epoch = done + 1
         self.global_step = (self.start_epoch - 1) * self.steps_per_epoch  # checkpoints are at epoch ends
+        if self.roles is not None:
+            self.evals = TrainSide(self, self.roles)
+
+    def _split_eval_ranks(self) -> None:
+        """``train.eval_ranks``: this rank's part of the instance becomes ``self.env`` (:mod:`common.async_eval`)."""
+        lay, tc = self.env.layout, self.cfg.train
+        node_local = bool(getattr(getattr(self.cfg, "data", None), "node_local", False))
+        spec = self._spec() if node_local else None
+        if spec is not None and spec.layout.whole_on_every_node:
+            node_local = False
+        check_eval_ranks(tc.eval_ranks, lay.instance_size, node_local, lay.nodes_per_instance)
+        self.env, self.roles = split_ranks(self.env, tc.eval_ranks)
+        self.world, self.rank = self.env.layout.instance_size, self.env.layout.instance_rank
+
+    def setup_eval_data(self) -> None:
+        """On an evaluation rank: its part of the validation split, in the training ranks' local batch."""
+        shard = DataShard(rank=self.rank, size=self.world, seed=self.seed, local_batch_size=self.local_batch,
+                          device=self.device, host_ranks=self.env.layout.host_local_size)
+        self.eval_loader = self.workload.eval_loader(shard)
+        train, evaluate = self.workload.dataset_sizes()
+        self.train_samples, self.eval_samples = train, evaluate
+        self.workload.sizes = DataSizes(train, evaluate, 0)
 
     def _choose_for_hardware(self, model: nn.Module) -> None:
         """Resolve ``train.precision``/``train.channels_last`` = "auto" (:mod:`common.auto`): rank 0 of
@@ -193,18 +235,18 @@ class Trainer:
         then holds the resolved values and the dataset spec lays batches out accordingly."""
         tc = self.cfg.train
         choices = None
-        if self.rank == 0:
+        if self.instance_rank == 0:  # the whole instance's rank 0 (a training rank), also with eval_ranks
             prec = choose_precision(tc.precision, self.device)
             probe = None
             if tc.channels_last == "auto" and self.device.type == "cpu" and has_conv_weights(model):
                 probe = lambda: self._probe_layouts(model, prec.value)  # noqa: E731
             choices = [prec, choose_channels_last(tc.channels_last, self.device, model, prec.value, probe)]
-        self.choices: list[Choice] = self.env.instance_comm.bcast(choices, root=0)
+        self.choices: list[Choice] = self.instance_comm.bcast(choices, root=0)
         tc.precision, tc.channels_last = self.choices[0].value, self.choices[1].value
         spec = self._spec()
         if spec is not None and hasattr(spec, "channels_last"):
             spec.channels_last = tc.channels_last
-        if self.rank == 0:
+        if self.instance_rank == 0:
             for c in self.choices:
                 if self.progress.lines:
                     self.progress.say(c.describe())
@@ -237,7 +279,7 @@ class Trainer:
             node_local = False  # every node was given the whole dataset: the instance's ranks split it once
         group = reader_group(self.env, node_local)
         shard = DataShard(rank=group.rank, size=group.size, seed=self.seed,
-                          local_batch_size=self.cfg.train.global_batch_size // self.world, device=self.device,
+                          local_batch_size=self.local_batch, device=self.device,
                           host_ranks=self.env.layout.host_local_size)
 
         def build() -> tuple[Any, Any, tuple[int, int]]:
@@ -262,12 +304,20 @@ class Trainer:
         self.log.event("cache_clear", True)
         self.log.start("init_start")
         self._log_submission()
-        self.setup()
+        try:
+            self.setup()
+        except BaseException:
+            if self.roles is not None and not self.roles.is_eval and self.rank == 0 and self.evals is None:
+                send_stop(self.roles, 0, "aborted")  # the evaluation ranks end instead of waiting for jobs
+            raise
+        if self.roles is not None and self.roles.is_eval:
+            return EvalSide(self, self.roles).serve(self)
         self._log_hyperparameters()
         for c in self.choices:  # not MLPerf keys (the checker ignores them): what "auto" chose and why
             self.log.event("hpcbench_" + c.key.split(".")[-1], c.log_value())
         # the preset's own target (train.target), which an open-division log's official rules do not set
         self.log.event("hpcbench_target", {"value": self.workload.target().describe()})
+        self.log.event("hpcbench_eval_ranks", self._eval_ranks_setting())
         self.log.end("init_stop")
         self.env.instance_comm.Barrier()
         run_start = now_ms()
@@ -276,6 +326,27 @@ class Trainer:
         result = RunResult(status="aborted", instance=self.env.layout.instance, epochs=0, steps=0,
                            time_to_solution_s=0.0, final_metric=None, metric_key=target.metric_key)
         self._run = _RunState(result, target, run_start)
+        try:
+            train_seconds, samples_total = self._epochs(result)
+            if self.evals is not None:
+                with self.timer("eval_wait"):
+                    self.evals.finish(self, result.status)
+        finally:
+            if self.evals is not None:
+                self.evals.stop(self, result.status)  # also when training failed: the evaluators end
+        # right after the evaluation that met the target (and its epoch_stop), or when its result arrived
+        run_stop = self._run.stop_ms or now_ms()
+        self.log.end("run_stop", metadata={"status": result.status}, time_ms=run_stop)
+        result.run_start_ms, result.run_stop_ms = run_start, run_stop
+        result.time_to_solution_s = (run_stop - run_start) / 1000.0
+        result.samples_per_s = samples_total / train_seconds if train_seconds > 0 else 0.0
+        result.timers = self.timer.summary()
+        self.progress.say(f"run_stop: {result.status} after {result.epochs} epoch(s) in {result.time_to_solution_s:.1f} s, "
+                          f"{result.samples_per_s:.1f} samples/s")
+        return result
+
+    def _epochs(self, result: RunResult) -> tuple[float, int]:
+        """The epoch loop; (training seconds, training samples)."""
         train_seconds, samples_total = 0.0, 0
         tc = self.cfg.train
         for epoch in range(self.start_epoch, tc.max_epochs + 1):
@@ -291,35 +362,46 @@ class Trainer:
             if self.cadence.at_epoch_end(epoch) and self._run.evaluated_at != self.global_step:
                 if self._evaluate_at(TrainPoint(epoch, self.steps_per_epoch, self.global_step)):
                     break
-        run_stop = now_ms()  # right after the evaluation that met the target (and its epoch_stop)
-        self.log.end("run_stop", metadata={"status": result.status}, time_ms=run_stop)
-        result.run_start_ms, result.run_stop_ms = run_start, run_stop
-        result.time_to_solution_s = (run_stop - run_start) / 1000.0
-        result.samples_per_s = samples_total / train_seconds if train_seconds > 0 else 0.0
-        result.timers = self.timer.summary()
-        self.progress.say(f"run_stop: {result.status} after {result.epochs} epoch(s) in {result.time_to_solution_s:.1f} s, "
-                          f"{result.samples_per_s:.1f} samples/s")
-        return result
+        return train_seconds, samples_total
+
+    def _eval_ranks_setting(self) -> dict[str, Any]:
+        """``hpcbench_eval_ranks`` (the hpcbench_* settings pattern: value, requested, reason)."""
+        e = self.cfg.train.eval_ranks
+        why = (f"the instance's last {e} rank(s) evaluate while {self.world} train" if e
+               else "the training ranks evaluate")
+        return {"value": e, "requested": e, "reason": why}
 
     def _evaluate_at(self, p: TrainPoint) -> bool:
-        """Evaluate at ``p``, record and report it; True when the target is met (the run stops there)."""
-        run = self._run
+        """Evaluate at ``p``, record and report it; True when the target is met (the run stops there).
+        With dedicated evaluation ranks the weights are sent and the result comes later (False)."""
         epoch_num = self.cadence.epoch_num(p)
+        self._run.evaluated_at = p.global_step
+        if self.evals is not None:
+            with self.timer("eval_send"):
+                self.evals.submit(self, p.epoch, epoch_num)
+            return False
         value = self.evaluate(p.epoch, epoch_num)
-        run.evaluated_at = p.global_step
-        run.result.metrics.append((epoch_num, value))
-        run.result.final_metric = value
-        reached = run.target.reached(value)
         where = f"epoch {p.epoch}/{self.cfg.train.max_epochs}"
         if p.step < self.steps_per_epoch:
             where += f" step {p.step}/{self.steps_per_epoch}"
         if self.cadence.within_epoch:
             where += f" ({self.cadence.samples(p)} samples)"
+        return self.record_metric(epoch_num, value, where)
+
+    def record_metric(self, epoch_num: int | float, value: float, where: str, arrived_ms: float | None = None) -> bool:
+        """Keep and report one evaluation's metric; True (status success) when it meets the target.
+        ``arrived_ms``: when a dedicated evaluation rank's result arrived (the run stops at that time)."""
+        run = self._run
+        run.result.metrics.append((epoch_num, value))
+        run.result.final_metric = value
+        reached = run.target.reached(value)
+        at = arrived_ms if arrived_ms is not None else now_ms()
         self.progress.say(f"{where}: {run.target.metric_key} {value:.4g} "
                           f"({'reached' if reached else 'target'} {run.target.describe()}) "
-                          f"at {(now_ms() - run.start_ms) / 1000:.1f} s")
+                          f"at {(at - run.start_ms) / 1000:.1f} s")
         if reached:
             run.result.status = "success"
+            run.stop_ms = arrived_ms
         return reached
 
     def _train_epoch(self, epoch: int) -> tuple[float, int, float]:
@@ -359,6 +441,8 @@ class Trainer:
                 eval_seconds += time.perf_counter() - t_eval
                 if reached:
                     break
+            if self.evals is not None and self.evals.poll(self):
+                break  # a dedicated evaluation rank's result met the target
         mean_loss = float(loss_sum) / max(1, steps)  # read back once per epoch
         if self.device.type == "cuda":
             torch.cuda.synchronize()
@@ -418,12 +502,18 @@ class Trainer:
         with self.timer("eval"):
             sync_batchnorm_stats(self.model, self.world)
             self.log.start("eval_start", metadata={"epoch_num": epoch_num})
-            self.model.eval()
-            self.eval_loader.set_epoch(epoch)
-            value = self._eval_samples() if self.workload.eval_kind == "samples" else self._eval_sums()
+            value = self.metric_value(epoch)
             self.log.end("eval_stop", metadata={"epoch_num": epoch_num})
             self.log.event(self.workload.metric_key, value, metadata={"epoch_num": epoch_num})
-            self.model.train()
+        return value
+
+    def metric_value(self, epoch: int) -> float:
+        """The metric of the model as it is, over the whole eval set split over ``self.world`` ranks (the
+        instance, or the dedicated evaluation ranks); no logging, BatchNorm statistics as they are."""
+        self.model.eval()
+        self.eval_loader.set_epoch(epoch)
+        value = self._eval_samples() if self.workload.eval_kind == "samples" else self._eval_sums()
+        self.model.train()
         return value
 
 

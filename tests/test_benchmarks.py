@@ -65,3 +65,15 @@ def test_bert_learn_prints_baselines_and_accuracy_as_it_trains() -> None:
     assert any("trivial (most frequent word)" in ln and "oracle (chain known)" in ln for ln in lines)
     assert sum("eval masked-LM accuracy" in ln for ln in lines) == 2
     assert lines[-1].startswith("# done in ")
+
+
+def test_async_eval_benchmark_compares_inline_with_evaluation_ranks() -> None:
+    proc = bench(["benchmarks/async_eval.py", "--pairs", "1", "--hidden", "16", "--train", "512", "--eval", "512",
+                  "--batch", "16", "--target", "0.12", "--budget-s", "60"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("# ") and "flags" in lines[0]
+    assert any(ln.startswith("  round 1 inline ") and "success" in ln for ln in lines)
+    assert any(ln.startswith("  round 1 eval ") and "success" in ln for ln in lines)
+    assert any(ln.startswith("ratio inline / eval-ranks (same training ranks) = ") for ln in lines)
+    assert lines[-1].startswith("# done in ") and "of --budget-s 60" in lines[-1]
