@@ -127,3 +127,42 @@ def test_oversampled_crop_always_holds_foreground() -> None:
     assert seen == {1, 2}  # both classes get drawn
     plain = [crop_corner(label.shape, (16, 16, 16), rng) for _ in range(200)]
     assert min(c[0] for c in plain) == 0 and max(c[0] for c in plain) == 24  # uniform over every position
+
+
+def test_metric_is_the_mean_over_cases_of_kidney_and_tumour_dice() -> None:
+    from mlperf_training.unet3d.workload import UNet3DWorkload
+
+    wl = UNet3DWorkload(UNet3DWorkload.load_config("mini"))
+    label = torch.zeros(1, 1, 2, 2, 2, dtype=torch.uint8)
+    label[0, 0, 0] = 1
+    label[0, 0, 1, 1, 1] = 2
+    perfect = F.one_hot(label[:, 0].long(), 3).permute(0, 4, 1, 2, 3).float()
+    no_tumour = perfect.clone()
+    no_tumour[:, 2] = 0  # the tumour voxel predicted background: kidney 1, tumour ~0
+    sums: dict[str, float] = {}
+    for logits in (perfect, no_tumour):
+        for k, v in wl.eval_sums((logits, label), (label.float(), label)).items():
+            sums[k] = sums.get(k, 0.0) + float(v)
+    assert sums["cases"] == 2
+    assert math.isclose(wl.metric(sums), (1.0 + 1.0 + 1.0 + 0.0) / 4, abs_tol=1e-6)
+
+
+def test_training_patches_are_reproducible_per_rank_and_read(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from mlperf_training.unet3d.dataset import KiTSData
+    from mlperf_training.unet3d.format import write_case
+    from mlperf_training.unet3d.synth import ShapeRange, make_case
+
+    for case in (1, 2):
+        write_case(tmp_path, case, *make_case(0, case, ShapeRange((20, 20, 20), (24, 24, 24))))
+    spec = KiTSData((8, 8, 8), 0.4, True, seed=5)
+
+    def draws(stream: int) -> list[np.ndarray]:
+        src = spec.open(tmp_path, "train")
+        src.stream = stream
+        return [src[0][0] for _ in range(4)]
+
+    a, b, other = draws(0), draws(0), draws(1)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))  # same seed, rank and read count: same patch
+    assert not np.array_equal(a[0], a[1])  # the next read of the case is a new patch
+    assert not all(np.array_equal(x, y) for x, y in zip(a, other))  # another rank draws others
+    assert a[0].shape == (1, 8, 8, 8) and a[0].dtype == np.float32
