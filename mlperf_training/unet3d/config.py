@@ -1,0 +1,76 @@
+"""3D U-Net config: the shared run sections plus ``data`` and ``model`` (defaults are the reference's)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from common.errors import ConfigError
+from common.runconfig import DataConfig, RunConfig
+
+
+@dataclass
+class UNetDataConfig(DataConfig):
+    """``root`` is one folder of ``case_XXXXX_{x,y}.npy`` pairs (the reference's preprocessed KiTS19);
+    the cases named in the reference's evaluation list are the validation split, the rest train."""
+
+    patch: tuple[int, ...] = (128, 128, 128)  # training crop (D, H, W): the reference's input_shape
+    oversampling: float = 0.4  # probability that a training crop is placed around foreground
+    flips: bool = True  # random flip of each axis with probability 1/3 (the reference's RandFlip)
+    roi: tuple[int, ...] = (128, 128, 128)  # sliding-window size at evaluation (val_input_shape)
+    overlap: float = 0.5  # sliding-window overlap at evaluation
+    padding_value: float = -2.2  # image value of the padding around a volume at evaluation (the reference's)
+
+    def validate(self) -> None:
+        super().validate()
+        for key, shape in (("patch", self.patch), ("roi", self.roi)):
+            if len(shape) != 3 or min(shape) < 1:
+                raise ConfigError(f"config key 'data.{key}': expected 3 sizes >= 1 (D, H, W), got {list(shape)}")
+        if len(set(self.roi)) != 1:
+            raise ConfigError(f"config key 'data.roi': the Gaussian importance map is cubic; expected equal sizes, "
+                              f"got {list(self.roi)}")
+        if not 0.0 <= self.oversampling <= 1.0:
+            raise ConfigError(f"config key 'data.oversampling': a probability in [0, 1], got {self.oversampling}")
+        if not 0.0 <= self.overlap < 1.0:
+            raise ConfigError(f"config key 'data.overlap': expected 0 <= overlap < 1, got {self.overlap}")
+        if self.cache != "none":
+            raise ConfigError(f"config key 'data.cache': unet3d crops a new random patch from each case every "
+                              f"epoch while reading it, so collated batches cannot be cached; use 'none', got "
+                              f"{self.cache!r}")
+
+
+@dataclass
+class UNetModelConfig:
+    channels: tuple[int, ...] = (32, 64, 128, 256, 320)  # per level; len(channels) halvings (the last: bottleneck)
+    in_channels: int = 1
+    n_class: int = 3  # background, kidney, tumour
+    norm: str = "instancenorm"  # instancenorm (affine) | batchnorm | none
+    activation: str = "relu"  # relu (the reference's default) | leaky_relu (slope 0.01)
+
+    def validate(self) -> None:
+        if len(self.channels) < 2 or min(self.channels) < 1:
+            raise ConfigError(f"config key 'model.channels': at least 2 sizes >= 1, got {list(self.channels)}")
+        if self.in_channels < 1 or self.n_class < 2:
+            raise ConfigError(f"config keys 'model.in_channels' >= 1 and 'model.n_class' >= 2, got "
+                              f"{self.in_channels} and {self.n_class}")
+        if self.norm not in ("instancenorm", "batchnorm", "none"):
+            raise ConfigError(f"config key 'model.norm': expected 'instancenorm', 'batchnorm' or 'none', got {self.norm!r}")
+        if self.activation not in ("relu", "leaky_relu"):
+            raise ConfigError(f"config key 'model.activation': expected 'relu' or 'leaky_relu', got {self.activation!r}")
+
+
+@dataclass
+class UNetConfig(RunConfig):
+    data: UNetDataConfig = field(default_factory=UNetDataConfig)
+    model: UNetModelConfig = field(default_factory=UNetModelConfig)
+
+    def validate(self) -> None:
+        k = 2 ** len(self.model.channels)
+        for key, shape in (("patch", self.data.patch), ("roi", self.data.roi)):
+            if any(s % k for s in shape):
+                raise ConfigError(f"config key 'data.{key}': every size must be a multiple of {k} (the model halves "
+                                  f"each axis {len(self.model.channels)} times), got {list(shape)}")
+        if self.optim.name != "sgd":
+            raise ConfigError(f"config key 'optim.name': unet3d logs opt_momentum and trains with SGD as the "
+                              f"reference; got {self.optim.name!r}")
+        if self.optim.schedule not in ("constant", "multistep"):
+            raise ConfigError(f"config key 'optim.schedule': unet3d logs warmup epochs and decay boundaries (the "
+                              f"reference's schedule); use 'constant' or 'multistep', got {self.optim.schedule!r}")
