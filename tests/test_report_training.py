@@ -9,7 +9,7 @@ import yaml
 
 from hpcbench.report.build import build
 from hpcbench.report.targets import TRAINING_TARGETS
-from mllog_synth import SynthRun, write_training_benchmark
+from mllog_synth import UNET3D, SynthRun, write_training_benchmark
 
 
 def _times(n: int) -> list[SynthRun]:
@@ -33,6 +33,31 @@ def test_closed_ten_runs_olympic_mean_agrees_with_the_official_summarizer(tmp_pa
     assert not g.official.compliance["result_3.txt"][0] and g.official.compliance["result_0.txt"][0]
     assert not g.disagreements, g.disagreements
     assert g.score.valid
+
+
+@pytest.mark.parametrize("failed", [3, 5])
+def test_unet3d_forty_runs_drop_four_each_side_as_the_official_summarizer(tmp_path: Path, failed: int) -> None:
+    """unet3d asks for 40 runs and its olympic mean drops the 4 fastest and 4 slowest; non-converged runs
+    stand for slowest ones, and more than 4 of them leave no score (training 4.0.0 summarizer)."""
+    runs = [SynthRun(0.0, 300.0 + 11.0 * ((13 * i) % 40), seed=i, train_samples=168) for i in range(40)]
+    dice = [0.912] * 40
+    for k in range(failed):
+        dice[5 * k + 1] = 0.900  # below 0.908
+    write_training_benchmark(tmp_path, runs, dice, division="closed", bench=UNET3D)
+    report = build(tmp_path, None)
+    (g,) = report.groups
+    assert (g.group.suite, g.group.ruleset) == ("training", "4.0.0")
+    assert g.score.required_runs == 40 and g.score.M == 40 and g.score.M_prime == 40 - failed
+    assert g.official is not None
+    if failed <= 4:
+        ok = sorted(r.duration_s for k, r in enumerate(runs) if dice[k] > 0.908)
+        kept = ok[4:len(ok) - (4 - failed)]
+        assert g.score.score_min == pytest.approx(sum(kept) / len(kept) / 60.0)
+        assert g.official.produced and g.score.score_min == pytest.approx(g.official.score_min, abs=1e-6)
+        assert any("4 fastest and 4 slowest" in n for n in g.score.notes)
+    else:
+        assert g.score.score_min is None and any("at most 4" in n for n in g.score.notes)
+    assert not g.disagreements, g.disagreements
 
 
 def test_open_ten_runs_count_every_complete_log_as_the_summarizer_does(tmp_path: Path) -> None:
