@@ -16,7 +16,8 @@ from common.errors import ConfigError
 
 from .loader import Loader
 from .prefetch import prefetch_map
-from .spec import DaliGraph, DatasetSpec
+from .sampler import EpochSampler
+from .spec import DaliGraph, DatasetSpec, SampleSource
 
 
 def dali_available() -> bool:
@@ -44,15 +45,16 @@ class DaliLoader(Loader):
 
     samples_only = True  # data.cache keeps the raw samples the graph consumes (host memory only)
 
-    def __init__(self, spec: DatasetSpec, *args: Any, **kwargs: Any) -> None:
-        graph = spec.dali()
+    def __init__(self, spec: DatasetSpec, source: SampleSource, sampler: EpochSampler, *args: Any,
+                 **kwargs: Any) -> None:
+        graph = spec.dali_for(sampler.train)
         if graph is None:
             raise ConfigError(f"config key 'train.loader': the {spec.layout.name} dataset has no DALI "
                               "pipeline; use loader = \"torch\"")
         if not dali_available():
             raise ConfigError("config key 'train.loader' = \"dali\" needs NVIDIA DALI (nvidia-dali-cuda120), "
                               "which is not installed; use loader = \"torch\"")
-        super().__init__(spec, *args, **kwargs)
+        super().__init__(spec, source, sampler, *args, **kwargs)
         self.graph: DaliGraph = graph
         self._source: Iterator[list[list[np.ndarray]]] = iter(())
         self._error: BaseException | None = None
@@ -77,7 +79,7 @@ class DaliLoader(Loader):
         def pipe():  # noqa: ANN202
             inputs = fn.external_source(source=self._next, num_outputs=len(g.layouts()), batch=True,
                                         layout=g.layouts(), dtype=g.dtypes())
-            if gpu:
+            if gpu and not getattr(g, "host_inputs", False):
                 inputs = [x.gpu() for x in inputs]
             return tuple(g.graph(list(inputs), "gpu" if gpu else "cpu"))
 
