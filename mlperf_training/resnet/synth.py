@@ -4,8 +4,8 @@ Class ``k`` is a stripe texture that fills the whole image (one of 5 hues, horiz
 stripes: both are unchanged by a horizontal flip, and any 8% crop still shows them, at a frequency
 that steps every 10 classes) with a shape on top (disc, square, triangle or ring, in the opposite
 hue) at a random place and scale. Every image also gets a random size (0.75x to 1.5x ``size`` per
-side), stripe phase and frequency jitter, brightness, and pixel noise; every 50th image is grayscale
-and every 97th CMYK (ImageNet holds both). JPEG-encoded, deterministic per (seed, split, class, index).
+side), stripe phase and frequency jitter, brightness, and pixel noise; 2% of the images are grayscale
+and 1% CMYK (ImageNet holds both). JPEG-encoded, deterministic per (seed, split, class, index).
 """
 from __future__ import annotations
 
@@ -61,7 +61,8 @@ def make_image(k: int, rng: np.random.Generator, size: int) -> np.ndarray:
 
 
 def image_mode(index: int) -> str:
-    return "L" if index % 50 == 49 else ("CMYK" if index % 97 == 96 else "RGB")
+    """Per class: image 11, 61, 111, ... grayscale, image 41, 138, ... CMYK (2% and 1%)."""
+    return "L" if index % 50 == 11 else ("CMYK" if index % 97 == 41 else "RGB")
 
 
 @dataclass(frozen=True)
