@@ -1,4 +1,4 @@
-"""Optimizers over a :class:`~common.flat.FlatParams` buffer: SGD, Adam, AdamW, Adagrad, LAMB, DistributedLAMB.
+"""Optimizers over a :class:`~common.flat.FlatParams` buffer: SGD, Adam, AdamW, Adagrad, LAMB, DistributedLAMB, LARS.
 
 All of them are *sync-free* and graph-capturable: the learning rate arrives as a device tensor, the
 step counter and every moment live on the device, and nothing calls ``.item()``. Each optimizer
@@ -16,6 +16,16 @@ times the gradient when true, the gradient itself when false), ``max_grad_norm``
 norm before the moments), and ``decay_exempt`` (per tensor: True leaves it out of the weight decay, as
 BERT's reference exempts biases and LayerNorm weights; a per-segment factor, expanded like the trust
 ratios). The trust ratio ``||p|| / ||u||`` is applied to every tensor (1 when either norm is 0).
+
+LARS follows the published algorithm (You, Gitman, Ginsburg 2017) as MLPerf's ResNet reference runs
+it: per tensor, ``local = eta * ||p|| / (||g|| + wd * ||p|| + eps)`` (1 when either norm is 0),
+``v = momentum * v + lr * local * (g + wd * p)``, ``p -= v`` (Nesterov: ``p -= momentum * v + lr *
+local * (g + wd * p)``): the rate sits inside the momentum, as in the paper and the reference's
+``LARSOptimizer``. Tensors in ``decay_exempt`` (BatchNorm parameters and biases, the reference's
+``skip_list``) get neither weight decay nor the trust ratio: plain momentum SGD at ``lr``. The norms
+are segment sums over the flat buffer like LAMB's; the zero gaps are segments of their own and stay
+zero. SGD takes the same ``decay_exempt`` mask for its L2 weight decay (MLPerf ResNet's SGD decays
+only convolution and classifier weights).
 
 Parameters with sparse gradients live outside the flat buffer; :func:`build_optimizer` attaches a
 row-wise Adagrad for them (``common.sparse_optim``, only beside the flat Adagrad).
@@ -91,16 +101,25 @@ class FlatOptimizer:
 
 
 class SGD(FlatOptimizer):
-    """PyTorch SGD semantics (L2 weight decay, momentum buffer starting at the first gradient)."""
+    """PyTorch SGD semantics (L2 weight decay, momentum buffer starting at the first gradient);
+    ``decay_exempt`` tensors get no weight decay."""
 
-    def __init__(self, flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0) -> None:
+    def __init__(self, flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0,
+                 decay_exempt: Sequence[bool] = ()) -> None:
         super().__init__(flat, cfg, world, rank)
         if cfg.momentum:
             self.state["momentum"] = self._zeros(flat.size)
+        #: per-segment weight decay when some tensors are exempt; None: ``cfg.weight_decay`` everywhere
+        self.decay: torch.Tensor | None = None
+        if cfg.weight_decay and any(decay_exempt):
+            self.decay = flat.segment_values([0.0 if e else cfg.weight_decay for e in decay_exempt])
 
     def _update(self, p, g, lr, skip) -> None:  # noqa: ANN001
         c = self.cfg
-        d = g.add(p, alpha=c.weight_decay) if c.weight_decay else g
+        if self.decay is not None:
+            d = g.addcmul(expand_segments(self.decay, self.flat.lengths, p.numel()), p)
+        else:
+            d = g.add(p, alpha=c.weight_decay) if c.weight_decay else g
         if skip is None:  # the common case, fully in place: 2-4 kernels for the whole model
             if c.momentum:
                 buf = self.state["momentum"]
@@ -258,6 +277,49 @@ class DistributedLAMB(LAMB):
         self.step_count.add_(1.0 if skip is None else 1.0 - skip)
 
 
+class LARS(FlatOptimizer):
+    """LARS on the whole flat buffer: per-tensor trust ratios from segment norms, momentum with the
+    rate inside (see the module docstring), ``decay_exempt`` tensors neither decayed nor adapted."""
+
+    def __init__(self, flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0,
+                 decay_exempt: Sequence[bool] = ()) -> None:
+        super().__init__(flat, cfg, world, rank)
+        if cfg.momentum:
+            self.state["momentum"] = self._zeros(flat.size)
+        exempt = list(decay_exempt) or [False] * flat.num_tensors
+        #: per segment: 1 for a tensor LARS adapts and decays, 0 for exempt tensors and the gaps
+        self.adapt = flat.segment_values([0.0 if e else 1.0 for e in exempt])
+        self.decay: torch.Tensor | None = None  # per-segment weight decay when some tensors are exempt
+        if cfg.weight_decay and any(exempt):
+            self.decay = self.adapt * cfg.weight_decay
+
+    def _update(self, p, g, lr, skip) -> None:  # noqa: ANN001
+        c = self.cfg
+        lengths, n = self.flat.lengths, p.numel()
+        pn, gn = torch.cat([segment_sum(p * p, lengths), segment_sum(g * g, lengths)]).sqrt().chunk(2)
+        local = c.trust_coefficient * pn / (gn + c.weight_decay * pn + c.eps)
+        ratio = torch.where((pn > 0) & (gn > 0) & (self.adapt > 0), local, torch.ones_like(pn))
+        if self.decay is not None:
+            d = g.addcmul(expand_segments(self.decay, lengths, n), p)
+        else:
+            d = g.add(p, alpha=c.weight_decay) if c.weight_decay else g
+        scale = expand_segments(ratio * lr, lengths, n)  # each element's lr x its tensor's local rate
+        step = d.mul_(scale) if d is not g else g * scale  # d is a new tensor when decayed, else g itself
+        if skip is None:  # in place
+            if c.momentum:
+                buf = self.state["momentum"]
+                buf.mul_(c.momentum).add_(step)
+                step = step.add_(buf, alpha=c.momentum) if c.nesterov else buf
+            p.sub_(step)
+            return
+        if c.momentum:
+            buf = self.state["momentum"]
+            new_buf = c.momentum * buf + step
+            _assign(buf, new_buf, skip)
+            step = step + c.momentum * new_buf if c.nesterov else new_buf
+        _assign(p, p - step, skip)
+
+
 class Adagrad(FlatOptimizer):
     """PyTorch Adagrad semantics: ``sum += g^2``; ``p -= lr / (1 + (t - 1) * lr_decay) * g / (sqrt(sum) + eps)``,
     L2 ``weight_decay`` added to the gradient, ``sum`` starting at ``initial_accumulator``. On rows a
@@ -288,8 +350,9 @@ def build_optimizer(flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: in
                     allow_apex: bool = True, decay_exempt: Sequence[bool] = ()) -> FlatOptimizer:
     """The optimizer ``cfg.name`` over ``flat`` (``distributed = true`` shards LAMB's state;
     ``apex = true`` picks apex's fused LAMB where it is importable on CUDA, see common.apex_optim).
-    ``decay_exempt`` (one flag per tensor of ``flat``): tensors kept out of the weight decay; only
-    LAMB takes such a mask, so another optimizer with weight decay refuses one rather than ignore it.
+    ``decay_exempt`` (one flag per tensor of ``flat``): tensors kept out of the weight decay (and, for
+    LARS, out of the trust-ratio scaling); LAMB, LARS and SGD take such a mask, so another optimizer
+    with weight decay refuses one rather than ignore it.
     Parameters outside the buffer (``flat.outside``, sparse gradients) get a row-wise
     :class:`~common.sparse_optim.SparseAdagrad` that the flat Adagrad steps with the same LR and step."""
     opt = _build_flat(flat, cfg, world, rank, allow_apex, decay_exempt)
@@ -306,11 +369,12 @@ def build_optimizer(flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: in
 
 def _build_flat(flat: FlatParams, cfg: OptimConfig, world: int, rank: int, allow_apex: bool,
                 decay_exempt: Sequence[bool]) -> FlatOptimizer:
-    exempt = any(decay_exempt) and cfg.weight_decay != 0
-    if exempt and cfg.name != "lamb":
+    # LARS uses the mask without weight decay too: exempt tensors also skip the trust ratio
+    exempt = any(decay_exempt) and (cfg.weight_decay != 0 or cfg.name == "lars")
+    if exempt and cfg.name not in ("lamb", "lars", "sgd"):
         names = [n for n, e in zip(flat.names, decay_exempt) if e][:3]
         raise ConfigError(f"config key 'optim.weight_decay': the workload exempts tensors ({', '.join(names)}, ...) "
-                          f"from weight decay, which only the lamb optimizer implements; got {cfg.name!r}")
+                          f"from weight decay, which only the lamb, lars and sgd optimizers implement; got {cfg.name!r}")
     if exempt and len(decay_exempt) != flat.num_tensors:
         raise ConfigError(f"{len(decay_exempt)} weight-decay flags for {flat.num_tensors} parameter tensors")
     if cfg.name == "lamb" and cfg.apex and not cfg.distributed and allow_apex:
@@ -323,8 +387,13 @@ def _build_flat(flat: FlatParams, cfg: OptimConfig, world: int, rank: int, allow
             return ApexLAMB(flat, cfg, world, rank)
         if rank == 0:
             print(f"hpcbench: optim.apex requested but not used: {why}; using the built-in LAMB", flush=True)
+    if cfg.distributed and cfg.name == "lars":
+        raise ConfigError("config key 'optim.distributed': only the lamb optimizer shards its state, not lars "
+                          "(set it to false)")
     if cfg.name == "sgd":
-        return SGD(flat, cfg, world, rank)
+        return SGD(flat, cfg, world, rank, decay_exempt if exempt else ())
+    if cfg.name == "lars":
+        return LARS(flat, cfg, world, rank, decay_exempt if exempt else ())
     if cfg.name in ("adam", "adamw"):
         return Adam(flat, cfg, world, rank, decoupled=cfg.name == "adamw")
     if cfg.name == "adagrad":

@@ -13,12 +13,13 @@ from .errors import ConfigError
 
 @dataclass
 class OptimConfig:
-    name: Literal["sgd", "lamb", "adamw", "adam", "adagrad"] = "sgd"
+    name: Literal["sgd", "lamb", "lars", "adamw", "adam", "adagrad"] = "sgd"
     lr: float = 0.001  # base (peak) learning rate, reached at the end of warmup
-    momentum: float = 0.9  # sgd
-    nesterov: bool = False  # sgd
+    momentum: float = 0.9  # sgd, lars
+    nesterov: bool = False  # sgd, lars
+    trust_coefficient: float = 0.001  # lars: eta of the per-tensor trust ratio (MLPerf ResNet: 0.001)
     betas: tuple[float, ...] = (0.9, 0.999)  # adam/adamw/lamb
-    eps: float = 1e-8
+    eps: float = 1e-8  # adam/adamw/lamb; lars: epsilon of the trust ratio (MLPerf ResNet closed: 0)
     weight_decay: float = 0.0
     lr_decay: float = 0.0  # adagrad: lr / (1 + (step - 1) * lr_decay)
     initial_accumulator: float = 0.0  # adagrad: starting value of the squared-gradient sum
@@ -36,11 +37,16 @@ class OptimConfig:
     decay_factor: float = 0.1  # multistep multiplier per boundary
     min_lr: float = 0.0  # cosine floor
     total: float = 0.0  # cosine/poly length in ``unit`` (0: the run's max length)
-    power: float = 1.0  # poly: exponent of the polynomial decay (BERT: 1, linear)
+    power: float = 1.0  # poly: exponent of the polynomial decay (BERT: 1, linear; ResNet: 2)
+    # poly: decay over the T - warmup steps after the warmup (MLPerf ResNet) instead of over T from
+    # step 0 (the reference BERT); common/schedule.py
+    poly_from_warmup: bool = False
 
     def validate(self) -> None:
         if self.lr < 0:
             raise ConfigError(f"config key 'optim.lr': must be >= 0, got {self.lr}")
+        if self.trust_coefficient <= 0:
+            raise ConfigError(f"config key 'optim.trust_coefficient': must be > 0, got {self.trust_coefficient}")
         if len(self.betas) != 2:
             raise ConfigError(f"config key 'optim.betas': expected 2 values, got {list(self.betas)}")
         if list(self.milestones) != sorted(self.milestones):

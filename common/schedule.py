@@ -14,7 +14,13 @@ steps once at build time (``unit = "epochs"`` multiplies by the steps per epoch)
   the warmup, a run shorter than its warmup just ends at ``min_lr``);
 * ``poly``: ``min_lr + (lr - min_lr) * (1 - min(step, T) / T) ** power`` (``T`` as for cosine),
   counted from step 0, not from the end of warmup: the reference BERT's ``polynomial_decay`` of the
-  global step, which warmup overrides while it lasts (MLPerf BERT trains with no warmup, power 1).
+  global step, which warmup overrides while it lasts (MLPerf BERT trains with no warmup, power 1);
+* ``poly`` with ``poly_from_warmup``: the MLPerf ResNet schedule (NVIDIA's ``PolySchedule``; the
+  reference TF2 ``PolynomialDecayWithWarmup`` is the same up to one step): with the 1-based iteration
+  ``i = step + 1``, ``lr * i / W`` while ``i <= W`` (the warmup above), then
+  ``min_lr + (lr - min_lr) * (1 - (i - W) / (T - W)) ** power``, reaching ``min_lr`` (MLPerf's
+  ``end_learning_rate``, 1e-4) at the last step ``i = T``; :attr:`Schedule.decay_steps` is ``T - W``
+  (the logged ``lars_opt_learning_rate_decay_steps``).
 """
 from __future__ import annotations
 
@@ -38,11 +44,15 @@ class Schedule:
     min_lr: float
     total_steps: float
     power: float = 1.0
+    poly_from_warmup: bool = False
 
     @classmethod
     def from_config(cls, cfg: OptimConfig, steps_per_epoch: int, max_epochs: int) -> "Schedule":
         scale = float(steps_per_epoch) if cfg.unit == "epochs" else 1.0
         total = cfg.total * scale if cfg.total > 0 else float(max_epochs * steps_per_epoch)
+        if cfg.poly_from_warmup and cfg.schedule != "poly":
+            raise ConfigError(f"config key 'optim.poly_from_warmup': applies to the poly schedule only, got schedule "
+                              f"{cfg.schedule!r}")
         if cfg.schedule in ("cosine", "poly") and cfg.total > 0 and total <= cfg.warmup * scale:
             raise ConfigError(
                 f"config key 'optim.total': the {cfg.schedule} length ({total:g} steps) must exceed the warmup "
@@ -58,7 +68,15 @@ class Schedule:
             min_lr=cfg.min_lr,
             total_steps=total,
             power=cfg.power,
+            poly_from_warmup=cfg.poly_from_warmup,
         )
+
+    @property
+    def decay_steps(self) -> float:
+        """Steps the decay spans: ``T - W`` for ``poly_from_warmup`` and ``cosine``, else ``T``."""
+        if self.kind == "cosine" or self.poly_from_warmup:
+            return max(self.total_steps - self.warmup_steps, 1.0)
+        return self.total_steps
 
     def __call__(self, step: torch.Tensor) -> torch.Tensor:
         """The learning rate at ``step`` (a float tensor), as a tensor on the same device."""
@@ -88,7 +106,10 @@ class Schedule:
             t = torch.clamp((step - self.warmup_steps) / span, 0.0, 1.0)
             return self.min_lr + (self.lr - self.min_lr) * 0.5 * (1.0 + torch.cos(math.pi * t))
         if self.kind == "poly":
-            t = torch.clamp(step / max(self.total_steps, 1.0), 0.0, 1.0)
+            if self.poly_from_warmup:  # 1-based iterations past the warmup over the steps after it
+                t = torch.clamp((step + 1.0 - self.warmup_steps) / self.decay_steps, 0.0, 1.0)
+            else:
+                t = torch.clamp(step / max(self.total_steps, 1.0), 0.0, 1.0)
             return self.min_lr + (self.lr - self.min_lr) * torch.pow(1.0 - t, self.power)
         raise ConfigError(f"config key 'optim.schedule': unknown schedule {self.kind!r}")
 

@@ -219,7 +219,8 @@ class Workload(ABC, Generic[C]):
 
     def no_weight_decay(self, name: str) -> bool:
         """True for a parameter (by its name in the model) that the benchmark's optimizer keeps out of
-        the weight decay (BERT: biases and LayerNorm weights); only LAMB takes such a mask."""
+        the weight decay (BERT: biases and LayerNorm weights; ResNet: BatchNorm parameters and biases,
+        which LARS also leaves out of its trust ratio); LAMB, LARS and SGD take such a mask."""
         return False
 
     def hyperparameters(self) -> dict[str, Any]:

@@ -171,11 +171,11 @@ def test_lamb_weight_decay_mask_exempts_biases_and_norms_per_tensor() -> None:
     assert any(not torch.allclose(a, b, atol=1e-4) for a, b, e in zip(model.parameters(), decayed_everywhere, exempt) if e)
     flat.params.copy_(flat.flatten(list(_model().parameters())))
     assert build_optimizer(flat, OptimConfig(name="lamb", weight_decay=0.0), decay_exempt=exempt).decay is None
-    with pytest.raises(ConfigError, match="only the lamb optimizer"):
+    with pytest.raises(ConfigError, match="only the lamb, lars and sgd optimizers"):
         build_optimizer(flat, OptimConfig(name="adamw", weight_decay=0.01), decay_exempt=exempt)
 
 
-@pytest.mark.parametrize("name", ["sgd", "adam", "adamw", "lamb"])
+@pytest.mark.parametrize("name", ["sgd", "adam", "adamw", "lamb", "lars"])
 def test_skip_tensor_path_equals_in_place_path_and_a_skipped_step_changes_nothing(name: str) -> None:
     cfg = OptimConfig(name=name, weight_decay=0.01, lr=0.05)
     a, b = FlatParams(_model()), FlatParams(_model())

@@ -71,3 +71,33 @@ def test_poly_decay_counts_from_step_zero_and_warmup_overrides_it() -> None:
     assert run.total_steps == 20 and run.value(10) == pytest.approx(0.5)
     with pytest.raises(ConfigError, match="poly length"):
         Schedule.from_config(OptimConfig(schedule="poly", unit="steps", warmup=10, total=5), 1, 1)
+
+
+def _mlperf_resnet_poly(iteration: int, base: float, end: float, warmup: int, total: int, power: float) -> float:
+    """NVIDIA's MLPerf ResNet ``PolySchedule`` of the 1-based iteration, written out."""
+    if iteration <= warmup:
+        return base * iteration / warmup
+    return end + (base - end) * (1 - (iteration - warmup) / (total - warmup)) ** power
+
+
+def test_poly_from_warmup_is_the_mlperf_resnet_schedule() -> None:
+    cfg = OptimConfig(lr=10.0, schedule="poly", unit="epochs", warmup=2, total=6, power=2.0, min_lr=1e-4,
+                      poly_from_warmup=True)
+    s = Schedule.from_config(cfg, steps_per_epoch=7, max_epochs=9)
+    assert (s.warmup_steps, s.total_steps, s.decay_steps) == (14, 42, 28)
+    values = [s.value(k) for k in range(50)]
+    expected = [_mlperf_resnet_poly(min(k + 1, 42), 10.0, 1e-4, 14, 42, 2.0) for k in range(50)]
+    assert values == pytest.approx(expected, rel=1e-6, abs=1e-9)
+    assert values[0] == pytest.approx(10.0 / 14) and values[13] == pytest.approx(10.0)  # the warmup's end: peak
+    assert values[14] == pytest.approx(1e-4 + (10.0 - 1e-4) * (27 / 28) ** 2)  # decay starts right after it
+    assert values[41] == pytest.approx(1e-4) and values[49] == pytest.approx(1e-4)  # end lr at T, held after
+    steps = torch.arange(50, dtype=torch.float32)  # the device path: one tensor of steps, same values
+    assert s(steps).tolist() == pytest.approx(expected, rel=1e-5, abs=1e-7)
+    # without the option poly still counts from step 0 (BERT) and spans all T steps
+    bert = Schedule.from_config(OptimConfig(**{**cfg.__dict__, "poly_from_warmup": False}), 7, 9)
+    assert bert.decay_steps == 42 and bert.value(20) == pytest.approx(1e-4 + (10 - 1e-4) * (1 - 20 / 42) ** 2)
+
+
+def test_poly_from_warmup_needs_the_poly_schedule() -> None:
+    with pytest.raises(ConfigError, match="optim.poly_from_warmup"):
+        Schedule.from_config(OptimConfig(schedule="cosine", poly_from_warmup=True), 7, 3)
