@@ -53,6 +53,10 @@ WORKLOADS: dict[str, WorkloadEntry] = {
         WorkloadEntry("bert", "mlperf_training.bert.workload:BertWorkload", "bert",
                       "BERT-large masked-LM + next-sentence pretraining on packed HDF5 shards; masked-LM accuracy",
                       "mlperf_training.bert.dataset", required_runs=10, suite="training", ruleset="5.0.0"),
+        # training 4.0.0: the newest training ruleset of the installed mlperf-logging that lists resnet
+        WorkloadEntry("resnet", "mlperf_training.resnet.workload:ResNetWorkload", "resnet",
+                      "ResNet-50 v1.5 image classification on ImageNet JPEG folders; top-1; LARS; Pillow or DALI loaders",
+                      "mlperf_training.resnet.dataset", required_runs=5, suite="training", ruleset="4.0.0"),
     )
 }
 ALIASES = {"opencatalyst": "oc20", "oc": "oc20"}

@@ -1,0 +1,157 @@
+"""ResNet loader throughput (images/s) vs the training step rate of the same config, in one run.
+
+Loaders (the workload's own, as ``hpcbench train`` builds them): Pillow in reader threads and DALI
+on the CPU, each without and with the decoded-image cache (``data.cache = "host"``), at
+``data.threads`` 0 (the training thread reads) and N. Each is timed over two epochs: epoch 1
+decodes every JPEG (and fills the cache), epoch 2 is what every later epoch costs (from the cache
+when on: no JPEG decode, new crops). Baseline: the harness's training step (the preset's model,
+optimizer, precision; channels-last off and on, the faster counts, as ``channels_last = "auto"``
+picks) on a batch from the loader, in images/s. Printed: each loader's images/s and its ratio to
+the step rate (goal >= 2x: the loader must not be what a GPU waits for, and on a CPU it takes the
+cores the step needs less than half the time). The loader and the step are each timed alone with
+every core; in a run they share them.
+
+  python benchmarks/resnet_loader.py --work /tmp/rnl            # writes the mini dataset there when missing
+  python benchmarks/resnet_loader.py --data DIR --preset full --set data.image_size=224 ...
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from common.data.dali import dali_available
+from common.flat import FlatParams
+from common.optim import build_optimizer
+from common.precision import Precision, module_to_channels_last
+from common.schedule import Schedule
+from common.step import TrainStep, prepare_batch
+from common.workload import DataShard
+from mlperf_training.resnet.workload import ResNetWorkload
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
+from machine import describe, header  # noqa: E402 - sibling benchmark module
+
+
+def workload(preset: str, root: Path, overrides: list[str], loader: str, cache: str, threads: int) -> ResNetWorkload:
+    cfg = ResNetWorkload.load_config(preset, [*overrides, f"data.root={root}", f"train.loader={loader}",
+                                              f"data.cache={cache}", f"data.threads={threads}"])
+    return ResNetWorkload(cfg)
+
+
+def loader_epochs(wl: ResNetWorkload, batch: int, budget: Budget) -> list[float]:
+    """images/s of epoch 1 and epoch 2 (the second only if the budget allows)."""
+    ld = wl.train_loader(DataShard(rank=0, size=1, seed=1, local_batch_size=batch, device=torch.device("cpu")))
+    rates = []
+    for epoch in range(2):
+        if epoch and budget.spent():
+            break
+        ld.set_epoch(epoch)
+        t, n = time.perf_counter(), 0
+        for x, _ in ld:
+            n += x.shape[0]
+        rates.append(n / (time.perf_counter() - t))
+    return rates
+
+
+def step_rate(wl: ResNetWorkload, batch: int, channels_last: bool, steps: int) -> tuple[float, Any]:
+    """images/s of the harness's training step (eager) on one loader batch; also the step."""
+    torch.manual_seed(0)
+    model = wl.build_model()
+    if channels_last:
+        model = module_to_channels_last(model)
+    flat = FlatParams(model)
+    exempt = [wl.no_weight_decay(n) for n, _ in model.named_parameters()]
+    opt = build_optimizer(flat, wl.cfg.optim, decay_exempt=exempt)
+    sched = Schedule.from_config(wl.cfg.optim, 100, wl.cfg.train.max_epochs)
+    prec = wl.cfg.train.precision if wl.cfg.train.precision != "auto" else "fp32"
+    step = TrainStep(wl, model, flat, opt, sched, Precision(prec, torch.device("cpu")), "eager")
+    wl.dataset().channels_last = channels_last
+    ld = wl.train_loader(DataShard(rank=0, size=1, seed=1, local_batch_size=batch, device=torch.device("cpu")))
+    x = prepare_batch(next(iter(ld)), torch.device("cpu"), channels_last=channels_last)
+    float(step(x))  # warm-up
+    t = time.perf_counter()
+    loss = torch.zeros(())
+    for _ in range(steps):
+        loss += step(x)
+    float(loss)
+    return batch * steps / (time.perf_counter() - t), step
+
+
+def ensure_data(work: Path, args: list[str], budget: Budget) -> Path:
+    out = work / "resnet-mini"
+    if (out / ".done").exists():
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [sys.executable, "-m", "hpcbench", "datagen", "resnet", "--out", str(out), "--workers", "2", "--quiet", *args]
+    say("+ " + " ".join(cmd[1:]))
+    subprocess.run(cmd, check=True, timeout=budget.timeout(600))
+    (out / ".done").touch()
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", type=Path, help="an ImageNet-layout folder (default: the mini dataset under --work)")
+    p.add_argument("--work", type=Path, default=Path("/tmp/resnet_loader"))
+    p.add_argument("--preset", default="mini")
+    p.add_argument("--set", dest="overrides", action="append", default=[], help="config overrides key=value")
+    p.add_argument("--batch", type=int, default=0, help="images per batch (default: the preset's global batch)")
+    p.add_argument("--threads", type=int, default=2, help="reader threads of the threaded runs (and DALI's)")
+    p.add_argument("--steps", type=int, default=10, help="timed training steps per layout")
+    p.add_argument("--json", type=Path)
+    add_budget_argument(p, 300.0)
+    a = p.parse_args()
+    budget = Budget(a.budget_s)
+    info = describe()
+    say(header(info))
+    root = a.data or ensure_data(a.work, ResNetWorkload.embedded_datagen_args(), budget)
+    base = workload(a.preset, root, a.overrides, "torch", "none", 0)
+    batch = a.batch or base.cfg.train.global_batch_size
+    n_train = len(base.source("train"))
+    say(f"data {root}: {n_train} training images; preset {a.preset}, crop {base.cfg.data.image_size} px, "
+        f"batch {batch}, decode_short_side {base.cfg.data.decode_short_side}")
+
+    steps = {}
+    for cl in (False, True):
+        rate, _ = step_rate(workload(a.preset, root, a.overrides, "torch", "none", 0), batch, cl, a.steps)
+        steps[cl] = rate
+        say(f"training step, channels_last={cl}: {rate:8.1f} images/s")
+    step = max(steps.values())
+    say(f"step rate (the faster layout): {step:.1f} images/s; goal: loader >= {2 * step:.1f} images/s")
+
+    results: dict[str, Any] = {}
+    variants = [("pillow", "torch"), ("dali", "dali")] if dali_available() else [("pillow", "torch")]
+    for name, loader in variants:
+        for cache in ("none", "host"):
+            for threads in (0, a.threads):
+                key = f"{name} cache={cache} threads={threads}"
+                if budget.spent():
+                    budget.skip(key)
+                    continue
+                rates = loader_epochs(workload(a.preset, root, a.overrides, loader, cache, threads), batch, budget)
+                results[key] = {"epoch1": rates[0], "epoch2": rates[-1] if len(rates) > 1 else None}
+                line = f"{key:32s} epoch 1 {rates[0]:8.1f} images/s ({rates[0] / step:5.2f}x step)"
+                if len(rates) > 1:
+                    line += f", epoch 2 {rates[1]:8.1f} images/s ({rates[1] / step:5.2f}x step)"
+                say(line)
+    say("ratios: loader images/s / step images/s, goal >= 2.00x; epoch 2 with cache=host = every later epoch")
+    for key, r in results.items():
+        later = r["epoch2"] if r["epoch2"] is not None else r["epoch1"]
+        say(f"  {key:32s} later epochs {later / step:5.2f}x  {'meets' if later >= 2 * step else 'BELOW'} the goal")
+    budget.done()
+    if a.json:
+        a.json.write_text(json.dumps({"machine": info, "step_images_s": steps[True], "step_images_s_nchw": steps[False],
+                                      "batch": batch, "results": results, "budget": budget.summary()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
