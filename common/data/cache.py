@@ -23,8 +23,9 @@ Which samples a rank caches (its *share*) follows from :class:`~common.data.samp
   filled by the first epoch.
 
 A workload whose collate does not give a tree of tensors with a leading sample dimension (OC20's
-graph batches), and the DALI loader (whose graph consumes the raw samples), cache the validated
-samples themselves in host memory (:class:`SampleCache`) and collate them again; ``device`` is
+graph batches), a split whose batches are randomly augmented from the samples (ResNet's training
+crops: ``DatasetSpec.batch_cacheable(train)`` is false, a cached batch would freeze the augmentation),
+and the DALI loader (whose graph consumes the raw samples), cache the validated samples themselves in host memory (:class:`SampleCache`) and collate them again; ``device`` is
 refused for them. On a CPU device ``device`` means host memory (there is no other memory to use).
 """
 from __future__ import annotations
