@@ -11,7 +11,8 @@ count give; on a shared box the OpenMP threads of a 2-thread step can wait on ea
 descheduled core). Printed: each loader's images/s and its ratio to the step rate (goal >= 2x: the
 loader must not be what a GPU waits for, and on a CPU it takes the cores the step needs less than
 half the time). The loader and the step are each timed alone; in a run they share the cores.
-Rounds interleave every measurement; the best of each counts.
+Rows ``dali ibm=K``: DALI with the input batch multiplier (``data.dali_batch_multiplier``: the pipeline
+runs on K batches at once, cut back into K). Rounds interleave every measurement; the best of each counts.
 
   python benchmarks/resnet_loader.py --work /tmp/rnl            # writes the mini dataset there when missing
   python benchmarks/resnet_loader.py --data DIR --preset full --set model.num_classes=4 --batch 16
@@ -43,9 +44,11 @@ from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benc
 from machine import describe, header  # noqa: E402 - sibling benchmark module
 
 
-def workload(preset: str, root: Path, overrides: list[str], loader: str, cache: str, threads: int) -> ResNetWorkload:
+def workload(preset: str, root: Path, overrides: list[str], loader: str, cache: str, threads: int,
+             multiplier: int = 1) -> ResNetWorkload:
     cfg = ResNetWorkload.load_config(preset, [*overrides, f"data.root={root}", f"train.loader={loader}",
-                                              f"data.cache={cache}", f"data.threads={threads}"])
+                                              f"data.cache={cache}", f"data.threads={threads}",
+                                              f"data.dali_batch_multiplier={multiplier}"])
     return ResNetWorkload(cfg)
 
 
@@ -110,6 +113,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2, help="reader threads of the threaded runs (and DALI's)")
     p.add_argument("--steps", type=int, default=10, help="timed training steps per layout")
     p.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the best of each measurement counts")
+    p.add_argument("--multiplier", type=int, default=4,
+                   help="DALI input batch multiplier of the extra 'dali ibm=K' rows (1: no such rows)")
     p.add_argument("--torch-threads", type=int, default=1,
                    help="torch intra-op threads while the loaders run (each of 2 ranks on 2 cores gets 1)")
     p.add_argument("--json", type=Path)
@@ -128,7 +133,9 @@ def main() -> None:
 
     steps: dict[bool, float] = {}
     results: dict[str, Any] = {}
-    variants = [("pillow", "torch"), ("dali", "dali")] if dali_available() else [("pillow", "torch")]
+    variants = [("pillow", "torch", 1), ("dali", "dali", 1)] if dali_available() else [("pillow", "torch", 1)]
+    if dali_available() and a.multiplier > 1:
+        variants.append((f"dali ibm={a.multiplier}", "dali", a.multiplier))
     if not dali_available():
         say("DALI is not installed: the DALI rows are left out")
     for r in range(a.rounds):  # rounds interleave every measurement; the best of each counts (a shared box)
@@ -144,14 +151,15 @@ def main() -> None:
                 steps[what] = max(rate, steps.get(what, 0.0))
                 say(f"training step, {what}: {rate:8.1f} images/s")
         torch.set_num_threads(a.torch_threads)
-        for name, loader in variants:
+        for name, loader, mult in variants:
             for cache in ("none", "host"):
                 for threads in (0, a.threads):
                     key = f"{name} cache={cache} threads={threads}"
                     if budget.spent():
                         budget.skip(f"round {r + 1} {key}")
                         continue
-                    rates = loader_epochs(workload(a.preset, root, a.overrides, loader, cache, threads), batch, budget)
+                    wl = workload(a.preset, root, a.overrides, loader, cache, threads, mult)
+                    rates = loader_epochs(wl, batch, budget)
                     best = results.setdefault(key, {"epoch1": 0.0, "epoch2": None})
                     best["epoch1"] = max(best["epoch1"], rates[0])
                     if len(rates) > 1:

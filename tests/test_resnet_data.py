@@ -57,10 +57,12 @@ def _spec(**kw: object) -> ImageNetData:
 
 
 def _loader(spec: ImageNetData, root: Path, train: bool, dali: bool = False, cache: str = "none",
-            threads: int = 2, batch: int = 8) -> Loader:
+            threads: int = 2, batch: int = 8, multiplier: int = 1) -> Loader:
     src = spec.open(root, spec.train_split if train else spec.eval_split)
     sampler = EpochSampler(len(src), batch, 0, 1, seed=5, train=train)
-    return (DaliLoader if dali else Loader)(spec, src, sampler, CPU, threads=threads, prefetch=2, cache=cache)
+    if dali:
+        return DaliLoader(spec, src, sampler, CPU, threads=threads, prefetch=2, cache=cache, batch_multiplier=multiplier)
+    return Loader(spec, src, sampler, CPU, threads=threads, prefetch=2, cache=cache)
 
 
 def _epoch(loader: Loader, epoch: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -194,6 +196,25 @@ def test_pillow_and_dali_evaluation_agree(synth_root: Path) -> None:
     assert torch.equal(yp, yd)
     levels = (xp - xd).abs() * torch.tensor(STD).view(1, 3, 1, 1) * 255  # grey levels
     assert float(levels.mean()) < 1.0 and float(levels.quantile(0.99)) < 8.0
+
+
+@needs_dali
+def test_dali_input_batch_multiplier_gives_the_same_batches(synth_root: Path) -> None:
+    """Super-batches of 3 batches (the last one partial) cut back: the same evaluation batches, in
+    the same sizes and order, and training batches of the sampler's sizes with every sample once."""
+    spec = _spec(encoded_for_dali=True)
+    one = list(_loader(spec, synth_root, train=False, dali=True, batch=5))
+    three_loader = _loader(spec, synth_root, train=False, dali=True, batch=5, multiplier=3)
+    three = list(three_loader)
+    assert len(three) == len(one) == len(three_loader) == 5  # 24 samples: 5+5+5 | 5+4
+    for (x1, y1), (x3, y3) in zip(one, three):
+        assert torch.equal(y1, y3) and torch.allclose(x1, x3)
+    train = _loader(spec, synth_root, train=True, dali=True, batch=8, multiplier=4)
+    got = list(train)
+    assert [len(y) for _, y in got] == [8] * 6 and sorted(torch.cat([y for _, y in got]).tolist()) == \
+        sorted(np.repeat(np.arange(4), 12).tolist())
+    with pytest.raises(ConfigError, match="dali_batch_multiplier"):
+        _loader(spec, synth_root, train=True, dali=True, multiplier=0)
 
 
 def test_training_augmentation_is_seeded_per_sample_not_per_thread(synth_root: Path) -> None:

@@ -126,10 +126,3 @@ def check_encoded(path: Path) -> np.ndarray:
     if img.format == "JPEG" and (not data.startswith(JPEG_SOI) or JPEG_EOI not in data[-64:]):
         raise DataError(f"{path}: the JPEG has no end-of-image marker; the file is truncated")
     return np.frombuffer(data, dtype=np.uint8)
-
-
-def write_jpeg(path: Path, pixels: np.ndarray, quality: int = 90) -> None:
-    """Write uint8 RGB (H, W, 3) or gray (H, W) pixels as a baseline JPEG (what ImageNet holds)."""
-    from PIL import Image
-
-    Image.fromarray(pixels).save(path, format="JPEG", quality=quality)

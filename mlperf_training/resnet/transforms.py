@@ -102,6 +102,21 @@ def normalize(batch: "torch.Tensor", channels_last: bool) -> "torch.Tensor":
 
     x = batch.permute(0, 3, 1, 2)
     x = x if channels_last else x.contiguous()
-    mean = torch.tensor(MEAN, device=x.device).view(1, 3, 1, 1) * 255.0
-    inv_std = 1.0 / (torch.tensor(STD, device=x.device).view(1, 3, 1, 1) * 255.0)
+    mean, inv_std = _constants(x.device)
     return (x.float() - mean) * inv_std
+
+
+_CONSTANTS: dict[str, tuple["torch.Tensor", "torch.Tensor"]] = {}
+
+
+def _constants(device: "torch.device") -> tuple["torch.Tensor", "torch.Tensor"]:
+    """(255 x mean, 1 / (255 x std)) as (1, 3, 1, 1) tensors on ``device``, made once per device (no
+    host-to-device copy per batch on a GPU)."""
+    import torch
+
+    key = str(device)
+    if key not in _CONSTANTS:
+        mean = torch.tensor(MEAN, dtype=torch.float32).view(1, 3, 1, 1) * 255.0
+        inv_std = 1.0 / (torch.tensor(STD, dtype=torch.float32).view(1, 3, 1, 1) * 255.0)
+        _CONSTANTS[key] = (mean.to(device), inv_std.to(device))
+    return _CONSTANTS[key]
