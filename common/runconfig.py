@@ -70,11 +70,16 @@ class DataConfig:
     # loaders); "local" gives each rank a fixed part and shuffles inside it (NVIDIA's DeepCAM strong-
     # scaling submissions), so a rank's cache holds 1/ranks of the split instead of all of it
     shuffle: Literal["global", "local"] = "global"
+    # train.loader = "dali": run the pipeline on super-batches of this many batches and cut them back
+    # (the input batch multiplier; common/data/dali.py); 1 = off
+    dali_batch_multiplier: int = 1
 
     def validate(self) -> None:
         if self.threads < -1 or self.prefetch < 1:
             raise ConfigError(f"config keys 'data.threads' >= -1 (auto) and 'data.prefetch' >= 1, got "
                               f"{self.threads} and {self.prefetch}")
+        if self.dali_batch_multiplier < 1:
+            raise ConfigError(f"config key 'data.dali_batch_multiplier': must be >= 1, got {self.dali_batch_multiplier}")
         if self.shuffle not in ("global", "local"):
             raise ConfigError(f"config key 'data.shuffle': {self.shuffle!r} is not allowed; expected 'global' or 'local'")
         if self.cache not in ("none", "host", "device"):

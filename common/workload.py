@@ -157,9 +157,12 @@ class Workload(ABC, Generic[C]):
                                shuffle=getattr(self.cfg.data, "shuffle", "global"),  # type: ignore[attr-defined]
                                where=str(self.data_root() / split))
         d = self.cfg.data  # type: ignore[attr-defined]
-        cls = DaliLoader if self.cfg.train.loader == "dali" else Loader
-        return cls(spec, source, sampler, shard.device, threads=reader_threads(d.threads, shard.device),
-                   prefetch=d.prefetch, cache=getattr(d, "cache", "none"), host_ranks=shard.host_ranks)
+        kwargs = dict(threads=reader_threads(d.threads, shard.device), prefetch=d.prefetch,
+                      cache=getattr(d, "cache", "none"), host_ranks=shard.host_ranks)
+        if self.cfg.train.loader == "dali":
+            return DaliLoader(spec, source, sampler, shard.device,
+                              batch_multiplier=getattr(d, "dali_batch_multiplier", 1), **kwargs)
+        return Loader(spec, source, sampler, shard.device, **kwargs)
 
     # model and maths ----------------------------------------------------------------------
     @abstractmethod

@@ -57,6 +57,10 @@ WORKLOADS: dict[str, WorkloadEntry] = {
         WorkloadEntry("unet3d", "mlperf_training.unet3d.workload:UNet3DWorkload", "unet3d",
                       "3D U-Net segmentation of kidneys and tumours in KiTS19 CT volumes; sliding-window mean Dice",
                       "mlperf_training.unet3d.dataset", required_runs=40, suite="training", ruleset="4.0.0"),
+        # training 4.0.0: the newest training ruleset of the installed mlperf-logging that lists resnet
+        WorkloadEntry("resnet", "mlperf_training.resnet.workload:ResNetWorkload", "resnet",
+                      "ResNet-50 v1.5 image classification on ImageNet JPEG folders; top-1; LARS; Pillow or DALI loaders",
+                      "mlperf_training.resnet.dataset", required_runs=5, suite="training", ruleset="4.0.0"),
     )
 }
 ALIASES = {"opencatalyst": "oc20", "oc": "oc20"}

@@ -77,3 +77,22 @@ def test_async_eval_benchmark_compares_inline_with_evaluation_ranks() -> None:
     assert any(ln.startswith("  round 1 eval ") and "success" in ln for ln in lines)
     assert any(ln.startswith("ratio inline / eval-ranks (same training ranks) = ") for ln in lines)
     assert lines[-1].startswith("# done in ") and "of --budget-s 60" in lines[-1]
+
+
+def test_resnet_loader_benchmark_prints_every_loader_and_its_ratio(tmp_path: Path) -> None:
+    from mlperf_training.resnet.synth import write_dataset
+
+    write_dataset(tmp_path / "data", classes=10, train_per_class=4, val_per_class=1, size=40, progress=False)
+    out = tmp_path / "rl.json"
+    proc = bench(["benchmarks/resnet_loader.py", "--data", str(tmp_path / "data"), "--batch", "8", "--steps", "1",
+                  "--rounds", "1", "--multiplier", "2", "--budget-s", "60", "--json", str(out)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("# ") and "flags" in lines[0]
+    assert any(ln.startswith("step rate (best round") for ln in lines)
+    res = json.loads(out.read_text())
+    rows = [k for k in res["results"] if k.startswith("pillow")]
+    assert rows == ["pillow cache=none threads=0", "pillow cache=none threads=2", "pillow cache=host threads=0",
+                    "pillow cache=host threads=2"]
+    assert all(any(ln.strip().startswith(k) and "x" in ln for ln in lines) for k in res["results"])
+    assert lines[-1].startswith("# done in ") and "of --budget-s 60" in lines[-1]

@@ -23,8 +23,9 @@ Which samples a rank caches (its *share*) follows from :class:`~common.data.samp
   filled by the first epoch.
 
 A workload whose collate does not give a tree of tensors with a leading sample dimension (OC20's
-graph batches), and the DALI loader (whose graph consumes the raw samples), cache the validated
-samples themselves in host memory (:class:`SampleCache`) and collate them again; ``device`` is
+graph batches), a split whose batches are randomly augmented from the samples (ResNet's training
+crops: ``DatasetSpec.batch_cacheable(train)`` is false, a cached batch would freeze the augmentation),
+and the DALI loader (whose graph consumes the raw samples), cache the validated samples themselves in host memory (:class:`SampleCache`) and collate them again; ``device`` is
 refused for them. On a CPU device ``device`` means host memory (there is no other memory to use).
 """
 from __future__ import annotations
@@ -397,11 +398,14 @@ def build_cache(mode: str, spec: DatasetSpec, source: SampleSource, sampler: Epo
         return None
     first = owned(source[int(share[0])])
     on_device = mode == "device" and device.type == "cuda"
-    template = None if samples_only else spec.collate([first])
+    augmented = not spec.batch_cacheable(sampler.train)
+    template = None if samples_only or augmented else spec.collate([first])
     if template is None or not batchable(template):
         if mode == "device":
             reason = ("the DALI loader (train.loader = \"dali\") consumes host samples; use train.loader = "
                       "\"torch\" for a device cache" if samples_only else
+                      f"the {spec.layout.name} dataset's training batches are randomly augmented from the "
+                      "samples, which are kept instead" if augmented else
                       f"the {spec.layout.name} dataset's batches are not tensors with a leading sample "
                       f"dimension (its collate gives {type(template).__name__})")
             raise ConfigError(f"config key 'data.cache' = \"device\" is not available for {what}: {reason}; "

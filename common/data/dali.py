@@ -3,7 +3,12 @@ loader does (a corrupt file fails with its name either way) and feed a DALI pipe
 external source; the pipeline runs the workload's transform (on the GPU on clusters, on the CPU
 here). DALI is imported only when this loader is chosen. ``data.cache = "host"`` sits in front of the
 graph: the validated raw samples it consumes are kept in host memory after the first read;
-``"device"`` is refused with this loader (the external source takes host arrays)."""
+``"device"`` is refused with this loader (the external source takes host arrays).
+
+``data.dali_batch_multiplier = k`` (the source documents' *input batch multiplier*, NVIDIA's ResNet at
+small per-GPU batches): the pipeline runs on super-batches of ``k`` consecutive batches of the sampler
+(the same samples in the same order) and each output is cut back into those ``k`` batches (views),
+so DALI's per-batch cost is paid once per ``k`` steps."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -16,7 +21,8 @@ from common.errors import ConfigError
 
 from .loader import Loader
 from .prefetch import prefetch_map
-from .spec import DaliGraph, DatasetSpec
+from .sampler import EpochSampler
+from .spec import DaliGraph, DatasetSpec, SampleSource
 
 
 def dali_available() -> bool:
@@ -44,16 +50,20 @@ class DaliLoader(Loader):
 
     samples_only = True  # data.cache keeps the raw samples the graph consumes (host memory only)
 
-    def __init__(self, spec: DatasetSpec, *args: Any, **kwargs: Any) -> None:
-        graph = spec.dali()
+    def __init__(self, spec: DatasetSpec, source: SampleSource, sampler: EpochSampler, *args: Any,
+                 batch_multiplier: int = 1, **kwargs: Any) -> None:
+        if batch_multiplier < 1:
+            raise ConfigError(f"config key 'data.dali_batch_multiplier': must be >= 1, got {batch_multiplier}")
+        graph = spec.dali_for(sampler.train)
         if graph is None:
             raise ConfigError(f"config key 'train.loader': the {spec.layout.name} dataset has no DALI "
                               "pipeline; use loader = \"torch\"")
         if not dali_available():
             raise ConfigError("config key 'train.loader' = \"dali\" needs NVIDIA DALI (nvidia-dali-cuda120), "
                               "which is not installed; use loader = \"torch\"")
-        super().__init__(spec, *args, **kwargs)
+        super().__init__(spec, source, sampler, *args, **kwargs)
         self.graph: DaliGraph = graph
+        self.multiplier = batch_multiplier
         self._source: Iterator[list[list[np.ndarray]]] = iter(())
         self._error: BaseException | None = None
 
@@ -71,13 +81,13 @@ class DaliLoader(Loader):
 
         g, gpu = self.graph, self.cuda
 
-        @pipeline_def(batch_size=self.sampler.local_batch, num_threads=max(1, self.threads),
+        @pipeline_def(batch_size=self.sampler.local_batch * self.multiplier, num_threads=max(1, self.threads),
                       prefetch_queue_depth=max(1, self.prefetch),
                       device_id=(self.device.index or 0) if gpu else None, exec_dynamic=True)
         def pipe():  # noqa: ANN202
             inputs = fn.external_source(source=self._next, num_outputs=len(g.layouts()), batch=True,
                                         layout=g.layouts(), dtype=g.dtypes())
-            if gpu:
+            if gpu and not getattr(g, "host_inputs", False):
                 inputs = [x.gpu() for x in inputs]
             return tuple(g.graph(list(inputs), "gpu" if gpu else "cpu"))
 
@@ -87,7 +97,12 @@ class DaliLoader(Loader):
 
     def __iter__(self) -> Iterator[Any]:
         raw = lambda idx: self.graph.inputs([self.source[int(i)] for i in idx])  # noqa: E731
-        self._source = prefetch_map(raw, self.sampler.batches(), self.threads, self.prefetch)
+        batches = self.sampler.batches()
+        k = self.multiplier
+        groups = [batches[i:i + k] for i in range(0, len(batches), k)]  # the super-batches' parts
+        supers = [np.concatenate(g) for g in groups] if k > 1 else batches
+        self._source = prefetch_map(raw, supers, self.threads, self.prefetch)
+        parts = iter(groups)
         self._error = None
         pipe = self._pipeline()
         try:
@@ -100,6 +115,22 @@ class DaliLoader(Loader):
                     if self._error is not None:
                         raise self._error from None
                     raise
-                yield self.graph.to_batch([tensor_to_torch(o, self.device) for o in outs])
+                whole = self.graph.to_batch([tensor_to_torch(o, self.device) for o in outs])
+                if k == 1:
+                    yield whole
+                    continue
+                yield from zip_batches(whole, [len(b) for b in next(parts)])
         finally:
             del pipe
+
+
+def zip_batches(batch: Any, sizes: list[int]) -> Iterator[Any]:
+    """A super-batch cut along dim 0 into batches of ``sizes`` (views; tuples/lists/dicts of tensors)."""
+    from common.data.cache import rebuild, tensor_leaves
+
+    leaves = tensor_leaves(batch)
+    if leaves is None:
+        raise TypeError("data.dali_batch_multiplier > 1 needs batches that are trees of tensors")
+    parts = [torch.split(t, sizes) for t in leaves]
+    for j in range(len(sizes)):
+        yield rebuild(batch, [p[j] for p in parts])

@@ -51,7 +51,9 @@ class FileSamples:
 
 
 class DaliGraph(Protocol):
-    """A workload's batch transform as a DALI graph (see :mod:`common.data.dali`)."""
+    """A workload's batch transform as a DALI graph (see :mod:`common.data.dali`). A graph with a
+    true ``host_inputs`` attribute gets its inputs on the host on a GPU run too and moves them
+    itself (encoded images for DALI's "mixed" GPU decoder)."""
 
     def inputs(self, samples: Sequence[Any]) -> list[list[np.ndarray]]:
         """Per external-source output, one array per sample (raw, as read and validated)."""
@@ -94,6 +96,11 @@ class DatasetSpec(ABC):
         straight into its slot of the batch instead (no collate copy)."""
         return self.collate([source[int(i)] for i in indices])
 
+    def batch_cacheable(self, train: bool) -> bool:
+        """False where ``read_batch`` draws random augmentation for the split (``train``): a cached
+        batch would freeze it, so ``data.cache`` keeps the validated samples and augments them again."""
+        return True
+
     def transform(self, batch: Any) -> Any:
         """Batch transform in torch ops (e.g. ``log1p``, a layout change). It runs in the reader
         thread when training on the CPU and on the device after the copy on a GPU, so the storage
@@ -103,3 +110,8 @@ class DatasetSpec(ABC):
     def dali(self) -> DaliGraph | None:
         """The DALI form of :meth:`transform` (``train.loader = "dali"``); None: not offered."""
         return None
+
+    def dali_for(self, train: bool) -> DaliGraph | None:
+        """The graph of the training or the evaluation loader (one whose training augmentation is
+        random gives two); default: :meth:`dali` for both."""
+        return self.dali()

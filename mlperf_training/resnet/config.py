@@ -1,0 +1,60 @@
+"""ResNet-50 config: the shared run sections plus ``data`` (image sizes, decoded cache) and ``model``."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from common.errors import ConfigError
+from common.runconfig import DataConfig, RunConfig
+
+
+@dataclass
+class ResNetDataConfig(DataConfig):
+    """``root`` holds ``train/<wnid>/*.JPEG`` and ``val/<wnid>/*.JPEG``. ``data.cache = "host"`` keeps
+    the decoded training images (before augmentation: every epoch still draws new crops) and the
+    evaluation crops, so epochs after the first skip the JPEG decode."""
+
+    image_size: int = 224  # the crop the model sees (training and evaluation)
+    eval_resize: int = 256  # evaluation: the shorter side before the centre crop (the reference: 256 for 224)
+    # training images: the shorter side bounded to this at decode time (libjpeg's reduced-scale decode,
+    # then a resize); 0 keeps the full resolution. Makes the decoded cache smaller and the decode cheaper,
+    # at the price of detail in small crops (a crop of area 8% is upsampled from fewer pixels)
+    decode_short_side: int = 0
+
+    def validate(self) -> None:
+        super().validate()
+        if self.image_size < 8 or self.eval_resize < self.image_size:
+            raise ConfigError(f"config keys 'data.image_size' >= 8 and 'data.eval_resize' >= data.image_size, got "
+                              f"{self.image_size} and {self.eval_resize}")
+        if self.decode_short_side and self.decode_short_side < self.image_size:
+            raise ConfigError(f"config key 'data.decode_short_side': 0 (full resolution) or >= data.image_size "
+                              f"{self.image_size}, got {self.decode_short_side}")
+
+
+@dataclass
+class ResNetModelConfig:
+    """ResNet v1.5 bottleneck stages (defaults: ResNet-50 on ImageNet-1k)."""
+
+    depths: tuple[int, ...] = (3, 4, 6, 3)
+    width: int = 64
+    num_classes: int = 1000  # must equal the dataset's class folders
+    zero_init_residual: bool = True
+
+    def validate(self) -> None:
+        if not self.depths or min(self.depths) < 1 or self.width < 1 or self.num_classes < 2:
+            raise ConfigError(f"config keys 'model.depths' (each >= 1), 'model.width' >= 1, 'model.num_classes' >= 2; "
+                              f"got {list(self.depths)}, {self.width}, {self.num_classes}")
+
+
+@dataclass
+class ResNetConfig(RunConfig):
+    data: ResNetDataConfig = field(default_factory=ResNetDataConfig)
+    model: ResNetModelConfig = field(default_factory=ResNetModelConfig)
+
+    def validate(self) -> None:
+        o = self.optim
+        if o.name not in ("lars", "sgd"):
+            raise ConfigError(f"config key 'optim.name': resnet trains with 'lars' or 'sgd' (the ruleset's "
+                              f"opt_name values), got {o.name!r}")
+        if o.schedule != "poly" or not o.poly_from_warmup:
+            raise ConfigError("config keys 'optim.schedule' = \"poly\" and 'optim.poly_from_warmup' = true: resnet "
+                              "logs the polynomial decay after a linear warmup")

@@ -1,0 +1,142 @@
+"""ResNet-50 v1.5 on the harness (training suite, ruleset training 4.0.0): ImageNet data, model,
+label-smoothed loss, top-1 accuracy, MLPerf keys.
+
+Data: :mod:`.dataset` (Pillow reader threads, or ``train.loader = "dali"``; ``data.cache = "host"``
+keeps decoded images). Loss: cross entropy with label smoothing 0.1, summed over the rank's samples
+(the harness divides by the instance's count). ``eval_accuracy`` is top-1 over the whole validation
+set: (correct, count) summed over batches and ranks. The optimizer is LARS on the flat buffer (or SGD)
+with BatchNorm parameters and biases exempt from weight decay and the trust ratio
+(:meth:`no_weight_decay`), on the poly-with-warmup schedule; :mod:`.hparams` gives the ``lars_*`` /
+``sgd_*`` keys the closed rules require.
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from common.errors import ConfigError
+from common.workload import Workload
+
+from .config import ResNetConfig
+from .dataset import Batch, ImageNetData
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+    from torch import nn
+
+    from common.data.spec import SampleSource
+
+
+class ResNetWorkload(Workload[ResNetConfig]):
+    name: ClassVar[str] = "resnet"
+    benchmark: ClassVar[str] = "resnet"
+    suite: ClassVar[str] = "training"
+    ruleset: ClassVar[str] = "4.0.0"
+    config_cls = ResNetConfig
+    metric_key: ClassVar[str] = "eval_accuracy"  # top-1, as the reference logs it
+    higher_is_better: ClassVar[bool] = True
+
+    def __init__(self, cfg: ResNetConfig) -> None:
+        super().__init__(cfg)
+        d, t = cfg.data, cfg.train
+        # DALI decodes the JPEGs itself unless the decoded cache is on (then it is fed decoded images)
+        self._spec = ImageNetData(d.image_size, d.eval_resize, d.decode_short_side, t.seed,
+                                  encoded_for_dali=t.loader == "dali" and d.cache == "none",
+                                  channels_last=t.channels_last is True)
+
+    def dataset(self) -> ImageNetData:
+        return self._spec
+
+    def source(self, split: str) -> "SampleSource":
+        """The split's images; the class folders must number ``model.num_classes``."""
+        src = super().source(split)
+        classes = len(src.images.wnids)  # type: ignore[attr-defined]
+        if classes != self.cfg.model.num_classes:
+            raise ConfigError(f"config key 'model.num_classes' = {self.cfg.model.num_classes}, but "
+                              f"{self.data_root() / split} holds {classes} class folders")
+        return src
+
+    # model ----------------------------------------------------------------------------------
+    def model_config(self) -> Any:
+        from .model import ModelConfig
+
+        m = self.cfg.model
+        return ModelConfig(depths=tuple(m.depths), width=m.width, num_classes=m.num_classes,
+                           zero_init_residual=m.zero_init_residual)
+
+    def build_model(self) -> "nn.Module":
+        from .model import ResNet
+
+        return ResNet(self.model_config())
+
+    def no_weight_decay(self, name: str) -> bool:
+        from .model import no_weight_decay
+
+        return no_weight_decay(name)
+
+    def forward(self, model: "nn.Module", batch: Batch) -> "torch.Tensor":
+        return model(batch[0])
+
+    def loss(self, outputs: "torch.Tensor", batch: Batch) -> "torch.Tensor":
+        """Label-smoothed (0.1) cross entropy, summed over the batch."""
+        from .loss import smoothed_cross_entropy_sum
+
+        return smoothed_cross_entropy_sum(outputs, batch[1])
+
+    def loss_count(self, batch: Batch) -> "torch.Tensor":
+        import torch
+
+        return torch.full((), float(batch[1].numel()), dtype=torch.float32, device=batch[1].device)
+
+    # evaluation -----------------------------------------------------------------------------
+    def eval_sums(self, outputs: "torch.Tensor", batch: Batch) -> Mapping[str, "torch.Tensor"]:
+        import torch
+
+        from .loss import top1_correct
+
+        labels = batch[1].to(outputs.device)
+        return {"correct": top1_correct(outputs, labels),
+                "count": torch.full((), float(labels.numel()), dtype=torch.float32, device=outputs.device)}
+
+    def metric(self, sums: Mapping[str, float]) -> float:
+        return float(sums["correct"]) / max(float(sums["count"]), 1.0)
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """``opt_name`` and the ``lars_*``/``sgd_*`` keys of closed_resnet_<opt>.yaml (:mod:`.hparams`)."""
+        import torch.distributed as dist
+
+        from .hparams import optimizer_keys
+
+        steps = self.sizes.steps_per_epoch if self.sizes is not None else 1
+        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        bn_span = self.cfg.train.global_batch_size // world * self.cfg.train.bn_group_size
+        return optimizer_keys(self.cfg.optim, steps, self.cfg.train.max_epochs, bn_span)
+
+    # synthetic data -------------------------------------------------------------------------
+    @classmethod
+    def add_datagen_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--classes", type=int, default=10, help="class folders (ImageNet: 1000); "
+                            "the model's model.num_classes must match")
+        parser.add_argument("--train-per-class", type=int, default=300, help="training images per class")
+        parser.add_argument("--val-per-class", type=int, default=50, help="validation images per class (ImageNet: 50)")
+        parser.add_argument("--size", type=int, default=48,
+                            help="nominal image side in pixels; each image's sides are drawn from 0.75x to 1.5x it")
+        parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    @classmethod
+    def embedded_datagen_args(cls) -> list[str]:
+        """The dataset the ``mini`` preset is tuned on (see configs/mini.toml)."""
+        return ["--classes", "10", "--train-per-class", "300", "--val-per-class", "50", "--size", "48"]
+
+    @classmethod
+    def datagen(cls, args: argparse.Namespace) -> None:
+        from .synth import write_dataset
+
+        if args.classes < 2 or args.train_per_class < 1 or args.val_per_class < 1 or args.size < 8:
+            raise ConfigError(f"--classes >= 2, --train-per-class >= 1, --val-per-class >= 1 and --size >= 8, got "
+                              f"{args.classes}, {args.train_per_class}, {args.val_per_class}, {args.size}")
+        nbytes = write_dataset(args.out, args.classes, args.train_per_class, args.val_per_class, args.size,
+                               seed=args.seed, workers=max(1, args.workers), progress=not args.quiet)
+        print(f"wrote {args.classes} classes x ({args.train_per_class} train + {args.val_per_class} val) JPEG images "
+              f"of about {args.size} px ({nbytes / 2**20:.1f} MiB) to {args.out}")

@@ -1,0 +1,258 @@
+"""ResNet data: the ImageNet folder layout on a tree built with plain Pillow (RGB, grayscale, CMYK,
+PNG), named errors (corrupt, truncated, empty class, missing split, class mismatch), the synthetic
+generator, and the Pillow and DALI loaders (same shapes/normalization/labels, eval paths agree,
+decoded cache on = off for evaluation)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from common.data.dali import DaliLoader, dali_available
+from common.data.loader import Loader
+from common.data.sampler import EpochSampler
+from common.errors import ConfigError, DataError
+from mlperf_training.resnet.dataset import Cropped, Decoded, Encoded, ImageNetData
+from mlperf_training.resnet.synth import write_dataset
+from mlperf_training.resnet.transforms import MEAN, STD, crop_box
+
+CPU = torch.device("cpu")
+needs_dali = pytest.mark.skipif(not dali_available(), reason="NVIDIA DALI is not installed")
+WNIDS = ("n01440764", "n01443537", "n02102040")
+
+
+def _noise(seed: int, h: int, w: int) -> np.ndarray:
+    """Smooth random pixels (JPEG keeps them close) so decoded values can be compared."""
+    rng = np.random.default_rng(seed)
+    small = rng.integers(0, 256, (h // 8 + 1, w // 8 + 1, 3), dtype=np.uint8)
+    return np.asarray(Image.fromarray(small).resize((w, h), Image.Resampling.BILINEAR))
+
+
+def _hand_tree(root: Path) -> None:
+    """The published layout written with Pillow alone: 3 classes per split, one RGB, one grayscale,
+    one CMYK JPEG and (in train) one PNG named .JPEG, as ImageNet holds."""
+    for split, per in (("train", 3), ("val", 2)):
+        for k, wnid in enumerate(WNIDS):
+            d = root / split / wnid
+            d.mkdir(parents=True)
+            for i in range(per):
+                img = Image.fromarray(_noise(k * 10 + i, 40 + 4 * i, 56 - 3 * k))
+                mode = ("RGB", "L", "CMYK")[(k + i) % 3]
+                img.convert(mode).save(d / f"{wnid}_{i}.JPEG", format="JPEG", quality=95)
+    Image.fromarray(_noise(99, 48, 48)).save(root / "train" / WNIDS[1] / f"{WNIDS[1]}_png.JPEG", format="PNG")
+
+
+@pytest.fixture(scope="module")
+def synth_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("imagenet")
+    write_dataset(root, classes=4, train_per_class=12, val_per_class=6, size=48, seed=3, progress=False)
+    return root
+
+
+def _spec(**kw: object) -> ImageNetData:
+    return ImageNetData(32, 37, **kw)  # type: ignore[arg-type]
+
+
+def _loader(spec: ImageNetData, root: Path, train: bool, dali: bool = False, cache: str = "none",
+            threads: int = 2, batch: int = 8, multiplier: int = 1) -> Loader:
+    src = spec.open(root, spec.train_split if train else spec.eval_split)
+    sampler = EpochSampler(len(src), batch, 0, 1, seed=5, train=train)
+    if dali:
+        return DaliLoader(spec, src, sampler, CPU, threads=threads, prefetch=2, cache=cache, batch_multiplier=multiplier)
+    return Loader(spec, src, sampler, CPU, threads=threads, prefetch=2, cache=cache)
+
+
+def _epoch(loader: Loader, epoch: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    loader.set_epoch(epoch)
+    xs, ys = zip(*list(loader))
+    return torch.cat(xs), torch.cat(ys)
+
+
+# the layout ---------------------------------------------------------------------------------------
+def test_reader_on_a_tree_built_with_pillow(tmp_path: Path) -> None:
+    _hand_tree(tmp_path)
+    spec = _spec()
+    train, val = spec.open(tmp_path, "train"), spec.open(tmp_path, "val")
+    assert len(train) == 10 and len(val) == 6
+    assert train.images.wnids == WNIDS  # class index = sorted wnid order
+    assert train.images.labels.tolist() == [0, 0, 0, 1, 1, 1, 1, 2, 2, 2]  # the PNG sorts after _2
+    for i, path in enumerate(train.files):
+        sample = train[i]
+        assert isinstance(sample, Decoded) and sample.label.tolist() == [train.images.labels[i]]
+        want = np.asarray(Image.open(path).convert("RGB"))  # the reference's conversion
+        assert sample.pixels.shape == want.shape and sample.pixels.dtype == np.uint8
+        assert np.array_equal(sample.pixels, want)
+    gray = train[1].pixels  # class 0 image 1 is grayscale: three equal channels
+    assert np.array_equal(gray[..., 0], gray[..., 2])
+    crop = val[0]
+    assert isinstance(crop, Cropped) and crop.pixels.shape == (32, 32, 3)
+    enc = _spec(encoded_for_dali=True).open(tmp_path, "train")[0]
+    assert isinstance(enc, Encoded) and enc.pixels.tobytes() == train.files[0].read_bytes()
+
+
+def _one_class_tree(root: Path) -> Path:
+    for split in ("train", "val"):
+        (root / split / WNIDS[0]).mkdir(parents=True)
+        Image.fromarray(_noise(1, 160, 160)).save(root / split / WNIDS[0] / "a.JPEG", format="JPEG")
+    return root / "train" / WNIDS[0] / "a.JPEG"
+
+
+@pytest.mark.parametrize("encoded", [False, True])
+def test_corrupt_and_truncated_files_are_named(tmp_path: Path, encoded: bool) -> None:
+    good = _one_class_tree(tmp_path)
+    data = good.read_bytes()
+    bad = good.with_name("b.JPEG")
+    spec = _spec(encoded_for_dali=encoded)
+    bad.write_bytes(data[: len(data) * 3 // 4])  # truncated inside the image data
+    with pytest.raises(DataError, match=r"b\.JPEG.*truncated"):
+        spec.open(tmp_path, "train")[1]
+    bad.write_bytes(b"\x00not an image at all" * 20)  # not a JPEG
+    with pytest.raises(DataError, match=r"b\.JPEG.*not a readable JPEG"):
+        spec.open(tmp_path, "train")[1]
+    bad.write_bytes(data)
+    Image.fromarray(_noise(2, 20, 20)).save(bad, format="GIF")  # another format under the name
+    with pytest.raises(DataError, match=r"b\.JPEG.*GIF image; expected JPEG"):
+        spec.open(tmp_path, "train")[1]
+
+
+def test_layout_errors_name_the_folder(tmp_path: Path) -> None:
+    _one_class_tree(tmp_path)
+    spec = _spec()
+    with pytest.raises(DataError, match=r"no_such/train: no such folder"):
+        spec.open(tmp_path / "no_such", "train")
+    (tmp_path / "train" / WNIDS[1]).mkdir()
+    with pytest.raises(DataError, match=rf"train/{WNIDS[1]}: empty class folder"):
+        spec.open(tmp_path, "train")
+    Image.fromarray(_noise(1, 40, 40)).save(tmp_path / "train" / WNIDS[1] / "x.JPEG", format="JPEG")
+    with pytest.raises(DataError, match=rf"val: its classes differ.*missing \['{WNIDS[1]}'\]"):
+        spec.open(tmp_path, "val")
+    (tmp_path / "val" / "cats").mkdir()
+    with pytest.raises(DataError, match=r"WordNet ids.*cats"):
+        spec.open(tmp_path, "val")
+
+
+# the generator ------------------------------------------------------------------------------------
+def test_generator_is_deterministic_and_leaves_only_complete_files(tmp_path: Path, synth_root: Path) -> None:
+    write_dataset(tmp_path / "a", classes=4, train_per_class=12, val_per_class=6, size=48, seed=3, progress=False)
+    write_dataset(tmp_path / "b", classes=4, train_per_class=2, val_per_class=1, size=48, seed=4, progress=False)
+    files = sorted(p.relative_to(synth_root) for p in synth_root.rglob("*") if p.is_file())
+    assert len(files) == 4 * 18 and all(p.suffix == ".JPEG" and not p.name.startswith(".") for p in files)
+    assert all((tmp_path / "a" / p).read_bytes() == (synth_root / p).read_bytes() for p in files)
+    same = files[0]
+    assert (tmp_path / "b" / same).read_bytes() != (synth_root / same).read_bytes()
+    sizes = {Image.open(synth_root / p).size for p in files}
+    assert len(sizes) > 10  # variable image sizes
+    modes = {Image.open(synth_root / p).mode for p in files}
+    assert modes == {"RGB", "L"}  # image 11 of a class is grayscale (CMYK from image 41 on)
+
+
+def test_crop_box_follows_the_reference_ranges() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        left, top, right, bottom = crop_box(120, 80, rng)
+        w, h = right - left, bottom - top
+        assert 0 <= left < right <= 120 and 0 <= top < bottom <= 80
+        assert 0.08 * 9600 * 0.9 <= w * h <= 9600
+    assert crop_box(400, 10, rng)[2] - crop_box(400, 10, rng)[0] <= 14  # the fallback clamps the ratio
+
+
+# the loaders --------------------------------------------------------------------------------------
+def _check_batch(x: torch.Tensor, y: torch.Tensor, n: int, classes: int) -> None:
+    assert x.shape == (n, 3, 32, 32) and x.dtype == torch.float32
+    assert y.shape == (n,) and y.dtype == torch.int64 and 0 <= int(y.min()) and int(y.max()) < classes
+    lo = (0 - np.array(MEAN)) / np.array(STD)
+    hi = (1 - np.array(MEAN)) / np.array(STD)
+    for c in range(3):  # normalized with the ImageNet mean/std: inside the mapped [0, 255] range
+        assert lo[c] - 1e-4 <= float(x[:, c].min()) and float(x[:, c].max()) <= hi[c] + 1e-4
+
+
+@pytest.mark.parametrize("dali", [False, pytest.param(True, marks=needs_dali)])
+def test_loaders_give_the_same_shapes_normalization_and_labels(synth_root: Path, dali: bool) -> None:
+    spec = _spec(encoded_for_dali=dali)
+    x, y = _epoch(_loader(spec, synth_root, train=True, dali=dali))
+    _check_batch(x, y, 48, 4)
+    assert sorted(y.tolist()) == sorted(np.repeat(np.arange(4), 12).tolist())  # every sample once
+    xe, ye = _epoch(_loader(spec, synth_root, train=False, dali=dali))
+    _check_batch(xe, ye, 24, 4)
+    assert ye.tolist() == np.repeat(np.arange(4), 6).tolist()  # evaluation in file order
+
+
+@pytest.mark.parametrize("dali", [False, pytest.param(True, marks=needs_dali)])
+def test_channels_last_batches(synth_root: Path, dali: bool) -> None:
+    spec = _spec(encoded_for_dali=dali, channels_last=True)
+    x, _ = next(iter(_loader(spec, synth_root, train=False, dali=dali)))
+    assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+
+
+@needs_dali
+def test_pillow_and_dali_evaluation_agree(synth_root: Path) -> None:
+    """Same files, same resize + centre crop: only the resamplers' rounding differs (a mean of
+    under one grey level), and the labels are identical."""
+    xp, yp = _epoch(_loader(_spec(), synth_root, train=False))
+    xd, yd = _epoch(_loader(_spec(encoded_for_dali=True), synth_root, train=False, dali=True))
+    assert torch.equal(yp, yd)
+    levels = (xp - xd).abs() * torch.tensor(STD).view(1, 3, 1, 1) * 255  # grey levels
+    assert float(levels.mean()) < 1.0 and float(levels.quantile(0.99)) < 8.0
+
+
+@needs_dali
+def test_dali_input_batch_multiplier_gives_the_same_batches(synth_root: Path) -> None:
+    """Super-batches of 3 batches (the last one partial) cut back: the same evaluation batches, in
+    the same sizes and order, and training batches of the sampler's sizes with every sample once."""
+    spec = _spec(encoded_for_dali=True)
+    one = list(_loader(spec, synth_root, train=False, dali=True, batch=5))
+    three_loader = _loader(spec, synth_root, train=False, dali=True, batch=5, multiplier=3)
+    three = list(three_loader)
+    assert len(three) == len(one) == len(three_loader) == 5  # 24 samples: 5+5+5 | 5+4
+    for (x1, y1), (x3, y3) in zip(one, three):
+        assert torch.equal(y1, y3) and torch.allclose(x1, x3)
+    train = _loader(spec, synth_root, train=True, dali=True, batch=8, multiplier=4)
+    got = list(train)
+    assert [len(y) for _, y in got] == [8] * 6 and sorted(torch.cat([y for _, y in got]).tolist()) == \
+        sorted(np.repeat(np.arange(4), 12).tolist())
+    with pytest.raises(ConfigError, match="dali_batch_multiplier"):
+        _loader(spec, synth_root, train=True, dali=True, multiplier=0)
+
+
+def test_training_augmentation_is_seeded_per_sample_not_per_thread(synth_root: Path) -> None:
+    a = _epoch(_loader(_spec(seed=7), synth_root, train=True, threads=0))
+    b = _epoch(_loader(_spec(seed=7), synth_root, train=True, threads=2))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    loader = _loader(_spec(seed=7), synth_root, train=True)
+    e0, e1 = _epoch(loader, 0), _epoch(loader, 0)  # the same order, new draws: different crops
+    assert torch.equal(e0[1], e1[1]) and not torch.equal(e0[0], e1[0])
+
+
+@pytest.mark.parametrize("dali", [False, pytest.param(True, marks=needs_dali)])
+def test_decoded_cache_equals_no_cache_for_evaluation(synth_root: Path, dali: bool) -> None:
+    plain = _epoch(_loader(_spec(), synth_root, train=False))
+    cached = _loader(_spec(), synth_root, train=False, dali=dali, cache="host")
+    for epoch in range(2):  # the first fills the cache, the second reads only from it
+        x, y = _epoch(cached, epoch)
+        assert torch.equal(y, plain[1]) and torch.allclose(x, plain[0], atol=1e-6)
+
+
+@pytest.mark.parametrize("dali", [False, pytest.param(True, marks=needs_dali)])
+def test_decoded_cache_skips_decoding_after_the_first_epoch(synth_root: Path, dali: bool,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = _spec(decode_short_side=40)
+    loader = _loader(spec, synth_root, train=True, dali=dali, cache="host")
+    calls: list[int] = []
+    source = loader.source.source  # the SampleCache wraps the decoding source
+    real = type(source).__getitem__
+    monkeypatch.setattr(type(source), "__getitem__", lambda self, i: calls.append(i) or real(self, i))
+    x0, y0 = _epoch(loader, 0)
+    first = len(calls)
+    x1, y1 = _epoch(loader, 1)
+    assert first == 48 - 1 and len(calls) == first  # one sample was read when the cache was sized
+    _check_batch(x1, y1, 48, 4)
+    assert sorted(y1.tolist()) == sorted(y0.tolist()) and not torch.equal(x0, x1)  # new crops each epoch
+    assert all(min(s.pixels.shape[:2]) <= 40 for s in loader.source.samples.values())  # bounded decode
+
+
+def test_device_cache_of_augmented_batches_is_refused(synth_root: Path) -> None:
+    with pytest.raises(ConfigError, match=r"data.cache.*randomly augmented"):
+        _loader(_spec(), synth_root, train=True, cache="device")
