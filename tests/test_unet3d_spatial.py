@@ -1,0 +1,78 @@
+"""Spatial parallelism of the 3D U-Net (mlperf_training/unet3d/spatial.py) against the single-rank model.
+
+Under mpiexec with real gloo groups, float64: outputs, input gradients and every parameter gradient
+(summed over the group) equal the single-rank model's on 2 and 4 ranks, first for a small net of every
+layer kind, then for the real UNet3D; the Dice + cross-entropy loss from partial sums equals the
+single-rank one with its gradients; two SGD steps through the harness's TrainStep with spatial groups
+(and data-parallel groups beside them) equal one rank on the whole global batch.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+from torch import nn
+
+from common.errors import ConfigError
+from mlperf_training.unet3d.spatial import SpatialGroup, slab_range, spatial_parallel, take_slab
+from tests.conftest import run_mpi
+
+SCRIPT = "tests/mpi_scripts/unet3d_spatial.py"
+TIGHT = 1e-12  # float64: the sums only change order
+
+
+def _rows(stdout: str, n: int, checks: list[str]) -> dict[str, list[dict]]:
+    rows = [json.loads(m) for m in re.findall(r'\{"rank"[^{}]*\}', stdout)]
+    out = {c: [r for r in rows if r["check"] == c] for c in checks}
+    for c, got in out.items():
+        assert sorted(r["rank"] for r in got) == list(range(n)), (c, stdout)
+    return out
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_spatial_model_and_dice_equal_single_rank_forward_and_backward(ranks: int) -> None:
+    """One launch per rank count: the layer-kinds net, the real UNet3D, then the Dice + CE loss."""
+    checks = ["layers", "unet", "dice"]
+    found = _rows(run_mpi(ranks, [SCRIPT, ",".join(checks)], timeout=120).stdout, ranks, checks)
+    for check in ("layers", "unet"):
+        for row in found[check]:
+            assert row["spatial"] == ranks
+            assert row["halo_convs"] >= 4  # the k3/k5 convolutions were replaced (1x1 and transposed ones stay)
+            assert row["params"] >= 15
+            for key in ("out", "x_grad", "param_grad"):
+                assert row[key] < TIGHT, (check, key, row)
+    for row in found["dice"]:
+        assert row["loss"] < TIGHT and row["grad"] < TIGHT, row
+        assert row["ce_half_of_loss_vs_torch"] < TIGHT, row  # the cross-entropy part is torch's
+
+
+@pytest.mark.parametrize("ranks,spatial", [(2, 2), (4, 2)])
+def test_sgd_steps_with_spatial_groups_equal_one_rank(ranks: int, spatial: int) -> None:
+    """Harness maths: partial gradients summed over the instance, loss_count = S x samples."""
+    for row in _rows(run_mpi(ranks, [SCRIPT, "step", str(spatial)], timeout=120).stdout, ranks, ["step"])["step"]:
+        assert row["spatial"] == spatial
+        assert row["moved"] > 0.1  # the steps changed the weights
+        assert row["params"] < 1e-12, row
+
+
+def test_slabs_must_stay_aligned_with_the_downsampling() -> None:
+    sg = SpatialGroup(None, 4, 1)
+    assert slab_range(64, sg, multiple=8) == (16, 16)
+    with pytest.raises(ConfigError, match="multiple of 4 ranks x 8"):
+        slab_range(48, sg, multiple=8)
+    x = torch.arange(8.0).view(1, 1, 8, 1, 1)
+    assert take_slab(x, SpatialGroup(None, 2, 1)).flatten().tolist() == [4.0, 5.0, 6.0, 7.0]
+
+
+def test_layers_that_would_mix_slabs_are_refused_by_name() -> None:
+    sg = SpatialGroup(None, 2, 0)
+    with pytest.raises(ConfigError, match=r"1 is MaxPool3d"):
+        spatial_parallel(nn.Sequential(nn.Conv3d(1, 1, 3, padding=1), nn.MaxPool3d(2)), sg)
+    with pytest.raises(ConfigError, match="only 'same' convolutions"):
+        spatial_parallel(nn.Sequential(nn.Conv3d(1, 1, 3, padding=0)), sg)
+    with pytest.raises(ConfigError, match="kernel = stride"):
+        spatial_parallel(nn.Sequential(nn.ConvTranspose3d(1, 1, 3, stride=2, padding=1)), sg)
+    plain = nn.Sequential(nn.Conv3d(1, 1, 3, padding=1))
+    assert spatial_parallel(plain, SpatialGroup(None, 1, 0)) is plain  # one rank: nothing to change
