@@ -53,6 +53,10 @@ WORKLOADS: dict[str, WorkloadEntry] = {
         WorkloadEntry("bert", "mlperf_training.bert.workload:BertWorkload", "bert",
                       "BERT-large masked-LM + next-sentence pretraining on packed HDF5 shards; masked-LM accuracy",
                       "mlperf_training.bert.dataset", required_runs=10, suite="training", ruleset="5.0.0"),
+        # training 4.0.0: the newest training ruleset of the installed mlperf-logging that lists unet3d
+        WorkloadEntry("unet3d", "mlperf_training.unet3d.workload:UNet3DWorkload", "unet3d",
+                      "3D U-Net segmentation of kidneys and tumours in KiTS19 CT volumes; sliding-window mean Dice",
+                      "mlperf_training.unet3d.dataset", required_runs=40, suite="training", ruleset="4.0.0"),
     )
 }
 ALIASES = {"opencatalyst": "oc20", "oc": "oc20"}

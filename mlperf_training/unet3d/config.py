@@ -71,3 +71,6 @@ class UNetConfig(RunConfig):
         if self.optim.name != "sgd":
             raise ConfigError(f"config key 'optim.name': unet3d logs opt_momentum and trains with SGD as the "
                               f"reference; got {self.optim.name!r}")
+        if self.optim.schedule not in ("constant", "multistep"):
+            raise ConfigError(f"config key 'optim.schedule': unet3d logs warmup epochs and decay boundaries (the "
+                              f"reference's schedule); use 'constant' or 'multistep', got {self.optim.schedule!r}")

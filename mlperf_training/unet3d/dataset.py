@@ -1,0 +1,126 @@
+"""The unet3d dataset spec: one folder of ``case_XXXXX_{x,y}.npy`` pairs, split by the reference's list.
+
+``open(root, "train")`` gives :class:`TrainCases`, whose item ``i`` is a fresh random training patch
+of case ``i`` (foreground oversampling and flips, :mod:`.patches`) drawn from a stream seeded by
+``(seed, rank, case, how many times this rank read it)``, so a run is reproducible without any
+per-epoch state; ``open(root, "validation")`` gives :class:`EvalCases`, whose items are whole cases.
+A batch is ``(image float32 (B, 1, D, H, W), label uint8 (B, 1, D, H, W))``; evaluation batches hold
+one case (sizes differ). The splits are the files of one folder, as in the reference, so every node
+needs the whole folder (the layout replicates it). Light to import (``hpcbench pack``/``stage`` load
+:data:`LAYOUT`).
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from common.data.layout import FileLayout
+from common.data.spec import DatasetSpec
+from common.errors import DataError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from .format import CasePair
+
+CASE_FILES = ("case_*_x.npy", "case_*_y.npy")
+LAYOUT = FileLayout("unet3d", (), None, replicate=CASE_FILES, describe="KiTS19 preprocessed case files")
+
+Sample = tuple[np.ndarray, np.ndarray]
+Batch = tuple["torch.Tensor", "torch.Tensor"]
+
+
+class TrainCases:
+    """Training cases; item ``i`` is a random (image, label) patch of case ``i`` (validated as read)."""
+
+    def __init__(self, pairs: Sequence["CasePair"], patch: Sequence[int], oversampling: float, flips: bool,
+                 seed: int) -> None:
+        self.pairs, self.patch, self.oversampling, self.flips, self.seed = list(pairs), tuple(patch), oversampling, flips, seed
+        self.stream = 0  # the reading rank (set by the workload): ranks draw different patches
+        self._reads: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def rng(self, i: int) -> np.random.Generator:
+        with self._lock:
+            n = self._reads.get(i, 0)
+            self._reads[i] = n + 1
+        return np.random.default_rng([self.seed, self.stream, i, n])
+
+    def __getitem__(self, i: int) -> Sample:
+        from .format import check_image, check_labels, open_pair
+        from .patches import crop_corner, flip_axes
+
+        pair = self.pairs[i]
+        x, y = open_pair(pair)
+        shape = x.shape[1:]
+        if any(s < p for s, p in zip(shape, self.patch)):
+            raise DataError(f"{pair.image}: volume {tuple(shape)} is smaller than the training patch {self.patch} "
+                            f"(data.patch); the reference pads every case to at least 128 per axis")
+        rng = self.rng(i)
+        whole = None
+        if rng.random() < self.oversampling:
+            whole = np.asarray(y[0])
+            check_labels(whole, pair.label)
+        c = crop_corner(shape, self.patch, rng, whole)
+        box = (slice(None), *(slice(a, a + p) for a, p in zip(c, self.patch)))
+        image, label = np.array(x[box]), np.array(y[box])
+        check_image(image, pair.image)
+        check_labels(label, pair.label)
+        axes = flip_axes(rng) if self.flips else ()
+        if axes:
+            image, label = np.flip(image, axes).copy(), np.flip(label, axes).copy()
+        return image, label
+
+    def costs(self) -> np.ndarray:
+        return np.ones(len(self.pairs))
+
+
+class EvalCases:
+    """Validation cases; item ``i`` is the whole case ``i`` (every check done)."""
+
+    def __init__(self, pairs: Sequence["CasePair"]) -> None:
+        self.pairs = list(pairs)
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, i: int) -> Sample:
+        from .format import read_case
+
+        return read_case(self.pairs[i])
+
+    def costs(self) -> np.ndarray:
+        return np.ones(len(self.pairs))
+
+
+class KiTSData(DatasetSpec):
+    layout = LAYOUT
+    partition = "contiguous"
+
+    def __init__(self, patch: Sequence[int], oversampling: float, flips: bool, seed: int) -> None:
+        self.patch, self.oversampling, self.flips, self.seed = tuple(patch), oversampling, flips, seed
+
+    def open(self, root: Path, split: str) -> TrainCases | EvalCases:
+        from .format import list_cases, split_cases
+
+        pairs = split_cases(list_cases(root), split, Path(root))
+        if split == self.train_split:
+            return TrainCases(pairs, self.patch, self.oversampling, self.flips, self.seed)
+        return EvalCases(pairs)
+
+    def collate(self, samples: Sequence[Sample]) -> Batch:
+        import torch
+
+        shapes = {s[0].shape for s in samples}
+        if len(shapes) != 1:
+            raise DataError(f"unet3d: cases of different sizes {sorted(shapes)} in one batch; evaluation batches "
+                            f"hold one case each")
+        return (torch.from_numpy(np.stack([s[0] for s in samples])),
+                torch.from_numpy(np.stack([s[1] for s in samples])))

@@ -1,0 +1,194 @@
+"""3D U-Net on the harness (training suite, ruleset training 4.0.0): KiTS19 cases, the reference
+model, Dice + cross-entropy, sliding-window evaluation, the MLPerf keys of closed_unet3d.yaml.
+
+Training batches are random patches (``data.patch``, foreground oversampling ``data.oversampling``)
+of the training cases, one per case per epoch as the reference's loader gives them; evaluation runs
+on whole validation cases, one per batch, with overlapping Gaussian-weighted windows
+(``data.roi``, ``data.overlap``; :mod:`.inference`). ``eval_accuracy`` is the mean over cases of
+the kidney and tumour Dice averaged (the reference's ``mean_dice``), from additive per-case sums.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from common.errors import ConfigError
+from common.workload import DataShard, EpochLoader, Workload
+
+from .config import UNetConfig
+from .dataset import Batch, KiTSData
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+    from torch import nn
+
+
+class UNet3DWorkload(Workload[UNetConfig]):
+    name: ClassVar[str] = "unet3d"
+    benchmark: ClassVar[str] = "unet3d"
+    suite: ClassVar[str] = "training"
+    ruleset: ClassVar[str] = "4.0.0"
+    config_cls = UNetConfig
+    metric_key: ClassVar[str] = "eval_accuracy"  # mean Dice over kidney and tumour, as the reference logs it
+    higher_is_better: ClassVar[bool] = True
+
+    def __init__(self, cfg: UNetConfig) -> None:
+        super().__init__(cfg)
+        d = cfg.data
+        self._spec = KiTSData(d.patch, d.oversampling, d.flips, cfg.train.seed)
+
+    def dataset(self) -> KiTSData:
+        return self._spec
+
+    def train_loader(self, shard: DataShard) -> EpochLoader:
+        self.source(self._spec.train_split).stream = shard.rank  # type: ignore[attr-defined]
+        return super().train_loader(shard)
+
+    def eval_loader(self, shard: DataShard) -> EpochLoader:
+        """One whole case per batch (cases differ in size), every case once over the ranks."""
+        return super().eval_loader(dataclasses.replace(shard, local_batch_size=1))
+
+    # model ----------------------------------------------------------------------------------
+    def build_model(self) -> "nn.Module":
+        from .model import UNet3D
+
+        return UNet3D(self.cfg.model)
+
+    def forward(self, model: "nn.Module", batch: Batch) -> Any:
+        """Training: logits of the patches. Evaluation (``model.eval()``): the sliding-window logits of
+        the batch's one case and its label, both trimmed as the reference trims them."""
+        image = batch[0]
+        if model.training:
+            return model(image)
+        from .inference import sliding_window
+
+        d = self.cfg.data
+        return sliding_window(model, image, batch[1], d.roi, d.overlap, d.padding_value, self.cfg.model.n_class)
+
+    def loss(self, outputs: "torch.Tensor", batch: Batch) -> "torch.Tensor":
+        """Sum over the batch's patches of the reference's Dice + cross-entropy loss of each."""
+        from .loss import dice_ce_per_sample
+
+        return dice_ce_per_sample(outputs, batch[1]).sum()
+
+    def loss_count(self, batch: Batch) -> "torch.Tensor":
+        import torch
+
+        return torch.full((), float(batch[1].shape[0]), dtype=torch.float32, device=batch[1].device)
+
+    # evaluation -----------------------------------------------------------------------------
+    def eval_sums(self, outputs: Any, batch: Batch) -> Mapping[str, "torch.Tensor"]:
+        import torch
+
+        from .loss import dice_score
+
+        logits, label = outputs
+        scores = dice_score(logits, label)  # (cases, 2): kidney, tumour
+        return {"dice_kidney": scores[:, 0].sum(), "dice_tumour": scores[:, 1].sum(),
+                "cases": torch.tensor(float(scores.shape[0]), device=scores.device)}
+
+    def metric(self, sums: Mapping[str, float]) -> float:
+        cases = sums.get("cases", 0.0)
+        if cases <= 0:
+            return 0.0
+        return (sums["dice_kidney"] + sums["dice_tumour"]) / (2.0 * cases)
+
+    def batch_size(self, batch: Any) -> int:
+        return int(batch[0].shape[0])
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The keys training 4.0.0's closed_unet3d.yaml requires (SGD; warmup and decay in epochs)."""
+        o, d = self.cfg.optim, self.cfg.data
+        steps = self.sizes.steps_per_epoch if self.sizes is not None else 0
+        warmup = o.warmup if o.unit == "epochs" else (o.warmup / steps if steps else 0.0)
+        milestones = list(o.milestones) if o.schedule == "multistep" else []
+        if o.unit == "steps":
+            milestones = [m / steps for m in milestones] if steps else []
+        return {
+            "opt_name": "sgd",
+            "opt_base_learning_rate": o.lr,
+            "opt_momentum": o.momentum,
+            "opt_weight_decay": o.weight_decay,
+            "opt_learning_rate_warmup_epochs": int(round(warmup)),
+            "opt_learning_rate_decay_boundary_epochs": [int(round(m)) for m in milestones],
+            "opt_learning_rate_decay_factor": o.decay_factor if o.schedule == "multistep" else 1.0,
+            "oversampling": d.oversampling,
+            "training_input_shape": list(d.patch),
+            "validation_input_shape": list(d.roi),
+            "validation_overlap": d.overlap,
+        }
+
+    # synthetic data -------------------------------------------------------------------------
+    @classmethod
+    def add_datagen_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--cases", type=int, default=210, help="cases in all (KiTS19: 210)")
+        parser.add_argument("--eval-cases", type=int, default=0,
+                            help="of which validation cases, the first ids of the reference's evaluation list "
+                                 "(0: 42 with 210 cases, else a fifth)")
+        parser.add_argument("--min-shape", default="128,128,128", help="smallest D,H,W of a case (reference: >= 128)")
+        parser.add_argument("--max-shape", default="256,224,224", help="largest D,H,W of a case")
+        parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    @classmethod
+    def embedded_datagen_args(cls) -> list[str]:
+        """The dataset the ``mini`` preset is tuned on (see configs/mini.toml)."""
+        return ["--cases", "40", "--eval-cases", "8", "--min-shape", "32,32,32", "--max-shape", "48,48,48"]
+
+    @classmethod
+    def datagen(cls, args: argparse.Namespace) -> None:
+        from functools import partial
+
+        from common.data.datagen import FileJob, generate
+
+        from .format import image_name
+        from .synth import ShapeRange, case_ids
+
+        low, high = parse_shape(args.min_shape, "--min-shape"), parse_shape(args.max_shape, "--max-shape")
+        if any(lo > hi for lo, hi in zip(low, high)):
+            raise ConfigError(f"--min-shape {args.min_shape} must not exceed --max-shape {args.max_shape}")
+        eval_cases = args.eval_cases or (42 if args.cases == 210 else max(1, round(args.cases / 5)))
+        try:
+            ids = case_ids(args.cases, eval_cases)
+        except ValueError as exc:
+            raise ConfigError(f"--cases/--eval-cases: {exc}") from None
+        jobs = [FileJob("", image_name(c), (c,)) for c in ids]
+        shapes = ShapeRange(low, high)
+        generate(args.out, jobs, partial(write_case_job, args.seed, shapes), verify_case_job,
+                 workers=max(1, args.workers), progress=not args.quiet, desc="unet3d datagen")
+        print(f"wrote {len(ids)} synthetic KiTS19 cases ({eval_cases} validation, {len(ids) - eval_cases} training) "
+              f"of D,H,W in {low}..{high} to {args.out}")
+
+
+def parse_shape(text: str, option: str) -> tuple[int, int, int]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 3 or min(values) < 1:
+        raise ConfigError(f"{option}: expected three sizes D,H,W >= 1, got {text!r}")
+    return values  # type: ignore[return-value]
+
+
+def write_case_job(seed: int, shapes: Any, job: Any, tmp: Any) -> None:
+    """Make one case; its label file is written (verified, renamed) first, its image to the driver's ``tmp``."""
+    import numpy as np
+
+    from .format import label_name, write_array
+    from .synth import make_case
+
+    case = job.indices[0]
+    image, label = make_case(seed, case, shapes)
+    write_array(tmp.parent / label_name(case), label)
+    with open(tmp, "wb") as fh:
+        np.lib.format.write_array(fh, np.ascontiguousarray(image, dtype=np.float32), allow_pickle=False)
+
+
+def verify_case_job(tmp: Any, job: Any) -> None:
+    import numpy as np
+
+    from .format import label_name, read_header, verify_array
+
+    shape = read_header(tmp.parent / label_name(job.indices[0]), np.dtype("u1"))
+    verify_array(tmp, shape, np.dtype("<f4"))
