@@ -142,9 +142,11 @@ class Trainer:
 
     def setup(self) -> None:
         cfg, tc = self.cfg, self.cfg.train
-        if tc.global_batch_size % self.world:
+        # ranks that share samples (spatial parallelism) count once here: the batch splits over the others
+        self.dp_world = self.workload.data_parallel_shard(self.rank, self.world)[1]
+        if tc.global_batch_size % self.dp_world:
             raise ConfigError(f"config key 'train.global_batch_size': {tc.global_batch_size} does not split over "
-                              f"the instance's {self.world} ranks; use a multiple of {self.world}")
+                              f"the instance's {self.dp_world} data-parallel ranks; use a multiple of {self.dp_world}")
         self.seed = tc.seed + self.env.layout.instance
         torch.manual_seed(self.seed)
         model = self.workload.build_model()
@@ -223,7 +225,7 @@ class Trainer:
         if spec is None:
             return (0.0, 0.0)  # nothing to measure on: the default layout is kept (gain 0)
         source = self.workload.source(spec.train_split)
-        n = max(1, min(len(source), self.cfg.train.global_batch_size // self.world))
+        n = max(1, min(len(source), self.cfg.train.global_batch_size // self.dp_world))
         batch = prepare_batch(spec.transform(spec.read_batch(source, range(n))), self.device, False)
         wl = self.workload
         loss = autocast_loss(lambda m, b: wl.loss(wl.forward(m, b), b), precision, self.device)
@@ -236,8 +238,9 @@ class Trainer:
         if spec is not None and spec.layout.whole_on_every_node:
             node_local = False  # every node was given the whole dataset: the instance's ranks split it once
         group = reader_group(self.env, node_local)
-        shard = DataShard(rank=group.rank, size=group.size, seed=self.seed,
-                          local_batch_size=self.cfg.train.global_batch_size // self.world, device=self.device,
+        dp_rank, dp_size = self.workload.data_parallel_shard(group.rank, group.size)
+        shard = DataShard(rank=dp_rank, size=dp_size, seed=self.seed,
+                          local_batch_size=self.cfg.train.global_batch_size // self.dp_world, device=self.device,
                           host_ranks=self.env.layout.host_local_size)
 
         def build() -> tuple[Any, Any, tuple[int, int]]:
@@ -361,7 +364,7 @@ class Trainer:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0 - eval_seconds
-        samples = int(self.env.instance_comm.allreduce(local_samples))
+        samples = int(self.env.instance_comm.allreduce(local_samples)) * self.dp_world // self.world  # shared ones once
         self.log.end("epoch_stop", metadata={"epoch_num": cad.epoch_marker(epoch, self.global_step)})
         self.log.event("tracked_stats", {"throughput": samples / seconds, "train_loss": mean_loss},
                        metadata={"step": epoch})

@@ -168,6 +168,7 @@ class _Geometry:
     s: int  # stride along the axis
     lo: int  # halo rows from the previous slab
     hi: int  # halo rows from the next slab
+    overlap: bool = True  # False: wait for the halos before computing (benchmarks/unet3d_spatial.py's baseline)
 
     def conv(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
         return F.conv3d(x, w, b, self.stride, self.padding, self.dilation, self.groups)
@@ -202,6 +203,8 @@ class _HaloConvFn(torch.autograd.Function):
             halo.send(x.narrow(ax, d - g.lo, g.lo), to_next=True, tag=1)  # my last rows: the next slab's lower halo
             below = halo.recv(x, g.lo, from_next=False, tag=1)
             above = halo.recv(x, g.hi, from_next=True, tag=0)
+            if not g.overlap:
+                halo.wait()
             # interior: output rows whose whole receptive field lies in this slab, while the halos travel
             first = -(-g.lo // g.s)  # first such output row
             start = first * g.s - g.lo  # its first input row in the slab
@@ -241,6 +244,8 @@ class _HaloConvFn(torch.autograd.Function):
             halo.send(g_padded.narrow(ax, g.lo + d, g.hi), to_next=True, tag=3)
             from_next = halo.recv(x, g.lo, from_next=True, tag=2)  # for my last lo rows
             from_prev = halo.recv(x, g.hi, from_next=False, tag=3)  # for my first hi rows
+            if not g.overlap:
+                halo.wait()
         _, g_w, g_b = torch.ops.aten.convolution_backward(grad, padded, weight, bias_sizes, *args,
                                                           [False, ctx.needs_input_grad[1], ctx.has_bias])
         g_x = None
@@ -263,7 +268,7 @@ class HaloConv3d(nn.Module):
     """A Conv3d of a spatial group: the same ``weight``/``bias`` parameters (names and state dicts are
     unchanged), its input and output slabs of one volume along ``sg.axis``."""
 
-    def __init__(self, conv: nn.Conv3d, sg: SpatialGroup) -> None:
+    def __init__(self, conv: nn.Conv3d, sg: SpatialGroup, overlap: bool = True) -> None:
         super().__init__()
         if conv.padding_mode != "zeros" or isinstance(conv.padding, str):
             raise ConfigError(f"spatial parallelism: Conv3d with padding {conv.padding!r} / mode "
@@ -279,7 +284,7 @@ class HaloConv3d(nn.Module):
         padding = list(conv.padding)
         padding[i] = 0
         self.geometry = _Geometry(sg.axis, tuple(conv.stride), tuple(padding), tuple(conv.dilation), conv.groups,
-                                  k, s, p, max(0, k - s - p))
+                                  k, s, p, max(0, k - s - p), overlap)
         self.sg = sg
         self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
 
@@ -293,10 +298,60 @@ class HaloConv3d(nn.Module):
 
 
 # ---- instance norm over the group --------------------------------------------------------------------
+class _GroupInstanceNormFn(torch.autograd.Function):
+    """Instance norm of slabs with whole-volume statistics; saves only the normalized slab (as torch's
+    saves one tensor of the input's size) and differentiates by hand: the backward's two means over
+    the volume are one more all-reduce, started before the weight and bias gradients are summed."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,  # noqa: ANN401
+                sg: SpatialGroup, eps: float) -> torch.Tensor:
+        ctx.in_dtype = x.dtype
+        x = _at_least_fp32(x)
+        dims = tuple(range(2, x.dim()))
+        count = torch.full(x.shape[:2], float(x[0, 0].numel()), dtype=torch.float64, device=x.device)
+        sums = torch.stack((x.sum(dims, dtype=torch.float64), (x * x).sum(dims, dtype=torch.float64), count))
+        if sg.size > 1:
+            dist.all_reduce(sums, group=sg.group)
+        mean = sums[0] / sums[2]
+        var = (sums[1] / sums[2] - mean * mean).clamp(min=0.0)
+        shape = (*x.shape[:2], *([1] * len(dims)))
+        rstd = torch.rsqrt(var + eps).to(x.dtype).view(shape)
+        xhat = (x - mean.to(x.dtype).view(shape)) * rstd
+        y = xhat if weight is None else torch.addcmul(_channel(bias, x), xhat, _channel(weight, x))
+        ctx.save_for_backward(xhat, rstd, weight)
+        ctx.sg, ctx.dims, ctx.count = sg, dims, sums[2]
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # noqa: ANN401
+        xhat, rstd, weight = ctx.saved_tensors
+        dims, grad = ctx.dims, grad.to(xhat.dtype)
+        g_hat = grad if weight is None else grad * _channel(weight, xhat)
+        # d x = rstd * (g_hat - mean(g_hat) - xhat * mean(g_hat * xhat)), the means over the whole volume
+        sums = torch.stack((g_hat.sum(dims, dtype=torch.float64), (g_hat * xhat).sum(dims, dtype=torch.float64)))
+        work = dist.all_reduce(sums, group=ctx.sg.group, async_op=True) if ctx.sg.size > 1 else None
+        g_w = g_b = None
+        if weight is not None:  # this slab's part; the harness sums parameter gradients over the ranks
+            g_w = (grad * xhat).sum((0, *dims)).to(weight.dtype)
+            g_b = grad.sum((0, *dims)).to(weight.dtype)
+        if work is not None:
+            work.wait()
+        means = (sums / ctx.count).to(xhat.dtype)
+        shape = rstd.shape
+        g_x = rstd * (g_hat - means[0].view(shape) - xhat * means[1].view(shape))
+        return g_x.to(ctx.in_dtype), g_w, g_b, None, None
+
+
+def _channel(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A per-channel vector shaped to broadcast over (N, C, D, H, W), in ``like``'s dtype."""
+    return v.to(like.dtype).view(1, -1, *([1] * (like.dim() - 2)))
+
+
 class GroupInstanceNorm3d(nn.Module):
     """InstanceNorm3d whose statistics cover the whole volume: per (sample, channel) ``sum x``, ``sum x^2``
-    and the voxel count, float64, summed over the group in one all-reduce (differentiable: the gradient
-    through the mean and variance is summed over the group too). Runs in fp32 under autocast, as torch's."""
+    and the voxel count, float64, summed over the group in one all-reduce; the gradient through the
+    mean and variance is summed over the group too. Runs in fp32 under autocast, as torch's."""
 
     def __init__(self, norm: nn.InstanceNorm3d, sg: SpatialGroup) -> None:
         super().__init__()
@@ -308,19 +363,7 @@ class GroupInstanceNorm3d(nn.Module):
         self.sg = sg
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = _at_least_fp32(x)
-        dims = tuple(range(2, x.dim()))
-        count = torch.full(x.shape[:2], float(x[0, 0].numel()), dtype=torch.float64, device=x.device)
-        sums = torch.stack((x.sum(dims, dtype=torch.float64), (x * x).sum(dims, dtype=torch.float64), count))
-        total = all_reduce_sum(sums, self.sg)
-        mean = total[0] / total[2]
-        var = (total[1] / total[2] - mean * mean).clamp(min=0.0)
-        shape = (*x.shape[:2], *([1] * len(dims)))
-        scale = torch.rsqrt(var + self.eps).to(x.dtype).view(shape)
-        y = (x - mean.to(x.dtype).view(shape)) * scale
-        if self.weight is not None:
-            y = y * self.weight.view(1, -1, *([1] * len(dims))) + self.bias.view(1, -1, *([1] * len(dims)))
-        return y
+        return _GroupInstanceNormFn.apply(x, self.weight, self.bias, self.sg, self.eps)
 
 
 # ---- the model ---------------------------------------------------------------------------------------------
@@ -329,12 +372,13 @@ _LOCAL = (nn.ReLU, nn.LeakyReLU, nn.GELU, nn.SiLU, nn.Sigmoid, nn.Tanh, nn.Ident
           nn.Sequential, nn.ModuleList, nn.ModuleDict)
 
 
-def spatial_parallel(model: nn.Module, sg: SpatialGroup) -> nn.Module:
+def spatial_parallel(model: nn.Module, sg: SpatialGroup, overlap: bool = True) -> nn.Module:
     """``model`` (a single-device 3D CNN) made to run on slabs of a spatial group, in place: each Conv3d
     with a kernel wider than 1 along the axis becomes a :class:`HaloConv3d`, each InstanceNorm3d a
     :class:`GroupInstanceNorm3d`, on the same parameters. ConvTranspose3d must have kernel = stride and
     no padding along the axis (local). Layers that would mix the slabs otherwise (pooling, BatchNorm,
-    upsampling) are refused by name. Every rank calls it with the same weights (the harness broadcasts)."""
+    upsampling) are refused by name. Every rank calls it with the same weights (the harness broadcasts).
+    ``overlap=False`` waits for each halo before computing (the naive scheme, for comparison)."""
     if sg.size == 1:
         return model
     i = sg.axis - 2
@@ -343,7 +387,7 @@ def spatial_parallel(model: nn.Module, sg: SpatialGroup) -> nn.Module:
             path = f"{name}.{child_name}" if name else child_name
             if isinstance(child, nn.Conv3d):
                 if child.kernel_size[i] > 1 or child.stride[i] > 1 or child.padding[i]:
-                    setattr(module, child_name, HaloConv3d(child, sg))
+                    setattr(module, child_name, HaloConv3d(child, sg, overlap))
             elif isinstance(child, nn.InstanceNorm3d):
                 setattr(module, child_name, GroupInstanceNorm3d(child, sg))
             elif isinstance(child, nn.ConvTranspose3d):
