@@ -4,12 +4,14 @@ Under mpiexec with real gloo groups, float64: outputs, input gradients and every
 (summed over the group) equal the single-rank model's on 2 and 4 ranks, first for a small net of every
 layer kind, then for the real UNet3D; the Dice + cross-entropy loss from partial sums equals the
 single-rank one with its gradients; two SGD steps through the harness's TrainStep with spatial groups
-(and data-parallel groups beside them) equal one rank on the whole global batch.
+(and data-parallel groups beside them) equal one rank on the whole global batch; `hpcbench train unet3d`
+with ``model.spatial_group=2`` on 2 ranks logs the losses and Dice of the 1-rank run.
 """
 from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +19,7 @@ from torch import nn
 
 from common.errors import ConfigError
 from mlperf_training.unet3d.spatial import SpatialGroup, slab_range, spatial_parallel, take_slab
-from tests.conftest import run_mpi
+from tests.conftest import first_events, project_env, result_log, run_cli, run_mpi
 
 SCRIPT = "tests/mpi_scripts/unet3d_spatial.py"
 TIGHT = 1e-12  # float64: the sums only change order
@@ -77,3 +79,55 @@ def test_layers_that_would_mix_slabs_are_refused_by_name() -> None:
         spatial_parallel(nn.Sequential(nn.ConvTranspose3d(1, 1, 3, stride=2, padding=1)), sg)
     plain = nn.Sequential(nn.Conv3d(1, 1, 3, padding=1))
     assert spatial_parallel(plain, SpatialGroup(None, 1, 0)) is plain  # one rank: nothing to change
+
+
+def _log_values(results: Path) -> tuple[list[float], list[float], dict]:
+    """(train_loss per epoch, eval_accuracy per evaluation, first value of each key) of a run's log."""
+    events = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in result_log(results).read_text().splitlines()
+              if ":::MLLOG " in line]
+    losses = [e["value"]["train_loss"] for e in events if e["key"] == "tracked_stats"]
+    accuracy = [e["value"] for e in events if e["key"] == "eval_accuracy"]
+    return losses, accuracy, first_events(result_log(results))
+
+
+@pytest.mark.mpi
+def test_training_with_a_spatial_group_of_two_follows_the_one_rank_run(tmp_path: Path) -> None:
+    """`hpcbench train unet3d` on 2 ranks with model.spatial_group=2 (both ranks read the same patches,
+    each trains a depth slab) logs the same losses and Dice as one rank on the same global batch."""
+    data = tmp_path / "data"
+    proc = run_cli(["datagen", "unet3d", "--out", str(data), "--cases", "10", "--eval-cases", "2",
+                    "--min-shape", "32,32,32", "--max-shape", "40,40,40", "--workers", "1", "--quiet"])
+    assert proc.returncode == 0, proc.stderr
+    sets = ["train.max_epochs=2", "train.eval_every=1", "data.threads=1"]
+    env = project_env(HPCBENCH_TORCH_THREADS="1")
+    runs = {}
+    for ranks, extra in ((2, ["model.spatial_group=2"]), (1, [])):
+        results = tmp_path / f"r{ranks}"
+        args = ["-m", "hpcbench", "train", "unet3d", "--config", "mini", "--data", str(data), "--results",
+                str(results), "--no-progress", "--device", "cpu"]
+        for kv in sets + extra:
+            args += ["--set", kv]
+        proc = run_mpi(ranks, args, timeout=300, env=env, check=False)
+        assert proc.returncode in (0, 4), proc.stdout + proc.stderr  # 4: the target was not reached (2 epochs)
+        runs[ranks] = _log_values(results)
+    (loss2, acc2, keys2), (loss1, acc1, keys1) = runs[2], runs[1]
+    assert len(loss2) == len(loss1) == 2 and len(acc2) == len(acc1) == 2
+    assert loss1[1] < loss1[0]  # it trains
+    assert loss2 == pytest.approx(loss1, rel=1e-4)  # fp32: the sums only change order
+    assert acc2 == pytest.approx(acc1, rel=1e-3, abs=1e-6)
+    assert keys2["train_samples"] == keys1["train_samples"] == 8 and keys2["global_batch_size"] == 4
+    assert keys2["number_of_nodes"] == keys1["number_of_nodes"]
+
+
+def test_spatial_group_config_errors_name_the_key() -> None:
+    from mlperf_training.unet3d.workload import UNet3DWorkload
+
+    with pytest.raises(ConfigError, match="model.spatial_group = 4 the depth must be a multiple of 4 slabs x 8"):
+        UNet3DWorkload.load_config("mini", ["model.spatial_group=4", "data.patch=[48, 32, 32]",
+                                            "data.roi=[32, 32, 32]"])
+    with pytest.raises(ConfigError, match="model.spatial_group"):
+        UNet3DWorkload.load_config("mini", ["model.spatial_group=2", "model.norm=batchnorm"])
+    wl = UNet3DWorkload(UNet3DWorkload.load_config("mini", ["model.spatial_group=2"]))
+    assert wl.data_parallel_shard(3, 4) == (1, 2)
+    with pytest.raises(ConfigError, match="'model.spatial_group': 2 must divide the 3 ranks"):
+        wl.data_parallel_shard(0, 3)

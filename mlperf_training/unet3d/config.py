@@ -44,6 +44,8 @@ class UNetModelConfig:
     n_class: int = 3  # background, kidney, tumour
     norm: str = "instancenorm"  # instancenorm (affine) | batchnorm | none
     activation: str = "relu"  # relu (the reference's default) | leaky_relu (slope 0.01)
+    # ranks that share each volume, each a slab along depth (spatial parallelism, .spatial); 1: off
+    spatial_group: int = 1
 
     def validate(self) -> None:
         if len(self.channels) < 2 or min(self.channels) < 1:
@@ -55,6 +57,11 @@ class UNetModelConfig:
             raise ConfigError(f"config key 'model.norm': expected 'instancenorm', 'batchnorm' or 'none', got {self.norm!r}")
         if self.activation not in ("relu", "leaky_relu"):
             raise ConfigError(f"config key 'model.activation': expected 'relu' or 'leaky_relu', got {self.activation!r}")
+        if self.spatial_group < 1:
+            raise ConfigError(f"config key 'model.spatial_group': ranks per volume, >= 1, got {self.spatial_group}")
+        if self.spatial_group > 1 and self.norm == "batchnorm":
+            raise ConfigError("config key 'model.spatial_group': spatial parallelism needs model.norm = "
+                              "'instancenorm' or 'none' (BatchNorm statistics over slabs are not implemented)")
 
 
 @dataclass
@@ -68,6 +75,11 @@ class UNetConfig(RunConfig):
             if any(s % k for s in shape):
                 raise ConfigError(f"config key 'data.{key}': every size must be a multiple of {k} (the model halves "
                                   f"each axis {len(self.model.channels)} times), got {list(shape)}")
+        s = self.model.spatial_group
+        for key, shape in (("patch", self.data.patch), ("roi", self.data.roi)):
+            if s > 1 and shape[0] % (s * k):
+                raise ConfigError(f"config key 'data.{key}': with model.spatial_group = {s} the depth must be a multiple "
+                                  f"of {s} slabs x {k} (the model's halvings) = {s * k}, got {shape[0]}")
         if self.optim.name != "sgd":
             raise ConfigError(f"config key 'optim.name': unet3d logs opt_momentum and trains with SGD as the "
                               f"reference; got {self.optim.name!r}")
