@@ -11,7 +11,8 @@ data-parallel part, the same at every S):
 
 Per rank: the median step time (barrier to barrier), the bytes autograd saves for backward (the
 activations, counted once per storage by a saved-tensor hook: exact and noise-free) and the growth of
-peak RSS over the steps (``ru_maxrss``: activations plus the step's temporaries and allocator slack).
+peak RSS over the first step (``ru_maxrss``: activations plus the step's temporaries, gradients and
+allocator slack).
 Ratios are against the 1-rank run of the same invocation. Each S runs as its own ``mpiexec -n S`` job
 (this script launches them; ``--worker`` is that job's entry point); ``--budget-s`` bounds the whole run.
 
@@ -24,6 +25,7 @@ is the figure that carries over to one accelerator per rank.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -58,18 +60,24 @@ def worker(args: argparse.Namespace) -> None:
     env = init_distributed(device="cpu")
     world, rank = env.layout.instance_size, env.layout.instance_rank
     cfg = UNetModelConfig(channels=tuple(int(c) for c in args.channels.split(",")))
-    sg = new_spatial_groups(world)
+    depth = new_spatial_groups(world)
     torch.manual_seed(0)
     x = torch.randn(1, 1, args.size, args.size, args.size)
     y = (torch.rand(1, 1, args.size, args.size, args.size) * 3).long()
     multiple = divisor(cfg)
-    xs, ys = take_slab(x, sg, multiple).clone(), take_slab(y, sg, multiple).clone()  # not views of the volume
-    variants = {"overlap": spatial_parallel(UNet3D(cfg), sg, overlap=True)}
-    if world > 1:
-        variants["naive"] = spatial_parallel(UNet3D(cfg), sg, overlap=False)
+    # name -> (model, input slab, label slab, group); slabs cloned so they are not views of the volume
+    variants: dict[str, tuple[Any, Any, Any, Any]] = {}
+    for name, sg, overlap in (("depth", depth, True), ("depth_naive", depth, False),
+                              ("width", dataclasses.replace(depth, axis=4), True)):
+        if world == 1 and name != "depth":
+            continue  # one rank: the plain model, no axis
+        variants[name] = (spatial_parallel(UNet3D(cfg), sg, overlap=overlap),
+                          take_slab(x, sg, multiple).clone(), take_slab(y, sg, multiple).clone(), sg)
     del x, y
 
-    def step(model: torch.nn.Module, measure: dict[str, int] | None = None) -> float:
+    def step(name: str, measure: dict[str, int] | None = None) -> float:
+        model, xs, ys, sg = variants[name]
+        model.zero_grad(set_to_none=True)
         seen: set[int] = set()
 
         def pack(t: torch.Tensor) -> torch.Tensor:
@@ -77,7 +85,7 @@ def worker(args: argparse.Namespace) -> None:
                 key = t.untyped_storage().data_ptr()
                 if key not in seen:
                     seen.add(key)
-                    measure["saved"] += t.untyped_storage().nbytes()
+                    measure[name] = measure.get(name, 0) + t.untyped_storage().nbytes()
             return t
 
         dist.barrier()
@@ -89,8 +97,12 @@ def worker(args: argparse.Namespace) -> None:
         return time.perf_counter() - t0
 
     base_rss = _peak_rss_bytes()
-    saved = {"saved": 0}
-    step(variants["overlap"], saved)  # warm-up, and the activations it saves
+    saved: dict[str, int] = {}
+    step("depth", saved)  # warm-up, and the activations it saves
+    rss_growth = _peak_rss_bytes() - base_rss  # one step's peak, before any other variant ran
+    for name in variants:
+        if name != "depth":
+            step(name, saved)
     times: dict[str, list[float]] = {k: [] for k in variants}
     round_s, deadline = 0.0, time.monotonic() + args.worker_budget_s
     for i in range(args.steps):
@@ -98,15 +110,14 @@ def worker(args: argparse.Namespace) -> None:
         dist.broadcast(stop, 0)  # rank 0's clock decides, so the ranks stop together
         if stop.item():
             break
-        for name, model in variants.items():
-            model.zero_grad(set_to_none=True)
-            times[name].append(step(model))
+        for name in variants:  # interleaved: contention from the rest of the machine hits each alike
+            times[name].append(step(name))
         round_s = sum(t[-1] for t in times.values())
-    row = {"rank": rank, "world": world, "threads": torch.get_num_threads(), "slab": list(xs.shape[2:]),
-           "steps": len(times["overlap"]), "saved_bytes": saved["saved"],
-           "rss_growth_bytes": _peak_rss_bytes() - base_rss,
-           **{f"{k}_s": statistics.median(v) for k, v in times.items()},
-           "round_s": [[round(t, 4) for t in v] for v in times.values()]}
+    row = {"rank": rank, "world": world, "threads": torch.get_num_threads(),
+           "slabs": {k: list(v[1].shape[2:]) for k, v in variants.items()}, "steps": len(times["depth"]),
+           "saved_bytes": saved, "rss_growth_bytes": rss_growth,
+           "step_s": {k: statistics.median(v) for k, v in times.items()},
+           "all_s": {k: [round(t, 4) for t in v] for k, v in times.items()}}
     print("ROW " + json.dumps(row), flush=True)
     env.close()
 
@@ -151,27 +162,28 @@ def main() -> None:
                       key=lambda r: r["rank"])
         results[n] = rows
         for r in rows:
-            naive = f", naive {r['naive_s'] * 1000:.0f} ms" if "naive_s" in r else ""
-            say(f"S={n} rank {r['rank']}: slab {r['slab']}, {r['threads']} thread(s), {r['steps']} steps: "
-                f"step {r['overlap_s'] * 1000:.0f} ms{naive}; saved activations {r['saved_bytes'] / 2**20:.1f} MiB, "
-                f"peak RSS growth {r['rss_growth_bytes'] / 2**20:.1f} MiB")
+            say(f"S={n} rank {r['rank']}: {r['threads']} thread(s), {r['steps']} steps; "
+                + "; ".join(f"{k} slab {r['slabs'][k]}: step {r['step_s'][k] * 1000:.0f} ms, saved activations "
+                            f"{r['saved_bytes'][k] / 2**20:.1f} MiB" for k in r["step_s"])
+                + f"; peak RSS growth (depth, first step) {r['rss_growth_bytes'] / 2**20:.1f} MiB")
     if 1 not in results:
         say("no 1-rank baseline measured: no ratios")
         budget.done()
         return
     base = results[1][0]
-    say(f"ratios vs 1 rank (step {base['overlap_s'] * 1000:.0f} ms, saved {base['saved_bytes'] / 2**20:.1f} MiB, "
-        f"RSS growth {base['rss_growth_bytes'] / 2**20:.1f} MiB):")
+    b_t, b_saved, b_rss = base["step_s"]["depth"], base["saved_bytes"]["depth"], base["rss_growth_bytes"]
+    say(f"ratios vs 1 rank (plain model on the whole volume: step {b_t * 1000:.0f} ms, saved activations "
+        f"{b_saved / 2**20:.1f} MiB, peak RSS growth {b_rss / 2**20:.1f} MiB); the slowest rank of the group counts:")
     for n, rows in results.items():
         if n == 1:
             continue
-        t = max(r["overlap_s"] for r in rows)  # the group moves at its slowest rank
-        naive = max(r["naive_s"] for r in rows)
-        saved = max(r["saved_bytes"] for r in rows)
+        t = {k: max(r["step_s"][k] for r in rows) for k in rows[0]["step_s"]}
+        saved = {k: max(r["saved_bytes"][k] for r in rows) for k in rows[0]["saved_bytes"]}
         rss = max(r["rss_growth_bytes"] for r in rows)
-        say(f"  S={n}: step time {t / base['overlap_s']:.2f}x (ideal {1 / n:.2f}x), overlap/naive "
-            f"{t / naive:.2f}; saved activations per rank {saved / base['saved_bytes']:.3f}x (ideal {1 / n:.3f}x), "
-            f"peak RSS growth per rank {rss / max(1, base['rss_growth_bytes']):.3f}x")
+        say(f"  S={n}: step time depth {t['depth'] / b_t:.2f}x, width {t['width'] / b_t:.2f}x (ideal {1 / n:.2f}x); "
+            f"depth overlapped/naive {t['depth'] / t['depth_naive']:.2f}; saved activations per rank depth "
+            f"{saved['depth'] / b_saved:.3f}x, width {saved['width'] / b_saved:.3f}x (ideal {1 / n:.3f}x); peak RSS "
+            f"growth per rank (depth) {rss / max(1, b_rss):.3f}x")
     budget.done()
 
 

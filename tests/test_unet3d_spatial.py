@@ -131,3 +131,16 @@ def test_spatial_group_config_errors_name_the_key() -> None:
     assert wl.data_parallel_shard(3, 4) == (1, 2)
     with pytest.raises(ConfigError, match="'model.spatial_group': 2 must divide the 3 ranks"):
         wl.data_parallel_shard(0, 3)
+
+
+def test_loss_from_partial_sums_is_the_workloads_loss() -> None:
+    """The spatial path's Dice + CE (sums, then the formula) equals the single-device loss of loss.py."""
+    from mlperf_training.unet3d.loss import dice_ce_per_sample
+    from mlperf_training.unet3d.spatial import dice_ce_from_sums, dice_ce_sums
+
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(3, 3, 8, 8, 8, generator=g)
+    labels = torch.randint(0, 3, (3, 1, 8, 8, 8), generator=g)
+    labels[2] = 0  # a patch without foreground: Dice's smoothing terms decide it
+    ours = dice_ce_from_sums(dice_ce_sums(logits, labels))
+    assert ours == pytest.approx(dice_ce_per_sample(logits, labels).tolist(), rel=1e-5)

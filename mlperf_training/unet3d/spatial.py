@@ -4,14 +4,17 @@ The source documents' scheme (NVIDIA, MLPerf Training v1.0/v1.1): a sample too l
 or too few samples to scale by data parallelism alone, is split across a *spatial group* of ranks.
 
 * **Halo convolution** (:class:`HaloConv3d`): a k x k x k convolution needs ``k // 2`` rows of each
-  neighbour's slab. The rows are posted as non-blocking sends/receives, the *interior* output (rows
-  that need no neighbour) is computed while they travel, then the boundary rows from the received
-  halos. Backward likewise: the input gradient first, its halo rows sent back to the neighbours (they
-  belong to the neighbours' inputs) while the weight gradient is computed, then added on arrival.
+  neighbour's slab. The rows are posted as non-blocking sends/receives and the slab's own convolution,
+  zero-padded where the halos belong, is computed while they travel; the halos' share of the boundary
+  rows is then a small convolution of each halo (followed by zeros) added in place, since the
+  convolution is linear (the source documents' "error term"). Backward: the halos' input gradients
+  first (small), sent back to the neighbours they came from while the slab's input and weight
+  gradients are computed, then added on arrival.
   Stride 2 (the down-sampling convolutions) needs a halo below only (``k - s - pad`` rows above = 0)
   and every slab's depth must be a multiple of the stride so slab boundaries stay aligned.
 * **Instance norm over the group** (:class:`GroupInstanceNorm3d`): per (sample, channel) statistics from
-  the all-reduced partial sums ``sum x``, ``sum x^2``, ``count`` (float64, one all-reduce per layer).
+  the all-reduced partial sums ``sum x``, ``sum x^2``, ``count`` (made from each slab's own mean and
+  variance, combined in float64; one all-reduce per layer, one more in backward).
 * **Dice + cross-entropy from partial sums** (:func:`dice_ce_sums`, :func:`dice_ce_loss`): each rank sums
   intersection, prediction, target and cross-entropy over its voxels; one all-reduce gives every rank
   the whole-volume loss.
@@ -161,7 +164,8 @@ class _Halo:
 class _Geometry:
     axis: int
     stride: tuple[int, ...]
-    padding: tuple[int, ...]  # with 0 along the split axis (the halos are that padding)
+    padding: tuple[int, ...]  # the layer's own: the slab's main convolution pads with zeros where halos go
+    edge_padding: tuple[int, ...]  # the same with 0 along the split axis (halo corrections)
     dilation: tuple[int, ...]
     groups: int
     k: int  # kernel size along the axis
@@ -170,12 +174,38 @@ class _Geometry:
     hi: int  # halo rows from the next slab
     overlap: bool = True  # False: wait for the halos before computing (benchmarks/unet3d_spatial.py's baseline)
 
-    def conv(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-        return F.conv3d(x, w, b, self.stride, self.padding, self.dilation, self.groups)
+    def low_rows(self, n_out: int) -> int:
+        """Output rows at the bottom of the slab that see the lower halo."""
+        return min(-(-self.lo // self.s), n_out)
 
-    def out_rows(self, rows_in: int) -> int:
-        """Output rows of a padding-free (along the axis) convolution over ``rows_in`` input rows."""
-        return max(0, (rows_in - self.k) // self.s + 1)
+    def high_first(self, d: int) -> int:
+        """First output row that sees the upper halo (of a slab of ``d`` rows)."""
+        return max(0, -(-(self.lo + d - self.k + 1) // self.s))
+
+    def low_chunk(self, below: torch.Tensor, n_out: int) -> torch.Tensor:
+        """The lower halo followed by zeros: the input of the low rows' correction."""
+        return _zero_extend(below, (self.low_rows(n_out) - 1) * self.s + self.k - self.lo, self.axis, after=True)
+
+    def high_chunk(self, above: torch.Tensor, d: int, n_out: int) -> torch.Tensor:
+        rows = self.s * (n_out - 1) + self.k - self.s * self.high_first(d)
+        return _zero_extend(above, rows - self.hi, self.axis, after=False)
+
+    def correction(self, chunk: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.conv3d(chunk, w, None, self.stride, self.edge_padding, self.dilation, self.groups)
+
+    def backward(self, grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, bias: bool, main: bool,
+                 mask: list[bool]) -> tuple[Any, Any, Any]:
+        """aten's convolution backward of the main convolution (``main``) or of a correction."""
+        return torch.ops.aten.convolution_backward(
+            grad, x, w, [w.shape[0]] if bias else None, self.stride, self.padding if main else self.edge_padding,
+            self.dilation, False, [0, 0, 0], self.groups, mask)
+
+
+def _zero_extend(t: torch.Tensor, rows: int, axis: int, after: bool) -> torch.Tensor:
+    shape = list(t.shape)
+    shape[axis] = rows
+    zeros = t.new_zeros(shape)
+    return torch.cat((t, zeros) if after else (zeros, t), dim=axis)
 
 
 def _autocast_dtype(x: torch.Tensor) -> torch.dtype | None:
@@ -184,6 +214,10 @@ def _autocast_dtype(x: torch.Tensor) -> torch.dtype | None:
 
 
 class _HaloConvFn(torch.autograd.Function):
+    """The slab's own convolution, zero-padded where the halos belong, runs while the halos travel
+    (it is most of the work); the halos' contribution to the boundary rows is then a small
+    convolution of each halo followed by zeros, added in place (the convolution is linear)."""
+
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,  # noqa: ANN401
                 sg: SpatialGroup, g: _Geometry) -> torch.Tensor:
@@ -198,6 +232,7 @@ class _HaloConvFn(torch.autograd.Function):
                               f"of stride {g.s} and halos {g.lo}/{g.hi}: make the volume's size a multiple of the "
                               f"ranks x the model's down-sampling factor")
         halo = _Halo(sg)
+        use_lo, use_hi = bool(g.lo and sg.has_prev), bool(g.hi and sg.has_next)
         with torch.autocast(x.device.type, enabled=False):
             halo.send(x.narrow(ax, 0, g.hi), to_next=False, tag=0)  # my first rows: the previous slab's upper halo
             halo.send(x.narrow(ax, d - g.lo, g.lo), to_next=True, tag=1)  # my last rows: the next slab's lower halo
@@ -205,23 +240,18 @@ class _HaloConvFn(torch.autograd.Function):
             above = halo.recv(x, g.hi, from_next=True, tag=0)
             if not g.overlap:
                 halo.wait()
-            # interior: output rows whose whole receptive field lies in this slab, while the halos travel
-            first = -(-g.lo // g.s)  # first such output row
-            start = first * g.s - g.lo  # its first input row in the slab
-            n_out = (d + g.lo + g.hi - g.k) // g.s + 1
-            n_in = min(g.out_rows(d - start), n_out - first)
-            inner = g.conv(x.narrow(ax, start, (n_in - 1) * g.s + g.k), weight, bias) if n_in > 0 else None
+            out = F.conv3d(x, weight, bias, g.stride, g.padding, g.dilation, g.groups)  # while the halos travel
             halo.wait()
-            padded = torch.cat((below, x, above), dim=ax)  # padded row j = slab row j - lo
-            n_in = max(n_in, 0)
-            parts = [g.conv(padded.narrow(ax, 0, (first - 1) * g.s + g.k), weight, bias)] if first > 0 else []
-            if inner is not None:
-                parts.append(inner)
-            rest = first + n_in
-            if rest < n_out:
-                parts.append(g.conv(padded.narrow(ax, rest * g.s, (n_out - 1 - rest) * g.s + g.k), weight, bias))
-            out = torch.cat(parts, dim=ax) if len(parts) > 1 else parts[0]
-        ctx.save_for_backward(x, weight, below, above)
+            n_out = out.shape[ax]
+            low = g.low_chunk(below, n_out) if use_lo else None
+            high = g.high_chunk(above, d, n_out) if use_hi else None
+            if low is not None:
+                out.narrow(ax, 0, g.low_rows(n_out)).add_(g.correction(low, weight))
+            if high is not None:
+                first = g.high_first(d)
+                out.narrow(ax, first, n_out - first).add_(g.correction(high, weight))
+        # the halos only (the chunks' zeros are rebuilt in backward): the neighbours' rows are the memory cost
+        ctx.save_for_backward(x, weight, below if use_lo else None, above if use_hi else None)
         ctx.sg, ctx.g, ctx.has_bias = sg, g, bias is not None
         return out
 
@@ -231,27 +261,34 @@ class _HaloConvFn(torch.autograd.Function):
         sg, g = ctx.sg, ctx.g
         ax, d = g.axis, x.shape[g.axis]
         grad = grad.to(x.dtype)
-        padded = torch.cat((below, x, above), dim=ax)
-        bias_sizes = [weight.shape[0]] if ctx.has_bias else None
-        args = (g.stride, g.padding, g.dilation, False, [0, 0, 0], g.groups)
-        need_x = ctx.needs_input_grad[0]
+        n_out = grad.shape[ax]
+        low = None if below is None else g.low_chunk(below, n_out)
+        high = None if above is None else g.high_chunk(above, d, n_out)
+        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        parts = []  # (output rows of a correction, its input chunk)
+        if low is not None:
+            parts.append((grad.narrow(ax, 0, g.low_rows(n_out)), low))
+        if high is not None:
+            first = g.high_first(d)
+            parts.append((grad.narrow(ax, first, n_out - first), high))
         halo = _Halo(sg)
-        g_padded = None
-        if need_x:  # input gradient first: its halo rows go back to the neighbours while the weight's is made
-            g_padded = torch.ops.aten.convolution_backward(grad, padded, weight, bias_sizes, *args,
-                                                           [True, False, False])[0]
-            halo.send(g_padded.narrow(ax, 0, g.lo), to_next=False, tag=2)
-            halo.send(g_padded.narrow(ax, g.lo + d, g.hi), to_next=True, tag=3)
+        if need_x:  # the halos' gradients first (small): they travel back while the main gradients are made
+            if low is not None:
+                g_low = g.backward(parts[0][0], low, weight, False, False, [True, False, False])[0]
+                halo.send(g_low.narrow(ax, 0, g.lo), to_next=False, tag=2)
+            if high is not None:
+                g_high = g.backward(parts[-1][0], high, weight, False, False, [True, False, False])[0]
+                halo.send(g_high.narrow(ax, g_high.shape[ax] - g.hi, g.hi), to_next=True, tag=3)
             from_next = halo.recv(x, g.lo, from_next=True, tag=2)  # for my last lo rows
             from_prev = halo.recv(x, g.hi, from_next=False, tag=3)  # for my first hi rows
             if not g.overlap:
                 halo.wait()
-        _, g_w, g_b = torch.ops.aten.convolution_backward(grad, padded, weight, bias_sizes, *args,
-                                                          [False, ctx.needs_input_grad[1], ctx.has_bias])
-        g_x = None
-        if g_padded is not None:
+        g_x, g_w, g_b = g.backward(grad, x, weight, ctx.has_bias, True, [need_x, need_w, ctx.has_bias])
+        if need_w:
+            for rows, chunk in parts:
+                g_w += g.backward(rows, chunk, weight, False, False, [False, True, False])[1]
+        if need_x:
             halo.wait()
-            g_x = g_padded.narrow(ax, g.lo, d).clone()
             if g.lo and sg.has_next:
                 g_x.narrow(ax, d - g.lo, g.lo).add_(from_next)
             if g.hi and sg.has_prev:
@@ -281,10 +318,10 @@ class HaloConv3d(nn.Module):
                               f"dilation 1) keep slab boundaries aligned")
         self.weight = conv.weight
         self.bias = conv.bias
-        padding = list(conv.padding)
-        padding[i] = 0
-        self.geometry = _Geometry(sg.axis, tuple(conv.stride), tuple(padding), tuple(conv.dilation), conv.groups,
-                                  k, s, p, max(0, k - s - p), overlap)
+        edge = list(conv.padding)
+        edge[i] = 0
+        self.geometry = _Geometry(sg.axis, tuple(conv.stride), tuple(conv.padding), tuple(edge), tuple(conv.dilation),
+                                  conv.groups, k, s, p, max(0, k - s - p), overlap)
         self.sg = sg
         self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
 
@@ -309,8 +346,12 @@ class _GroupInstanceNormFn(torch.autograd.Function):
         ctx.in_dtype = x.dtype
         x = _at_least_fp32(x)
         dims = tuple(range(2, x.dim()))
-        count = torch.full(x.shape[:2], float(x[0, 0].numel()), dtype=torch.float64, device=x.device)
-        sums = torch.stack((x.sum(dims, dtype=torch.float64), (x * x).sum(dims, dtype=torch.float64), count))
+        # the slab's own mean and variance (torch's stable kernel), combined over the group in float64:
+        # n * (var + mean^2) summed is the volume's sum of squares, exact enough after the local pass
+        local_var, local_mean = torch.var_mean(x, dims, correction=0)
+        n = float(x[0, 0].numel())
+        mean64 = local_mean.double()
+        sums = torch.stack((n * mean64, n * (local_var.double() + mean64 * mean64), torch.full_like(mean64, n)))
         if sg.size > 1:
             dist.all_reduce(sums, group=sg.group)
         mean = sums[0] / sums[2]
@@ -329,7 +370,7 @@ class _GroupInstanceNormFn(torch.autograd.Function):
         dims, grad = ctx.dims, grad.to(xhat.dtype)
         g_hat = grad if weight is None else grad * _channel(weight, xhat)
         # d x = rstd * (g_hat - mean(g_hat) - xhat * mean(g_hat * xhat)), the means over the whole volume
-        sums = torch.stack((g_hat.sum(dims, dtype=torch.float64), (g_hat * xhat).sum(dims, dtype=torch.float64)))
+        sums = torch.stack((g_hat.sum(dims), (g_hat * xhat).sum(dims))).double()
         work = dist.all_reduce(sums, group=ctx.sg.group, async_op=True) if ctx.sg.size > 1 else None
         g_w = g_b = None
         if weight is not None:  # this slab's part; the harness sums parameter gradients over the ranks
@@ -350,8 +391,9 @@ def _channel(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 class GroupInstanceNorm3d(nn.Module):
     """InstanceNorm3d whose statistics cover the whole volume: per (sample, channel) ``sum x``, ``sum x^2``
-    and the voxel count, float64, summed over the group in one all-reduce; the gradient through the
-    mean and variance is summed over the group too. Runs in fp32 under autocast, as torch's."""
+    and the voxel count (float64, from the slab's own mean and variance) summed over the group in one
+    all-reduce; the gradient through the mean and variance is summed over the group too. Runs in fp32
+    under autocast, as torch's."""
 
     def __init__(self, norm: nn.InstanceNorm3d, sg: SpatialGroup) -> None:
         super().__init__()
