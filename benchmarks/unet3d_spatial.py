@@ -6,8 +6,10 @@ data-parallel part, the same at every S):
 
 * ``1 rank``: the plain single-device model on the whole volume (the baseline);
 * ``S = 2, 4``: :func:`mlperf_training.unet3d.spatial.spatial_parallel` with each rank a slab of
-  ``size / S`` rows, halos overlapped with the interior convolution; and the same with the halos
-  waited for before computing (``naive``), interleaved step by step with it.
+  ``size / S`` rows along depth, halos overlapped with the slab's convolution (``depth``); the same
+  with the halos waited for before computing (``depth_naive``); and slabs along width (``width``:
+  torch's CPU convolution picks its kernel from N x C x D x H, which a depth split shrinks and a
+  width split does not). The three are interleaved step by step in one job.
 
 Per rank: the median step time (barrier to barrier), the bytes autograd saves for backward (the
 activations, counted once per storage by a saved-tensor hook: exact and noise-free) and the growth of

@@ -35,11 +35,11 @@ def _rows(stdout: str, n: int, checks: list[str]) -> dict[str, list[dict]]:
 
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_spatial_model_and_dice_equal_single_rank_forward_and_backward(ranks: int) -> None:
-    """One launch per rank count: the layer-kinds net (halos overlapped, then waited for), the real UNet3D,
-    then the Dice + CE loss."""
-    checks = ["layers", "naive", "unet", "dice"]
+    """One launch per rank count: the layer-kinds net (halos overlapped, then waited for), the real UNet3D
+    split along depth and along width, then the Dice + CE loss."""
+    checks = ["layers", "naive", "unet", "unet_width", "dice"]
     found = _rows(run_mpi(ranks, [SCRIPT, ",".join(checks)], timeout=120).stdout, ranks, checks)
-    for check in ("layers", "naive", "unet"):
+    for check in ("layers", "naive", "unet", "unet_width"):
         for row in found[check]:
             assert row["spatial"] == ranks
             assert row["halo_convs"] >= 4  # the k3/k5 convolutions were replaced (1x1 and transposed ones stay)

@@ -68,9 +68,11 @@ class UNet3DWorkload(Workload[UNetConfig]):
     def distribute(self, model: "nn.Module", rank: int, world: int) -> "nn.Module":
         if self.cfg.model.spatial_group == 1:
             return model
+        from .config import SPATIAL_AXES
         from .spatial import new_spatial_groups, spatial_parallel
 
-        self._spatial = new_spatial_groups(self.cfg.model.spatial_group)
+        m = self.cfg.model
+        self._spatial = new_spatial_groups(m.spatial_group, axis=2 + SPATIAL_AXES.index(m.spatial_axis))
         return spatial_parallel(model, self._spatial)
 
     def _slab(self, t: "torch.Tensor") -> "torch.Tensor":

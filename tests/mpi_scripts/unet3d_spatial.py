@@ -3,8 +3,8 @@
     mpiexec -n N python tests/mpi_scripts/unet3d_spatial.py CHECK[,CHECK...] [SPATIAL]
 
 CHECK is ``layers`` (a small net of every layer type spatial.py handles, k3/k5 and stride-2 convs;
-``naive``: the same without overlap),
-``unet`` (the real UNet3D with few channels), ``dice`` (the Dice + cross-entropy loss from partial
+``naive``: the same without overlap), ``unet`` (the real UNet3D with few channels; ``unet_width``:
+split along width, batch 2), ``dice`` (the Dice + cross-entropy loss from partial
 sums) or ``step`` (two SGD steps through the harness's TrainStep with SPATIAL ranks per sample and
 N / SPATIAL data-parallel groups, against one rank on the whole global batch). Every rank holds
 the single-rank reference itself (same seed), and prints one JSON line per check of the largest
@@ -13,6 +13,7 @@ the single-rank reference itself (same seed), and prints one JSON line per check
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -155,6 +156,8 @@ def main() -> None:
             result = check_model(layers_net, sg, (2, 2, 16, 6, 5), overlap=False)
         elif check == "unet":
             result = check_model(unet, sg, (1, 1, 32, 16, 16))
+        elif check == "unet_width":  # slabs along the last axis (model.spatial_axis = width)
+            result = check_model(unet, dataclasses.replace(sg, axis=4), (2, 1, 16, 8, 32))
         elif check == "dice":
             result = check_dice(sg)
         elif check == "step":
