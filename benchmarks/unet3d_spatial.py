@@ -9,13 +9,18 @@ data-parallel part, the same at every S):
   ``size / S`` rows along depth, halos overlapped with the slab's convolution (``depth``); the same
   with the halos waited for before computing (``depth_naive``); and slabs along width (``width``:
   torch's CPU convolution picks its kernel from N x C x D x H, which a depth split shrinks and a
-  width split does not). The three are interleaved step by step in one job.
+  width split does not); and the plain model on the whole volume on rank 0 while the other ranks
+  wait (``single``: the time baseline taken under the same load). All are interleaved step by step
+  in one job, since other work on a shared machine changes speed from one job to the next.
 
 Per rank: the median step time (barrier to barrier), the bytes autograd saves for backward (the
-activations, counted once per storage by a saved-tensor hook: exact and noise-free) and the growth of
-peak RSS over the first step (``ru_maxrss``: activations plus the step's temporaries, gradients and
-allocator slack).
-Ratios are against the 1-rank run of the same invocation. Each S runs as its own ``mpiexec -n S`` job
+activations, counted once per storage by a saved-tensor hook: exact and noise-free) and how far the
+peak RSS rose above the RSS at the start of each variant's first step (``/proc/self/status`` VmHWM,
+reset per variant through ``/proc/self/clear_refs`` after glibc's ``malloc_trim``; activations plus
+the step's temporaries, gradients and allocator slack; where the reset is refused only the first
+variant is measured).
+Memory ratios are against the 1-rank job of the same invocation; time ratios against the ``single``
+step of the same job (and, for reference, the 1-rank job). Each S runs as its own ``mpiexec -n S`` job
 (this script launches them; ``--worker`` is that job's entry point); ``--budget-s`` bounds the whole run.
 
     python benchmarks/unet3d_spatial.py [--size 64] [--channels 8,16,32,64] [--steps 5] [--budget-s 300]
@@ -27,10 +32,11 @@ is the figure that carries over to one accelerator per rank.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import dataclasses
 import json
 import os
-import resource
+import re
 import statistics
 import subprocess
 import sys
@@ -45,8 +51,25 @@ from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benc
 from machine import describe, header  # noqa: E402 - sibling benchmark module
 
 
-def _peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+def _rss() -> tuple[int, int]:
+    """(peak, current) resident bytes of this process (Linux /proc: VmHWM, VmRSS)."""
+    status = Path("/proc/self/status").read_text()
+    kib = {k: int(re.search(rf"{k}:\s+(\d+)", status).group(1)) for k in ("VmHWM", "VmRSS")}  # type: ignore[union-attr]
+    return kib["VmHWM"] * 1024, kib["VmRSS"] * 1024
+
+
+def _reset_peak_rss() -> bool:
+    """Hand freed heap memory back (glibc ``malloc_trim``, so a variant does not run in pages an earlier
+    one left resident), then restart the peak-RSS count (Linux >= 4.0); False where not allowed."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -64,8 +87,8 @@ def worker(args: argparse.Namespace) -> None:
     cfg = UNetModelConfig(channels=tuple(int(c) for c in args.channels.split(",")))
     depth = new_spatial_groups(world)
     torch.manual_seed(0)
-    x = torch.randn(1, 1, args.size, args.size, args.size)
-    y = (torch.rand(1, 1, args.size, args.size, args.size) * 3).long()
+    x = torch.randn(args.batch, 1, args.size, args.size, args.size)
+    y = (torch.rand(args.batch, 1, args.size, args.size, args.size) * 3).long()
     multiple = divisor(cfg)
     # name -> (model, input slab, label slab, group); slabs cloned so they are not views of the volume
     variants: dict[str, tuple[Any, Any, Any, Any]] = {}
@@ -75,6 +98,8 @@ def worker(args: argparse.Namespace) -> None:
             continue  # one rank: the plain model, no axis
         variants[name] = (spatial_parallel(UNet3D(cfg), sg, overlap=overlap),
                           take_slab(x, sg, multiple).clone(), take_slab(y, sg, multiple).clone(), sg)
+    if world > 1:  # the 1-rank step inside this job, on rank 0 while the others wait: the time baseline
+        variants["single"] = (UNet3D(cfg), x, y, dataclasses.replace(depth, group=None, size=1, index=0))
     del x, y
 
     def step(name: str, measure: dict[str, int] | None = None) -> float:
@@ -92,19 +117,21 @@ def worker(args: argparse.Namespace) -> None:
 
         dist.barrier()
         t0 = time.perf_counter()
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            loss = dice_ce_loss(model(xs), ys, sg).sum()
-        loss.backward()
+        if name != "single" or rank == 0:
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                loss = dice_ce_loss(model(xs), ys, sg).sum()
+            loss.backward()
         dist.barrier()
         return time.perf_counter() - t0
 
-    base_rss = _peak_rss_bytes()
     saved: dict[str, int] = {}
-    step("depth", saved)  # warm-up, and the activations it saves
-    rss_growth = _peak_rss_bytes() - base_rss  # one step's peak, before any other variant ran
-    for name in variants:
-        if name != "depth":
-            step(name, saved)
+    rss_growth: dict[str, int] = {}
+    for name in variants:  # warm-up of each: the activations it saves and its step's peak RSS over the start
+        fresh = _reset_peak_rss() or name == "depth"  # without a reset only the first one is measured
+        start = _rss()[1]
+        step(name, saved)
+        if fresh:
+            rss_growth[name] = _rss()[0] - start
     times: dict[str, list[float]] = {k: [] for k in variants}
     round_s, deadline = 0.0, time.monotonic() + args.worker_budget_s
     for i in range(args.steps):
@@ -128,6 +155,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=64, help="global volume edge (voxels); a multiple of 4 x divisor")
     ap.add_argument("--channels", default="8,16,32,64", help="UNet3D channels per level")
+    ap.add_argument("--batch", type=int, default=1, help="samples per step (the same volume size each)")
     ap.add_argument("--steps", type=int, default=5, help="timed steps per variant (at most)")
     ap.add_argument("--ranks", default="1,2,4", help="spatial group sizes to run (1 first: the baseline)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -138,7 +166,7 @@ def main() -> None:
         return worker(args)
     budget = Budget(args.budget_s)
     say(header(describe()))
-    say(f"UNet3D channels {args.channels}, one {args.size}^3 sample, forward + Dice/CE + backward, "
+    say(f"UNet3D channels {args.channels}, {args.batch} sample(s) of {args.size}^3, forward + Dice/CE + backward, "
         f"up to {args.steps} timed steps per variant; launched as mpiexec -n S per spatial size")
     mpiexec = Path(sys.executable).parent / "mpiexec"
     ranks = [int(r) for r in args.ranks.split(",")]
@@ -151,7 +179,7 @@ def main() -> None:
         # one torch thread per rank at every S: a rank stands for one device, and S ranks use S cores
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HPCBENCH_TORCH_THREADS": "1"}
         cmd = [str(mpiexec if mpiexec.exists() else "mpiexec"), "-n", str(n), sys.executable, __file__, "--worker",
-               "--size", str(args.size), "--channels", args.channels, "--steps", str(args.steps),
+               "--size", str(args.size), "--batch", str(args.batch), "--channels", args.channels, "--steps", str(args.steps),
                "--worker-budget-s", f"{max(5.0, share - 10):.0f}"]
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=budget.timeout(share + 60))
@@ -166,26 +194,30 @@ def main() -> None:
         for r in rows:
             say(f"S={n} rank {r['rank']}: {r['threads']} thread(s), {r['steps']} steps; "
                 + "; ".join(f"{k} slab {r['slabs'][k]}: step {r['step_s'][k] * 1000:.0f} ms, saved activations "
-                            f"{r['saved_bytes'][k] / 2**20:.1f} MiB" for k in r["step_s"])
-                + f"; peak RSS growth (depth, first step) {r['rss_growth_bytes'] / 2**20:.1f} MiB")
+                            f"{r['saved_bytes'].get(k, 0) / 2**20:.1f} MiB, peak RSS growth "
+                            + (f"{r['rss_growth_bytes'][k] / 2**20:.1f} MiB" if k in r["rss_growth_bytes"] else "-")
+                            for k in r["step_s"] if k != "single" or r["rank"] == 0))
     if 1 not in results:
         say("no 1-rank baseline measured: no ratios")
         budget.done()
         return
     base = results[1][0]
-    b_t, b_saved, b_rss = base["step_s"]["depth"], base["saved_bytes"]["depth"], base["rss_growth_bytes"]
+    b_t, b_saved, b_rss = base["step_s"]["depth"], base["saved_bytes"]["depth"], base["rss_growth_bytes"]["depth"]
     say(f"ratios vs 1 rank (plain model on the whole volume: step {b_t * 1000:.0f} ms, saved activations "
         f"{b_saved / 2**20:.1f} MiB, peak RSS growth {b_rss / 2**20:.1f} MiB); the slowest rank of the group counts:")
     for n, rows in results.items():
         if n == 1:
             continue
         t = {k: max(r["step_s"][k] for r in rows) for k in rows[0]["step_s"]}
-        saved = {k: max(r["saved_bytes"][k] for r in rows) for k in rows[0]["saved_bytes"]}
-        rss = max(r["rss_growth_bytes"] for r in rows)
-        say(f"  S={n}: step time depth {t['depth'] / b_t:.2f}x, width {t['width'] / b_t:.2f}x (ideal {1 / n:.2f}x); "
+        single = rows[0]["step_s"]["single"]  # rank 0's plain step in the same job, interleaved with the others
+        saved = {k: max(r["saved_bytes"][k] for r in rows) for k in ("depth", "width")}
+        rss = {k: max(r["rss_growth_bytes"][k] for r in rows) for k in rows[0]["rss_growth_bytes"] if k != "single"}
+        say(f"  S={n}: step time vs the 1-rank step interleaved in the same job ({single * 1000:.0f} ms): depth "
+            f"{t['depth'] / single:.2f}x, width {t['width'] / single:.2f}x (ideal {1 / n:.2f}x); vs the 1-rank job: depth "
+            f"{t['depth'] / b_t:.2f}x, width {t['width'] / b_t:.2f}x; "
             f"depth overlapped/naive {t['depth'] / t['depth_naive']:.2f}; saved activations per rank depth "
             f"{saved['depth'] / b_saved:.3f}x, width {saved['width'] / b_saved:.3f}x (ideal {1 / n:.3f}x); peak RSS "
-            f"growth per rank (depth) {rss / max(1, b_rss):.3f}x")
+            "growth per rank " + ", ".join(f"{k} {v / max(1, b_rss):.3f}x" for k, v in rss.items()))
     budget.done()
 
 
