@@ -10,15 +10,17 @@ data-parallel part, the same at every S):
   with the halos waited for before computing (``depth_naive``); and slabs along width (``width``:
   torch's CPU convolution picks its kernel from N x C x D x H, which a depth split shrinks and a
   width split does not); and the plain model on the whole volume on rank 0 while the other ranks
-  wait (``single``: the time baseline taken under the same load). All are interleaved step by step
-  in one job, since other work on a shared machine changes speed from one job to the next.
+  wait (``single``: the time baseline taken under the same load); and the plain model on one rank's
+  slab without any communication (``depth_local``, ``width_local``: wrong maths, the same kernels
+  and shapes: what spatial parallelism itself adds is spatial/local). All are interleaved step by
+  step in one job, since other work on a shared machine changes speed from one job to the next.
 
 Per rank: the median step time (barrier to barrier), the bytes autograd saves for backward (the
 activations, counted once per storage by a saved-tensor hook: exact and noise-free) and how far the
-peak RSS rose above the RSS at the start of each variant's first step (``/proc/self/status`` VmHWM,
-reset per variant through ``/proc/self/clear_refs`` after glibc's ``malloc_trim``; activations plus
-the step's temporaries, gradients and allocator slack; where the reset is refused only the first
-variant is measured).
+peak RSS rose above the RSS at the start of a step after the warm-up (``/proc/self/status`` VmHWM,
+reset per variant through ``/proc/self/clear_refs`` after glibc's ``malloc_trim``: activations plus
+the step's temporaries and gradients, not the one-time kernel caches; not measured where the reset
+is refused).
 Memory ratios are against the 1-rank job of the same invocation; time ratios against the ``single``
 step of the same job (and, for reference, the 1-rank job). Each S runs as its own ``mpiexec -n S`` job
 (this script launches them; ``--worker`` is that job's entry point); ``--budget-s`` bounds the whole run.
@@ -98,8 +100,13 @@ def worker(args: argparse.Namespace) -> None:
             continue  # one rank: the plain model, no axis
         variants[name] = (spatial_parallel(UNet3D(cfg), sg, overlap=overlap),
                           take_slab(x, sg, multiple).clone(), take_slab(y, sg, multiple).clone(), sg)
-    if world > 1:  # the 1-rank step inside this job, on rank 0 while the others wait: the time baseline
-        variants["single"] = (UNet3D(cfg), x, y, dataclasses.replace(depth, group=None, size=1, index=0))
+    if world > 1:
+        alone = dataclasses.replace(depth, group=None, size=1, index=0)
+        for name, axis in (("depth_local", 2), ("width_local", 4)):  # the slab's compute, no communication
+            sg = dataclasses.replace(depth, axis=axis)
+            variants[name] = (UNet3D(cfg), take_slab(x, sg, multiple).clone(), take_slab(y, sg, multiple).clone(), alone)
+        # the 1-rank step inside this job, on rank 0 while the others wait: the time baseline
+        variants["single"] = (UNet3D(cfg), x, y, alone)
     del x, y
 
     def step(name: str, measure: dict[str, int] | None = None) -> float:
@@ -126,11 +133,12 @@ def worker(args: argparse.Namespace) -> None:
 
     saved: dict[str, int] = {}
     rss_growth: dict[str, int] = {}
-    for name in variants:  # warm-up of each: the activations it saves and its step's peak RSS over the start
-        fresh = _reset_peak_rss() or name == "depth"  # without a reset only the first one is measured
-        start = _rss()[1]
+    for name in variants:  # warm-up of each (kernel choices, caches), counting the activations it saves
         step(name, saved)
-        if fresh:
+    for name in variants:  # then each one's step: its peak RSS over its start (activations and temporaries)
+        if _reset_peak_rss():
+            start = _rss()[1]
+            step(name)
             rss_growth[name] = _rss()[0] - start
     times: dict[str, list[float]] = {k: [] for k in variants}
     round_s, deadline = 0.0, time.monotonic() + args.worker_budget_s
@@ -165,6 +173,9 @@ def main() -> None:
     if args.worker:
         return worker(args)
     budget = Budget(args.budget_s)
+    import torch
+
+    torch.set_num_threads(1)  # the header names the ranks' thread count (HPCBENCH_TORCH_THREADS=1 below)
     say(header(describe()))
     say(f"UNet3D channels {args.channels}, {args.batch} sample(s) of {args.size}^3, forward + Dice/CE + backward, "
         f"up to {args.steps} timed steps per variant; launched as mpiexec -n S per spatial size")
@@ -215,9 +226,11 @@ def main() -> None:
         say(f"  S={n}: step time vs the 1-rank step interleaved in the same job ({single * 1000:.0f} ms): depth "
             f"{t['depth'] / single:.2f}x, width {t['width'] / single:.2f}x (ideal {1 / n:.2f}x); vs the 1-rank job: depth "
             f"{t['depth'] / b_t:.2f}x, width {t['width'] / b_t:.2f}x; "
-            f"depth overlapped/naive {t['depth'] / t['depth_naive']:.2f}; saved activations per rank depth "
+            f"depth overlapped/naive {t['depth'] / t['depth_naive']:.2f}; spatial/local (the plain model on one "
+            f"slab, no communication) depth {t['depth'] / t['depth_local']:.2f}, width {t['width'] / t['width_local']:.2f}; "
+            f"saved activations per rank depth "
             f"{saved['depth'] / b_saved:.3f}x, width {saved['width'] / b_saved:.3f}x (ideal {1 / n:.3f}x); peak RSS "
-            "growth per rank " + ", ".join(f"{k} {v / max(1, b_rss):.3f}x" for k, v in rss.items()))
+            "growth per rank " + ", ".join(f"{k} {v / max(1, b_rss):.3f}x" for k, v in rss.items() if k in rows[0]["slabs"]))
     budget.done()
 
 
