@@ -127,6 +127,11 @@ def test_spatial_group_config_errors_name_the_key() -> None:
                                             "data.roi=[32, 32, 32]"])
     with pytest.raises(ConfigError, match="model.spatial_group"):
         UNet3DWorkload.load_config("mini", ["model.spatial_group=2", "model.norm=batchnorm"])
+    with pytest.raises(ConfigError, match="'train.graph': cuda_graph is not supported"):
+        UNet3DWorkload.load_config("mini", ["model.spatial_group=2", "train.graph=cuda_graph"])
+    with pytest.raises(ConfigError, match="'model.spatial_axis'"):
+        UNet3DWorkload.load_config("mini", ["model.spatial_axis=time"])
+    assert UNet3DWorkload.load_config("mini", ["model.spatial_group=2", "model.spatial_axis=width"]).model.spatial_axis == "width"
     wl = UNet3DWorkload(UNet3DWorkload.load_config("mini", ["model.spatial_group=2"]))
     assert wl.data_parallel_shard(3, 4) == (1, 2)
     with pytest.raises(ConfigError, match="'model.spatial_group': 2 must divide the 3 ranks"):

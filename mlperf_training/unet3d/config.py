@@ -84,6 +84,10 @@ class UNetConfig(RunConfig):
                 raise ConfigError(f"config key 'data.{key}': every size must be a multiple of {k} (the model halves "
                                   f"each axis {len(self.model.channels)} times), got {list(shape)}")
         s, axis = self.model.spatial_group, self.model.spatial_axis
+        if s > 1 and self.train.graph == "cuda_graph":
+            raise ConfigError("config key 'train.graph': cuda_graph is not supported with model.spatial_group > 1 "
+                              "(the halo exchanges are point-to-point sends that a captured graph does not replay "
+                              "here); use eager or compile")
         for key, shape in (("patch", self.data.patch), ("roi", self.data.roi)):
             size = shape[SPATIAL_AXES.index(axis)] if axis in SPATIAL_AXES else 0
             if s > 1 and size % (s * k):
