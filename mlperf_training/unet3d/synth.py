@@ -64,11 +64,11 @@ def make_case(seed: int, case: int, shapes: ShapeRange = ShapeRange()) -> tuple[
 
     body = _ellipsoid(grid[1:], shape[1:] * rng.uniform(0.47, 0.53, 2), shape[1:] * rng.uniform(0.42, 0.48, 2)) < 1
     body = np.broadcast_to(body, (d, h, w))
-    hu[body] = rng.uniform(20, 50)  # fat and muscle
+    hu[body] = rng.uniform(10, 40)  # fat and muscle
     liver_side = rng.choice([-1.0, 1.0])
     liver = _ellipsoid(grid, shape * np.array([rng.uniform(0.2, 0.4), rng.uniform(0.4, 0.5), 0.5 + liver_side * 0.22]),
                        shape * rng.uniform([0.18, 0.15, 0.12], [0.3, 0.2, 0.16])) < 1
-    hu[liver & body] = rng.uniform(50, 70)
+    hu[liver & body] = rng.uniform(50, 65)
     spine = _ellipsoid(grid[1:], shape[1:] * np.array([rng.uniform(0.72, 0.78), 0.5]),
                        np.array([0.05, 0.05]) * shape[1:].mean()) < 1
     hu[np.broadcast_to(spine, (d, h, w))] = 400.0
@@ -87,9 +87,9 @@ def make_case(seed: int, case: int, shapes: ShapeRange = ShapeRange()) -> tuple[
     direction = rng.normal(size=3)
     direction /= np.linalg.norm(direction)
     t_centre = centres[k] + direction * axes_all[k] * rng.uniform(0.6, 0.9)
-    t_axes = shape.mean() * rng.uniform(0.05, 0.11, 3)
+    t_axes = shape.mean() * rng.uniform(0.06, 0.12, 3)
     tumour = (_ellipsoid(grid, t_centre, t_axes) < 1) & body
-    hu[tumour] = rng.uniform(80, 105) + _texture(rng, grid, 18.0)[tumour]
+    hu[tumour] = rng.uniform(100, 120) + _texture(rng, grid, 12.0)[tumour]
     label[tumour] = 2
 
     hu += _texture(rng, grid, 12.0) * body
