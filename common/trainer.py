@@ -151,11 +151,17 @@ class Trainer:
         if tc.eval_ranks:
             self._split_eval_ranks()
         train_world = self.roles.train_size if self.roles else self.world
-        if tc.global_batch_size % train_world:
-            what = f"{train_world} training ranks" if self.roles else f"{train_world} ranks"
+        # ranks that share samples (spatial parallelism) count once here: the batch splits over the others
+        self.dp_world = self.workload.data_parallel_shard(0, train_world)[1]
+        if self.roles is not None and self.dp_world != train_world:
+            raise ConfigError(f"config key 'train.eval_ranks': {self.workload.name} shares each sample over "
+                              f"{train_world // self.dp_world} ranks (spatial parallelism), which the evaluation "
+                              "ranks do not do; set train.eval_ranks = 0 or the spatial group to 1")
+        if tc.global_batch_size % self.dp_world:
+            what = "data-parallel training ranks" if self.roles else "data-parallel ranks"
             raise ConfigError(f"config key 'train.global_batch_size': {tc.global_batch_size} does not split over "
-                              f"the instance's {what}; use a multiple of {train_world}")
-        self.local_batch = tc.global_batch_size // train_world
+                              f"the instance's {self.dp_world} {what}; use a multiple of {self.dp_world}")
+        self.local_batch = tc.global_batch_size // self.dp_world
         self.seed = tc.seed + self.env.layout.instance
         torch.manual_seed(self.seed)
         model = self.workload.build_model()
@@ -265,7 +271,7 @@ class Trainer:
         if spec is None:
             return (0.0, 0.0)  # nothing to measure on: the default layout is kept (gain 0)
         source = self.workload.source(spec.train_split)
-        n = max(1, min(len(source), self.cfg.train.global_batch_size // self.world))
+        n = max(1, min(len(source), self.local_batch))
         batch = prepare_batch(spec.transform(spec.read_batch(source, range(n))), self.device, False)
         wl = self.workload
         loss = autocast_loss(lambda m, b: wl.loss(wl.forward(m, b), b), precision, self.device)
@@ -278,7 +284,8 @@ class Trainer:
         if spec is not None and spec.layout.whole_on_every_node:
             node_local = False  # every node was given the whole dataset: the instance's ranks split it once
         group = reader_group(self.env, node_local)
-        shard = DataShard(rank=group.rank, size=group.size, seed=self.seed,
+        dp_rank, dp_size = self.workload.data_parallel_shard(group.rank, group.size)
+        shard = DataShard(rank=dp_rank, size=dp_size, seed=self.seed,
                           local_batch_size=self.local_batch, device=self.device,
                           host_ranks=self.env.layout.host_local_size)
 
@@ -447,7 +454,7 @@ class Trainer:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0 - eval_seconds
-        samples = int(self.env.instance_comm.allreduce(local_samples))
+        samples = int(self.env.instance_comm.allreduce(local_samples)) * self.dp_world // self.world  # shared ones once
         self.log.end("epoch_stop", metadata={"epoch_num": cad.epoch_marker(epoch, self.global_step)})
         self.log.event("tracked_stats", {"throughput": samples / seconds, "train_loss": mean_loss},
                        metadata={"step": epoch})

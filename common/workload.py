@@ -182,7 +182,9 @@ class Workload(ABC, Generic[C]):
 
     def loss_count(self, batch: Any) -> "torch.Tensor | None":
         """How many terms :meth:`loss` sums over in this batch, as a device tensor (the harness
-        sums it over the instance while the forward pass runs). None: ``loss`` is already a mean."""
+        sums it over the instance while the forward pass runs). None: ``loss`` is already a mean.
+        Ranks that share samples (:meth:`data_parallel_shard`) each count them: their gradients are
+        summed, so a loss they each hold in full and differentiate as one program adds up to S copies."""
         return None
 
     @abstractmethod
@@ -209,6 +211,14 @@ class Workload(ABC, Generic[C]):
         """The model as this rank of the instance holds it (e.g. embedding tables sharded over the
         ranks). Called on every rank after the same seeded build and the move to the device."""
         return model
+
+    def data_parallel_shard(self, rank: int, size: int) -> tuple[int, int]:
+        """(data-parallel rank, data-parallel ranks) of reader ``rank`` of ``size`` (the instance's ranks, or
+        one node's with node-local data). Ranks given the same data-parallel rank read the same samples
+        and the global batch is split over the data-parallel ranks only: a spatial group of S ranks that
+        share each volume returns ``(rank // S, size // S)`` (unet3d ``model.spatial_group``). The
+        gradient sync is unchanged (a sum over all ranks): see :meth:`loss_count` for the averaging."""
+        return rank, size
 
     def local_parameters(self, model: "nn.Module") -> list["nn.Parameter"]:
         """Parameters that only this rank holds (model parallel): neither broadcast from rank 0 nor

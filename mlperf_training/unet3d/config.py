@@ -37,6 +37,10 @@ class UNetDataConfig(DataConfig):
                               f"{self.cache!r}")
 
 
+#: the axes of a (D, H, W) volume a spatial group can split, in order
+SPATIAL_AXES = ("depth", "height", "width")
+
+
 @dataclass
 class UNetModelConfig:
     channels: tuple[int, ...] = (32, 64, 128, 256, 320)  # per level; len(channels) halvings (the last: bottleneck)
@@ -44,6 +48,9 @@ class UNetModelConfig:
     n_class: int = 3  # background, kidney, tumour
     norm: str = "instancenorm"  # instancenorm (affine) | batchnorm | none
     activation: str = "relu"  # relu (the reference's default) | leaky_relu (slope 0.01)
+    # ranks that share each volume, each a slab along spatial_axis (spatial parallelism, .spatial); 1: off
+    spatial_group: int = 1
+    spatial_axis: str = "depth"  # depth | height | width (docs/unet3d.md: which is faster on a CPU)
 
     def validate(self) -> None:
         if len(self.channels) < 2 or min(self.channels) < 1:
@@ -55,6 +62,14 @@ class UNetModelConfig:
             raise ConfigError(f"config key 'model.norm': expected 'instancenorm', 'batchnorm' or 'none', got {self.norm!r}")
         if self.activation not in ("relu", "leaky_relu"):
             raise ConfigError(f"config key 'model.activation': expected 'relu' or 'leaky_relu', got {self.activation!r}")
+        if self.spatial_group < 1:
+            raise ConfigError(f"config key 'model.spatial_group': ranks per volume, >= 1, got {self.spatial_group}")
+        if self.spatial_axis not in SPATIAL_AXES:
+            raise ConfigError(f"config key 'model.spatial_axis': expected one of {', '.join(SPATIAL_AXES)}, got "
+                              f"{self.spatial_axis!r}")
+        if self.spatial_group > 1 and self.norm == "batchnorm":
+            raise ConfigError("config key 'model.spatial_group': spatial parallelism needs model.norm = "
+                              "'instancenorm' or 'none' (BatchNorm statistics over slabs are not implemented)")
 
 
 @dataclass
@@ -68,6 +83,16 @@ class UNetConfig(RunConfig):
             if any(s % k for s in shape):
                 raise ConfigError(f"config key 'data.{key}': every size must be a multiple of {k} (the model halves "
                                   f"each axis {len(self.model.channels)} times), got {list(shape)}")
+        s, axis = self.model.spatial_group, self.model.spatial_axis
+        if s > 1 and self.train.graph == "cuda_graph":
+            raise ConfigError("config key 'train.graph': cuda_graph is not supported with model.spatial_group > 1 "
+                              "(the halo exchanges are point-to-point sends that a captured graph does not replay "
+                              "here); use eager or compile")
+        for key, shape in (("patch", self.data.patch), ("roi", self.data.roi)):
+            size = shape[SPATIAL_AXES.index(axis)] if axis in SPATIAL_AXES else 0
+            if s > 1 and size % (s * k):
+                raise ConfigError(f"config key 'data.{key}': with model.spatial_group = {s} the {axis} must be a "
+                                  f"multiple of {s} slabs x {k} (the model's halvings) = {s * k}, got {size}")
         if self.optim.name != "sgd":
             raise ConfigError(f"config key 'optim.name': unet3d logs opt_momentum and trains with SGD as the "
                               f"reference; got {self.optim.name!r}")

@@ -38,6 +38,7 @@ class UNet3DWorkload(Workload[UNetConfig]):
         super().__init__(cfg)
         d = cfg.data
         self._spec = KiTSData(d.patch, d.oversampling, d.flips, cfg.train.seed)
+        self._spatial: Any = None  # this rank's SpatialGroup once distribute() split the model (spatial_group > 1)
 
     def dataset(self) -> KiTSData:
         return self._spec
@@ -56,21 +57,57 @@ class UNet3DWorkload(Workload[UNetConfig]):
 
         return UNet3D(self.cfg.model)
 
+    # spatial parallelism (model.spatial_group = S > 1, .spatial): S ranks read the same samples, each
+    # computes one depth slab; the harness sums the partial gradients (docs/unet3d.md)
+    def data_parallel_shard(self, rank: int, size: int) -> tuple[int, int]:
+        s = self.cfg.model.spatial_group
+        if size % s:
+            raise ConfigError(f"config key 'model.spatial_group': {s} must divide the {size} ranks that read the data")
+        return rank // s, size // s
+
+    def distribute(self, model: "nn.Module", rank: int, world: int) -> "nn.Module":
+        if self.cfg.model.spatial_group == 1:
+            return model
+        from .config import SPATIAL_AXES
+        from .spatial import new_spatial_groups, spatial_parallel
+
+        m = self.cfg.model
+        self._spatial = new_spatial_groups(m.spatial_group, axis=2 + SPATIAL_AXES.index(m.spatial_axis))
+        return spatial_parallel(model, self._spatial)
+
+    def _slab(self, t: "torch.Tensor") -> "torch.Tensor":
+        from .model import divisor
+        from .spatial import take_slab
+
+        return take_slab(t, self._spatial, divisor(self.cfg.model))
+
+    def _spatial_model(self, model: "nn.Module") -> Any:
+        """The whole-volume model of the group: each rank runs its slab, every rank gets all logits."""
+        from .spatial import gather_slabs
+
+        return lambda x: gather_slabs(model(self._slab(x)), self._spatial)
+
     def forward(self, model: "nn.Module", batch: Batch) -> Any:
-        """Training: logits of the patches. Evaluation (``model.eval()``): the sliding-window logits of
-        the batch's one case and its label, both trimmed as the reference trims them."""
+        """Training: logits of the patches (of this rank's slab with spatial parallelism). Evaluation
+        (``model.eval()``): the sliding-window logits of the batch's one case and its label, both
+        trimmed as the reference trims them (each window's slabs gathered with spatial parallelism)."""
         image = batch[0]
         if model.training:
-            return model(image)
+            return model(image if self._spatial is None else self._slab(image))
         from .inference import sliding_window
 
         d = self.cfg.data
-        return sliding_window(model, image, batch[1], d.roi, d.overlap, d.padding_value, self.cfg.model.n_class)
+        run = model if self._spatial is None else self._spatial_model(model)
+        return sliding_window(run, image, batch[1], d.roi, d.overlap, d.padding_value, self.cfg.model.n_class)
 
     def loss(self, outputs: "torch.Tensor", batch: Batch) -> "torch.Tensor":
         """Sum over the batch's patches of the reference's Dice + cross-entropy loss of each."""
         from .loss import dice_ce_per_sample
 
+        if self._spatial is not None:  # the whole patches' loss from every slab's partial sums
+            from .spatial import dice_ce_loss
+
+            return dice_ce_loss(outputs, self._slab(batch[1]), self._spatial).sum()
         return dice_ce_per_sample(outputs, batch[1]).sum()
 
     def loss_count(self, batch: Batch) -> "torch.Tensor":
@@ -86,8 +123,10 @@ class UNet3DWorkload(Workload[UNetConfig]):
 
         logits, label = outputs
         scores = dice_score(logits, label)  # (cases, 2): kidney, tumour
-        return {"dice_kidney": scores[:, 0].sum(), "dice_tumour": scores[:, 1].sum(),
-                "cases": torch.tensor(float(scores.shape[0]), device=scores.device)}
+        # every rank of a spatial group scored the same case: its first rank counts it
+        once = 0.0 if self._spatial is not None and self._spatial.index else 1.0
+        return {"dice_kidney": once * scores[:, 0].sum(), "dice_tumour": once * scores[:, 1].sum(),
+                "cases": torch.tensor(once * scores.shape[0], device=scores.device)}
 
     def metric(self, sums: Mapping[str, float]) -> float:
         cases = sums.get("cases", 0.0)
