@@ -161,5 +161,5 @@ def test_global_batch_must_split_over_the_training_ranks(tmp_path: Path) -> None
     proc = run_mpi(3, [SCRIPT, "run", "ToyWorkload", str(tmp_path / "log.txt"), "train.eval_ranks=1",
                        "train.global_batch_size=15"], timeout=120)
     rows = _rows(proc.stdout)
-    assert all("'train.global_batch_size': 15 does not split over the instance's 2 training ranks" in r["error"]
+    assert all("'train.global_batch_size': 15 does not split over the instance's 2 data-parallel training ranks" in r["error"]
                for r in rows.values()), rows
