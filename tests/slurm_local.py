@@ -4,6 +4,7 @@ by PID (TERM, then KILL after a deadline)."""
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -36,6 +37,7 @@ def _bin(name: str) -> str:
 
 CONF = """\
 ClusterName=hpcbenchtest
+FirstJobId={first_job}
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
@@ -93,7 +95,9 @@ class LocalSlurm:
                      f"--pid-file={d / 'munge' / 'munged.pid'}", f"--log-file={d / 'munge' / 'munged.log'}",
                      f"--seed-file={d / 'munge' / 'munged.seed'}", "--force"], d / "munged.out")
         self._wait(lambda: sock.exists(), timeout, "munged socket")
-        self.conf.write_text(CONF.format(d=d, ctld_port=_free_port(), slurmd_port=_free_port(), munge_socket=sock))
+        # a fresh job id per cluster: MPICH names its shared-memory segment after the PMI job (job.step), so a
+        # killed earlier test cluster's leftover segment of job 1 would make this one's MPI_Init wait forever
+        self.conf.write_text(CONF.format(d=d, first_job=random.randint(1000, 9_000_000), ctld_port=_free_port(), slurmd_port=_free_port(), munge_socket=sock))
         self._spawn([_bin("slurmctld"), "-D", "-i", "-f", str(self.conf)], d / "slurmctld.out")
         self._wait(lambda: self._ok(["scontrol", "ping"], "UP"), timeout, "slurmctld")
         self._spawn([_bin("slurmd"), "-D", "-f", str(self.conf), "-N", "localhost"], d / "slurmd.out")
