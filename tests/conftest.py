@@ -54,6 +54,14 @@ def run_cli(args: list[str], timeout: float = 300, cwd: Path | None = None,
                           capture_output=True, text=True, timeout=timeout)
 
 
+def log_values(path: Path, key: str) -> list[object]:
+    """Every value of one MLLOG key in a log, in order."""
+    import json
+
+    return [json.loads(ln.split(":::MLLOG ", 1)[1])["value"] for ln in path.read_text().splitlines()
+            if f'"key": "{key}"' in ln]
+
+
 def first_events(path: Path) -> dict[str, object]:
     """The first value of each MLLOG key in a log (what a test of one run's keys wants)."""
     import json

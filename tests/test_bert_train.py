@@ -4,7 +4,6 @@ bert); the logged keys cover closed_bert.yaml; the shard set reads batches acros
 order; the weight-decay mask exempts exactly the biases and LayerNorm weights."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,7 @@ from common.errors import DataError
 from common.flat import FlatParams
 from common.mllog import check_log
 from common.workload import DataSizes
-from conftest import first_events, run_cli, run_mpi
+from conftest import first_events, log_values, run_cli, run_mpi
 from hpcbench import registry
 from hpcbench import results_layout as rl
 from mlperf_training.bert import synth
@@ -36,11 +35,6 @@ def mini_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _values(log: Path, key: str) -> list[float]:
-    return [json.loads(ln.split(":::MLLOG ", 1)[1])["value"] for ln in log.read_text().splitlines()
-            if f'"key": "{key}"' in ln]
-
-
 def test_mini_reaches_target_on_two_ranks_and_passes_the_training_checker(mini_data: Path, tmp_path: Path) -> None:
     proc = run_mpi(2, [*TRAIN, "--data", str(mini_data), "--results", str(tmp_path)], timeout=400)
     log = tmp_path / "results" / "box" / "bert" / "result_0.txt"
@@ -58,7 +52,7 @@ def test_mini_reaches_target_on_two_ranks_and_passes_the_training_checker(mini_d
     assert ev["train_samples"] == train_rows < 8192  # packed rows, fewer than the 8192 sequences
     eval_rows = open_shard(mini_data / "eval" / "eval_00000.hdf5", max_seq_len=64, max_pred=10, vocab_size=200).read()
     trivial = synth.most_frequent_accuracy(eval_rows)
-    accs = _values(log, "eval_accuracy")
+    accs = log_values(log, "eval_accuracy")
     assert max(accs) >= 0.65 > trivial + 0.5  # the target, far above always predicting the most frequent word
     ok, out = check_log(log, "5.0.0", "training")
     assert ok, out

@@ -4,7 +4,6 @@ closed_resnet.yaml and the closed_resnet_lars.yaml it enqueues, with every CHECK
 count of the data must match the model's."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from mlperf_logging.compliance_checker import mlp_compliance
 from common.errors import ConfigError
 from common.mllog import check_log
 from common.workload import DataShard, DataSizes
-from conftest import first_events, run_cli, run_mpi
+from conftest import first_events, log_values, run_cli, run_mpi
 from hpcbench import registry
 from mlperf_training.resnet.model import ModelConfig
 from mlperf_training.resnet.workload import ResNetWorkload
@@ -34,11 +33,6 @@ def mini_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _values(log: Path, key: str) -> list[float]:
-    return [json.loads(ln.split(":::MLLOG ", 1)[1])["value"] for ln in log.read_text().splitlines()
-            if f'"key": "{key}"' in ln]
-
-
 def test_mini_reaches_target_on_two_ranks_and_passes_the_training_checker(mini_data: Path, tmp_path: Path) -> None:
     proc = run_mpi(2, [*TRAIN, "--data", str(mini_data), "--results", str(tmp_path)], timeout=400)
     log = tmp_path / "results" / "box" / "resnet" / "result_0.txt"
@@ -50,7 +44,7 @@ def test_mini_reaches_target_on_two_ranks_and_passes_the_training_checker(mini_d
     assert ev["lars_opt_learning_rate_warmup_epochs"] == 1 and ev["lars_epsilon"] == 0.0
     steps = 3000 // 64
     assert ev["lars_opt_learning_rate_decay_steps"] == (10 - 1) * steps
-    accs = _values(log, "eval_accuracy")
+    accs = log_values(log, "eval_accuracy")
     assert max(accs) >= 0.9 > 0.1 + 0.5  # the target; a trivial predictor scores 1/10
     ok, out = check_log(log, "4.0.0", "training")
     assert ok, out

@@ -3,7 +3,6 @@ with 2 ranks, far above a trivial predictor, and its log passes the official tra
 the logged keys cover closed_unet3d.yaml and the full preset holds the reference's values."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ import yaml
 
 from common.mllog import check_log
 from common.workload import DataSizes
-from conftest import first_events, run_cli, run_mpi
+from conftest import first_events, log_values, run_cli, run_mpi
 from hpcbench import registry
 from mlperf_training.unet3d.format import list_cases, read_case, split_cases
 from mlperf_training.unet3d.loss import dice_score
@@ -44,11 +43,6 @@ def trivial_dice(root: Path) -> float:
     return float(torch.stack(scores).mean())
 
 
-def _values(log: Path, key: str) -> list[float]:
-    return [json.loads(ln.split(":::MLLOG ", 1)[1])["value"] for ln in log.read_text().splitlines()
-            if f'"key": "{key}"' in ln]
-
-
 def test_mini_reaches_target_on_two_ranks_and_passes_the_training_checker(mini_data: Path, tmp_path: Path) -> None:
     proc = run_mpi(2, [*TRAIN, "--data", str(mini_data), "--results", str(tmp_path)], timeout=400)
     log = tmp_path / "results" / "box" / "unet3d" / "result_0.txt"
@@ -62,7 +56,7 @@ def test_mini_reaches_target_on_two_ranks_and_passes_the_training_checker(mini_d
     target = UNet3DWorkload.load_config("mini").train.target
     trivial = trivial_dice(mini_data)
     assert trivial < 0.05
-    accs = _values(log, "eval_accuracy")
+    accs = log_values(log, "eval_accuracy")
     assert max(accs) >= target > trivial + 0.5
     ok, out = check_log(log, "4.0.0", "training")
     assert ok, out
