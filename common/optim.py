@@ -51,6 +51,15 @@ def _assign(dst: torch.Tensor, new: torch.Tensor, skip: torch.Tensor | None) -> 
     dst.copy_(new if skip is None else torch.where(skip > 0, dst, new))
 
 
+def _momentum_skipping(buf: torch.Tensor, d: torch.Tensor, momentum: float, nesterov: bool,
+                       skip: torch.Tensor) -> torch.Tensor:
+    """Heavy-ball (or Nesterov) momentum on the step ``d`` that leaves ``buf`` as it was when ``skip`` is
+    set (fp16 overflow: the step is dropped on the device, no host sync); returns the update direction."""
+    new_buf = momentum * buf + d
+    _assign(buf, new_buf, skip)
+    return d + momentum * new_buf if nesterov else new_buf
+
+
 class FlatOptimizer:
     """Base: owns the step counter, the instance's gradient sync and the state for checkpoints."""
 
@@ -126,10 +135,7 @@ class SGD(FlatOptimizer):
             p.addcmul_(d, lr, value=-1.0)
             return
         if c.momentum:
-            buf = self.state["momentum"]
-            new_buf = c.momentum * buf + d
-            _assign(buf, new_buf, skip)
-            d = d + c.momentum * new_buf if c.nesterov else new_buf
+            d = _momentum_skipping(self.state["momentum"], d, c.momentum, c.nesterov, skip)
         _assign(p, p - lr * d, skip)
 
 
@@ -327,10 +333,7 @@ class LARS(FlatOptimizer):
                 p.sub_(d)
             return
         if c.momentum:
-            buf = self.state["momentum"]
-            new_buf = c.momentum * buf + d
-            _assign(buf, new_buf, skip)
-            d = d + c.momentum * new_buf if c.nesterov else new_buf
+            d = _momentum_skipping(self.state["momentum"], d, c.momentum, c.nesterov, skip)
         _assign(p, p - d, skip)
 
 
