@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common.errors import ConfigError
-from common.runconfig import DataConfig, RunConfig
+from common.runconfig import DataConfig, OptimConfig, RunConfig
 
 
 @dataclass
@@ -45,16 +45,21 @@ class ResNetModelConfig:
                               f"got {list(self.depths)}, {self.width}, {self.num_classes}")
 
 
+def check_optimizer(o: OptimConfig) -> None:
+    """What the MLPerf ResNet keys can describe: LARS or SGD with the polynomial decay after a linear warmup."""
+    if o.name not in ("lars", "sgd"):
+        raise ConfigError(f"config key 'optim.name': resnet trains with 'lars' or 'sgd' (the ruleset's "
+                          f"opt_name values), got {o.name!r}")
+    if o.schedule != "poly" or not o.poly_from_warmup:
+        raise ConfigError("config keys 'optim.schedule' = \"poly\" and 'optim.poly_from_warmup' = true: resnet "
+                          f"logs the polynomial decay after a linear warmup; got schedule {o.schedule!r}, "
+                          f"poly_from_warmup = {o.poly_from_warmup}")
+
+
 @dataclass
 class ResNetConfig(RunConfig):
     data: ResNetDataConfig = field(default_factory=ResNetDataConfig)
     model: ResNetModelConfig = field(default_factory=ResNetModelConfig)
 
     def validate(self) -> None:
-        o = self.optim
-        if o.name not in ("lars", "sgd"):
-            raise ConfigError(f"config key 'optim.name': resnet trains with 'lars' or 'sgd' (the ruleset's "
-                              f"opt_name values), got {o.name!r}")
-        if o.schedule != "poly" or not o.poly_from_warmup:
-            raise ConfigError("config keys 'optim.schedule' = \"poly\" and 'optim.poly_from_warmup' = true: resnet "
-                              "logs the polynomial decay after a linear warmup")
+        check_optimizer(self.optim)

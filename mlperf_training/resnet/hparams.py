@@ -24,16 +24,13 @@ from common.errors import ConfigError
 from common.runconfig import OptimConfig
 from common.schedule import Schedule
 
+from .config import check_optimizer
+
 
 def optimizer_keys(optim: OptimConfig, steps_per_epoch: int, max_epochs: int, bn_span: int) -> dict[str, Any]:
     """The ``opt_name`` and ``lars_*``/``sgd_*`` keys for this run; ``bn_span``: the samples one
     BatchNorm's statistics cover (the per-rank batch times ``train.bn_group_size``), logged for SGD."""
-    if optim.name not in ("lars", "sgd"):
-        raise ConfigError(f"config key 'optim.name': MLPerf ResNet trains with 'lars' or 'sgd', got {optim.name!r}")
-    if optim.schedule != "poly" or not optim.poly_from_warmup:
-        raise ConfigError("config keys 'optim.schedule'/'optim.poly_from_warmup': the MLPerf ResNet keys describe the "
-                          f"polynomial decay after a warmup (schedule = \"poly\", poly_from_warmup = true); got "
-                          f"schedule {optim.schedule!r}, poly_from_warmup = {optim.poly_from_warmup}")
+    check_optimizer(optim)
     if steps_per_epoch < 1:
         raise ConfigError(f"optimizer_keys: steps_per_epoch must be >= 1, got {steps_per_epoch}")
     schedule = Schedule.from_config(optim, steps_per_epoch, max_epochs)
