@@ -65,8 +65,12 @@ class Roles:
     train_size: int
     eval_size: int
     instance_comm: Any  # MPI.Comm of the whole instance (weights, results, stop)
-    eval_leader: int  # instance rank of evaluation rank 0 (= train_size)
     first_world_rank: int  # world rank of instance rank 0
+
+    @property
+    def eval_leader(self) -> int:
+        """Instance rank of evaluation rank 0: the evaluation ranks follow the training ranks."""
+        return self.train_size
 
     def world_rank(self, instance_rank: int) -> int:
         return self.first_world_rank + instance_rank
@@ -97,15 +101,13 @@ def split_ranks(env: DistEnv, eval_ranks: int) -> tuple[DistEnv, Roles]:
     is_eval = lay.instance_rank >= train_size
     part_comm = env.instance_comm.Split(int(is_eval), lay.instance_rank)
     layout = dataclasses.replace(lay, instance_rank=part_comm.Get_rank(), instance_size=part_comm.Get_size())
-    part = DistEnv(layout=layout, comm=env.comm, node_comm=env.node_comm, instance_comm=part_comm,
-                   device=env.device, torch_threads=env.torch_threads, torch_timeout_s=env.torch_timeout_s)
+    part = dataclasses.replace(env, layout=layout, instance_comm=part_comm)
     backend = env.torch_backend
     if backend is not None:
         if tdist.is_initialized():
             tdist.destroy_process_group()
         init_group(part, part_comm, backend)
-    roles = Roles(is_eval, train_size, eval_ranks, env.instance_comm, train_size,
-                  lay.world_rank - lay.instance_rank)
+    roles = Roles(is_eval, train_size, eval_ranks, env.instance_comm, lay.world_rank - lay.instance_rank)
     return part, roles
 
 

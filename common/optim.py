@@ -394,6 +394,7 @@ def _build_flat(flat: FlatParams, cfg: OptimConfig, world: int, rank: int, allow
                           f"from weight decay, which only the lamb, lars and sgd optimizers implement; got {cfg.name!r}")
     if exempt and len(decay_exempt) != flat.num_tensors:
         raise ConfigError(f"{len(decay_exempt)} weight-decay flags for {flat.num_tensors} parameter tensors")
+    mask: Sequence[bool] = decay_exempt if exempt else ()
     if cfg.name == "lamb" and cfg.apex and not cfg.distributed and allow_apex:
         from .apex_optim import ApexLAMB, apex_lamb_available
 
@@ -408,9 +409,9 @@ def _build_flat(flat: FlatParams, cfg: OptimConfig, world: int, rank: int, allow
         raise ConfigError("config key 'optim.distributed': only the lamb optimizer shards its state, not lars "
                           "(set it to false)")
     if cfg.name == "sgd":
-        return SGD(flat, cfg, world, rank, decay_exempt if exempt else ())
+        return SGD(flat, cfg, world, rank, mask)
     if cfg.name == "lars":
-        return LARS(flat, cfg, world, rank, decay_exempt if exempt else ())
+        return LARS(flat, cfg, world, rank, mask)
     if cfg.name in ("adam", "adamw"):
         return Adam(flat, cfg, world, rank, decoupled=cfg.name == "adamw")
     if cfg.name == "adagrad":
@@ -419,5 +420,5 @@ def _build_flat(flat: FlatParams, cfg: OptimConfig, world: int, rank: int, allow
         if cfg.distributed and flat.has_local:
             raise ConfigError("config key 'optim.distributed': the sharded LAMB splits the whole flat buffer over "
                               "the ranks, which cannot hold a model-parallel part; set it to false")
-        return (DistributedLAMB if cfg.distributed else LAMB)(flat, cfg, world, rank, decay_exempt if exempt else ())
+        return (DistributedLAMB if cfg.distributed else LAMB)(flat, cfg, world, rank, mask)
     raise ConfigError(f"config key 'optim.name': unknown optimizer {cfg.name!r}")

@@ -186,8 +186,8 @@ class Trainer:
                                   "each rank or outside the flat buffer (model-parallel or sparse-gradient part), "
                                   "which the evaluation ranks cannot receive; set it to 0")
         _broadcast_model(model, self.flat, self.world)
+        self.precision = Precision(tc.precision, self.device, self.world)
         if self.roles is not None and self.roles.is_eval:
-            self.precision = Precision(tc.precision, self.device, self.world)
             return  # the evaluation ranks load their data in async_eval.EvalSide.serve
         torch.manual_seed(self.seed * 1000 + self.rank)  # per-rank randomness (dropout) from here on
         self.optimizer = build_optimizer(self.flat, cfg.optim, self.world, self.rank,
@@ -197,14 +197,13 @@ class Trainer:
         self.train_loader, self.eval_loader = self.data.train, self.data.eval
         self.steps_per_epoch = self.data.steps_per_epoch
         self.train_samples, self.eval_samples = self.data.train_samples, self.data.eval_samples
-        self.workload.sizes = DataSizes(self.train_samples, self.eval_samples, self.steps_per_epoch)
+        self.workload.sizes = DataSizes(self.train_samples, self.eval_samples, self.steps_per_epoch, self.local_batch)
         self.schedule = Schedule.from_config(cfg.optim, self.steps_per_epoch, tc.max_epochs)
-        self.precision = Precision(tc.precision, self.device, self.world)
         self.step_fn = TrainStep(self.workload, model, self.flat, self.optimizer, self.schedule,
                                  self.precision, tc.graph, world=self.world)
-        reporting = self.workload.epoch_reporting or epoch_reporting(self.workload.benchmark)
         self.cadence = EvalCadence.from_config(tc.eval_every, tc.eval_every_samples, self.steps_per_epoch,
-                                               tc.global_batch_size, tc.max_epochs, reporting)
+                                               tc.global_batch_size, tc.max_epochs,
+                                               epoch_reporting(self.workload.benchmark))
         self.start_epoch = 1
         self.ckpt_dir = ckpt.instance_dir(tc.checkpoint_dir, self.env.layout.instance) if tc.checkpoint_dir else None
         if tc.resume and self.ckpt_dir is not None:
@@ -218,11 +217,7 @@ class Trainer:
     def _split_eval_ranks(self) -> None:
         """``train.eval_ranks``: this rank's part of the instance becomes ``self.env`` (:mod:`common.async_eval`)."""
         lay, tc = self.env.layout, self.cfg.train
-        node_local = bool(getattr(getattr(self.cfg, "data", None), "node_local", False))
-        spec = self._spec() if node_local else None
-        if spec is not None and spec.layout.whole_on_every_node:
-            node_local = False
-        check_eval_ranks(tc.eval_ranks, lay.instance_size, node_local, lay.nodes_per_instance)
+        check_eval_ranks(tc.eval_ranks, lay.instance_size, self._node_local(), lay.nodes_per_instance)
         self.env, self.roles = split_ranks(self.env, tc.eval_ranks)
         self.world, self.rank = self.env.layout.instance_size, self.env.layout.instance_rank
 
@@ -233,7 +228,7 @@ class Trainer:
         self.eval_loader = self.workload.eval_loader(shard)
         train, evaluate = self.workload.dataset_sizes()
         self.train_samples, self.eval_samples = train, evaluate
-        self.workload.sizes = DataSizes(train, evaluate, 0)
+        self.workload.sizes = DataSizes(train, evaluate, 0, self.local_batch)
 
     def _choose_for_hardware(self, model: nn.Module) -> None:
         """Resolve ``train.precision``/``train.channels_last`` = "auto" (:mod:`common.auto`): rank 0 of
@@ -277,13 +272,17 @@ class Trainer:
         loss = autocast_loss(lambda m, b: wl.loss(wl.forward(m, b), b), precision, self.device)
         return probe_channels_last(model, batch, loss)
 
+    def _node_local(self) -> bool:
+        """Whether each node holds only its part of the data (``data.node_local``, set by node-local staging)."""
+        if not getattr(getattr(self.cfg, "data", None), "node_local", False):
+            return False
+        spec = self._spec()
+        # every node was given the whole dataset: the instance's ranks split it once
+        return not (spec is not None and spec.layout.whole_on_every_node)
+
     def _data(self) -> InstanceData:
         """Loaders and sizes of the instance's data (:mod:`common.data.instance`)."""
-        node_local = bool(getattr(getattr(self.cfg, "data", None), "node_local", False))
-        spec = self._spec()
-        if spec is not None and spec.layout.whole_on_every_node:
-            node_local = False  # every node was given the whole dataset: the instance's ranks split it once
-        group = reader_group(self.env, node_local)
+        group = reader_group(self.env, self._node_local())
         dp_rank, dp_size = self.workload.data_parallel_shard(group.rank, group.size)
         shard = DataShard(rank=dp_rank, size=dp_size, seed=self.seed,
                           local_batch_size=self.local_batch, device=self.device,

@@ -58,6 +58,7 @@ class DataSizes:
     train_samples: int
     eval_samples: int
     steps_per_epoch: int
+    local_batch_size: int = 0  # samples per data-parallel rank per step (0: not known, e.g. in a unit test)
 
 
 @dataclass(frozen=True)
@@ -88,9 +89,6 @@ class Workload(ABC, Generic[C]):
     # "sums": additive statistics per batch (eval_sums/metric); "samples": the metric needs every
     # sample's outputs (eval_samples/metric_of_samples, e.g. exact AUROC)
     eval_kind: ClassVar[str] = "sums"
-    # how epoch_num reports progress: "epoch", "fraction" (of epochs) or "samples" (common/cadence.py);
-    # "" = what the rules say for the benchmark (common.suites.epoch_reporting)
-    epoch_reporting: ClassVar[str] = ""
 
     def __init__(self, cfg: C) -> None:
         self.cfg = cfg

@@ -104,13 +104,12 @@ class ResNetWorkload(Workload[ResNetConfig]):
 
     def hyperparameters(self) -> dict[str, Any]:
         """``opt_name`` and the ``lars_*``/``sgd_*`` keys of closed_resnet_<opt>.yaml (:mod:`.hparams`)."""
-        import torch.distributed as dist
-
         from .hparams import optimizer_keys
 
         steps = self.sizes.steps_per_epoch if self.sizes is not None else 1
-        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-        bn_span = self.cfg.train.global_batch_size // world * self.cfg.train.bn_group_size
+        # the harness's per-rank batch (0 when not known: one rank holds the global batch)
+        local = self.sizes.local_batch_size if self.sizes is not None else 0
+        bn_span = (local or self.cfg.train.global_batch_size) * self.cfg.train.bn_group_size
         return optimizer_keys(self.cfg.optim, steps, self.cfg.train.max_epochs, bn_span)
 
     # synthetic data -------------------------------------------------------------------------
