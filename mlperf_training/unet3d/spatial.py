@@ -42,6 +42,8 @@ from torch import nn
 
 from common.errors import ConfigError
 
+from .loss import SMOOTH_DR, SMOOTH_NR
+
 #: the split axis of an (N, C, D, H, W) tensor: depth
 DEPTH = 2
 
@@ -469,12 +471,13 @@ def dice_ce_sums(logits: torch.Tensor, labels: torch.Tensor, include_background:
     return torch.cat((inter, psum, tsum, ce.unsqueeze(1), count.unsqueeze(1)), dim=1)
 
 
-def dice_ce_from_sums(sums: torch.Tensor, smooth: float = 1e-6) -> torch.Tensor:
+def dice_ce_from_sums(sums: torch.Tensor) -> torch.Tensor:
     """Per-sample loss from whole-volume sums: ``(mean over classes of (1 - Dice) + mean cross-entropy) / 2``,
-    Dice = ``(2 inter + smooth) / (sum p + sum t + smooth)`` (the reference's DiceCELoss for one sample)."""
+    Dice = ``(2 inter + smooth_nr) / (sum p + sum t + smooth_dr)`` with :mod:`.loss`'s smoothing terms (the
+    reference's DiceCELoss for one sample)."""
     c = (sums.shape[1] - 2) // 3
     inter, psum, tsum = sums[:, :c], sums[:, c : 2 * c], sums[:, 2 * c : 3 * c]
-    dice = (2.0 * inter + smooth) / (psum + tsum + smooth)
+    dice = (2.0 * inter + SMOOTH_NR) / (psum + tsum + SMOOTH_DR)
     ce = sums[:, 3 * c] / sums[:, 3 * c + 1]
     return ((1.0 - dice).mean(dim=1) + ce) / 2.0
 

@@ -134,9 +134,6 @@ class UNet3DWorkload(Workload[UNetConfig]):
             return 0.0
         return (sums["dice_kidney"] + sums["dice_tumour"]) / (2.0 * cases)
 
-    def batch_size(self, batch: Any) -> int:
-        return int(batch[0].shape[0])
-
     def hyperparameters(self) -> dict[str, Any]:
         """The keys training 4.0.0's closed_unet3d.yaml requires (SGD; warmup and decay in epochs)."""
         o, d = self.cfg.optim, self.cfg.data
