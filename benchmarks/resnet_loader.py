@@ -67,8 +67,8 @@ def loader_epochs(wl: ResNetWorkload, batch: int, budget: Budget) -> list[float]
     return rates
 
 
-def step_rate(wl: ResNetWorkload, batch: int, channels_last: bool, steps: int) -> tuple[float, Any]:
-    """images/s of the harness's training step (eager) on one loader batch; also the step."""
+def step_rate(wl: ResNetWorkload, batch: int, channels_last: bool, steps: int) -> float:
+    """images/s of the harness's training step (eager) on one loader batch."""
     torch.manual_seed(0)
     model = wl.build_model()
     if channels_last:
@@ -88,7 +88,7 @@ def step_rate(wl: ResNetWorkload, batch: int, channels_last: bool, steps: int) -
     for _ in range(steps):
         loss += step(x)
     float(loss)
-    return batch * steps / (time.perf_counter() - t), step
+    return batch * steps / (time.perf_counter() - t)
 
 
 def ensure_data(work: Path, args: list[str], budget: Budget) -> Path:
@@ -147,7 +147,7 @@ def main() -> None:
                     budget.skip(f"round {r + 1} step {what}")
                     continue
                 torch.set_num_threads(tt)
-                rate, _ = step_rate(workload(a.preset, root, a.overrides, "torch", "none", 0), batch, cl, a.steps)
+                rate = step_rate(workload(a.preset, root, a.overrides, "torch", "none", 0), batch, cl, a.steps)
                 steps[what] = max(rate, steps.get(what, 0.0))
                 say(f"training step, {what}: {rate:8.1f} images/s")
         torch.set_num_threads(a.torch_threads)

@@ -144,7 +144,7 @@ class ResNet(nn.Module):
                 cin = mid * EXPANSION
             stages.append(nn.Sequential(*blocks))
         self.layers = nn.ModuleList(stages)
-        self.fc = nn.Linear(cin, cfg.num_classes)
+        self.fc = nn.Linear(cfg.features, cfg.num_classes)
         self.reset_parameters()
 
     @torch.no_grad()
