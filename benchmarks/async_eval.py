@@ -35,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
+from budget import Budget, add_budget_argument, mpiexec, one_thread_rank_env, say  # noqa: E402 - sibling benchmark module
 from machine import describe, header  # noqa: E402 - sibling benchmark module
 
 
@@ -103,11 +103,9 @@ def on_path(tr: Any, r: Any) -> float:
 
 
 def launch(ranks: int, argv: list[str], timeout: float) -> dict[int, dict[str, Any]]:
-    mpiexec = Path(sys.executable).parent / "mpiexec"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", HPCBENCH_TORCH_THREADS="1",
-               HPCBENCH_PROGRESS="0")
-    proc = subprocess.run([str(mpiexec if mpiexec.exists() else "mpiexec"), "-n", str(ranks), sys.executable,
-                           __file__, "--worker", *argv], env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([mpiexec(), "-n", str(ranks), sys.executable, __file__, "--worker", *argv],
+                          env=one_thread_rank_env(HPCBENCH_PROGRESS="0"), capture_output=True, text=True,
+                          timeout=timeout)
     if proc.returncode != 0:
         raise SystemExit(f"mpiexec -n {ranks} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return {r["rank"]: r for r in (json.loads(m) for m in re.findall(r'\{"rank"[^{}]*\}', proc.stdout))}

@@ -8,8 +8,26 @@ single subprocess) can overrun; its subprocesses get the time that is left as th
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
+from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def mpiexec() -> str:
+    """The launcher of the environment the benchmark runs in (the mpich wheel's, next to the interpreter),
+    else the one on PATH."""
+    beside = Path(sys.executable).parent / "mpiexec"
+    return str(beside) if beside.exists() else "mpiexec"
+
+
+def one_thread_rank_env(**extra: str) -> dict[str, str]:
+    """Environment of ranks launched by a benchmark: the project importable and one torch/OpenMP thread
+    per rank (a rank stands for one device; N ranks use N cores)."""
+    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HPCBENCH_TORCH_THREADS": "1", **extra}
 
 
 def say(text: str) -> None:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
+from budget import Budget, add_budget_argument, mpiexec, say  # noqa: E402 - sibling benchmark module
 from machine import describe, header  # noqa: E402 - sibling benchmark module
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,8 +38,7 @@ def _env() -> dict[str, str]:
 
 
 def models_per_min(ranks: int, instances: int, work: Path, budget: Budget) -> float:
-    mpiexec = str(Path(sys.executable).parent / "mpiexec")
-    subprocess.run([mpiexec, "-n", str(ranks), sys.executable, *TRAIN, "--instances", str(instances),
+    subprocess.run([mpiexec(), "-n", str(ranks), sys.executable, *TRAIN, "--instances", str(instances),
                     "--results", str(work)], cwd=ROOT, env=_env(), check=True, capture_output=True,
                    timeout=budget.timeout(600))
     subprocess.run([sys.executable, "-m", "hpcbench", "report", str(work), "--no-plots", "--no-official"],

@@ -37,7 +37,6 @@ import argparse
 import ctypes
 import dataclasses
 import json
-import os
 import re
 import statistics
 import subprocess
@@ -49,7 +48,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
+from budget import Budget, add_budget_argument, mpiexec, one_thread_rank_env, say  # noqa: E402 - sibling benchmark module
 from machine import describe, header  # noqa: E402 - sibling benchmark module
 
 
@@ -179,7 +178,6 @@ def main() -> None:
     say(header(describe()))
     say(f"UNet3D channels {args.channels}, {args.batch} sample(s) of {args.size}^3, forward + Dice/CE + backward, "
         f"up to {args.steps} timed steps per variant; launched as mpiexec -n S per spatial size")
-    mpiexec = Path(sys.executable).parent / "mpiexec"
     ranks = [int(r) for r in args.ranks.split(",")]
     results: dict[int, list[dict[str, Any]]] = {}
     for i, n in enumerate(ranks):
@@ -188,8 +186,8 @@ def main() -> None:
             continue
         share = budget.left() / (len(ranks) - i)
         # one torch thread per rank at every S: a rank stands for one device, and S ranks use S cores
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HPCBENCH_TORCH_THREADS": "1"}
-        cmd = [str(mpiexec if mpiexec.exists() else "mpiexec"), "-n", str(n), sys.executable, __file__, "--worker",
+        env = one_thread_rank_env()
+        cmd = [mpiexec(), "-n", str(n), sys.executable, __file__, "--worker",
                "--size", str(args.size), "--batch", str(args.batch), "--channels", args.channels, "--steps", str(args.steps),
                "--worker-budget-s", f"{max(5.0, share - 10):.0f}"]
         try:
