@@ -31,7 +31,7 @@ def _bin(name: str) -> Path:
 
 def _fingerprint() -> str:
     h = hashlib.sha256()
-    for name in ("pyproject.toml", "dev.py"):
+    for name in ("pyproject.toml", "setup.py", "dev.py"):
         h.update((ROOT / name).read_bytes())
     h.update(f"{TORCH}|{EXTRAS}|{sys.version_info[:2]}".encode())
     return h.hexdigest()

@@ -12,7 +12,7 @@ For each setting (each in its own child process, so the caps apply from the star
      ratio: auto vs the old preset (bf16 + channels-last, the baseline), same process;
   2. with ``--run``: ``hpcbench run --fresh`` end to end (goal <= 180 s on a 2-core CPU).
 
-  python benchmarks/any_cpu.py --run | tee benchmarks/results/any_cpu_DATE_MACHINE.txt
+  python -m benchmarks.any_cpu --run | tee benchmarks/results/any_cpu_DATE_MACHINE.txt
 """
 from __future__ import annotations
 
@@ -36,9 +36,9 @@ def step_rates(budget_s: float) -> dict:
     import torch
 
     from benchmarks.machine import describe
-    from common.auto import choose_precision, cpu_bf16_native
-    from common.precision import module_to_channels_last, to_channels_last
-    from cosmoflow.workload import CosmoFlowWorkload
+    from hpcbench.common.auto import choose_precision, cpu_bf16_native
+    from hpcbench.common.precision import module_to_channels_last, to_channels_last
+    from hpcbench.workloads.cosmoflow.workload import CosmoFlowWorkload
 
     torch.set_num_threads(1)
     wl = CosmoFlowWorkload(CosmoFlowWorkload.load_config("mini"))
@@ -157,5 +157,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     main()

@@ -17,7 +17,7 @@ train (``run_stop - run_start`` from the MLPerf log's clock) of each is compared
 of the per-step result poll on the training ranks (``TrainSide.poll``: ``MPI_Iprobe`` on training rank
 0 and an 8-byte broadcast to the others) against a training step.
 
-    python benchmarks/async_eval.py [--train-ranks 1] [--eval-ranks 1] [--same-total] [--budget-s 300]
+    python -m benchmarks.async_eval [--train-ranks 1] [--eval-ranks 1] [--same-total] [--budget-s 300]
 """
 from __future__ import annotations
 
@@ -33,10 +33,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from budget import Budget, add_budget_argument, mpiexec, one_thread_rank_env, say  # noqa: E402 - sibling benchmark module
-from machine import describe, header  # noqa: E402 - sibling benchmark module
+from benchmarks.budget import Budget, add_budget_argument, mpiexec, one_thread_rank_env, say
+from benchmarks.machine import describe, header
 
 
 def overrides(args: argparse.Namespace, eval_ranks: int) -> list[str]:
@@ -47,10 +45,10 @@ def overrides(args: argparse.Namespace, eval_ranks: int) -> list[str]:
 
 def worker(argv: list[str]) -> None:
     """Inside the mpiexec job: one run, one JSON line per rank; ``poll N``: time N result polls."""
-    from common.dist import init_distributed
-    from common.mllog import MLPerfLogger
-    from common.system import SystemDescription
-    from common.trainer import Trainer
+    from hpcbench.common.dist import init_distributed
+    from hpcbench.common.mllog import MLPerfLogger
+    from hpcbench.common.system import SystemDescription
+    from hpcbench.common.trainer import Trainer
     from tests.harness_toy import ToyWorkload
 
     env = init_distributed(device="cpu")
@@ -76,7 +74,7 @@ def worker(argv: list[str]) -> None:
             tr.evals.stop(tr, "aborted")
         else:
             tr.instance_comm.Barrier()
-            from common.async_eval import EvalSide
+            from hpcbench.common.async_eval import EvalSide
 
             EvalSide(tr, tr.roles).serve(tr)
     else:
@@ -103,7 +101,7 @@ def on_path(tr: Any, r: Any) -> float:
 
 
 def launch(ranks: int, argv: list[str], timeout: float) -> dict[int, dict[str, Any]]:
-    proc = subprocess.run([mpiexec(), "-n", str(ranks), sys.executable, __file__, "--worker", *argv],
+    proc = subprocess.run([mpiexec(), "-n", str(ranks), sys.executable, "-m", "benchmarks.async_eval", "--worker", *argv],
                           env=one_thread_rank_env(HPCBENCH_PROGRESS="0"), capture_output=True, text=True,
                           timeout=timeout)
     if proc.returncode != 0:

@@ -6,30 +6,27 @@ small model reaches in the preset's time. Trains on packed rows with LAMB on the
 warmup over 10 steps); prints eval accuracy every ``--eval-every`` steps as it goes; ``--budget-s``
 stops training (said) when the time left cannot hold another eval interval.
 
-    python benchmarks/bert_learn.py [--vocab 200 --seq-len 64 --hidden 128 --steps 400] [--budget-s 120]
+    python -m benchmarks.bert_learn [--vocab 200 --seq-len 64 --hidden 128 --steps 400] [--budget-s 120]
 """
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common.flat import FlatParams  # noqa: E402
-from common.optim import LAMB  # noqa: E402
-from common.runconfig import OptimConfig  # noqa: E402
-from mlperf_training.bert import packing, synth  # noqa: E402
-from mlperf_training.bert.batch import collate  # noqa: E402
-from mlperf_training.bert.metric import eval_accuracy, mlm_accuracy_sums  # noqa: E402
-from mlperf_training.bert.model import BertForPretraining, ModelConfig, pretraining_loss  # noqa: E402
+from hpcbench.common.flat import FlatParams
+from hpcbench.common.optim import LAMB
+from hpcbench.common.runconfig import OptimConfig
+from hpcbench.workloads.mlperf_training.bert import packing, synth
+from hpcbench.workloads.mlperf_training.bert.batch import collate
+from hpcbench.workloads.mlperf_training.bert.metric import eval_accuracy, mlm_accuracy_sums
+from hpcbench.workloads.mlperf_training.bert.model import BertForPretraining, ModelConfig, pretraining_loss
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
-from machine import describe, header  # noqa: E402 - sibling benchmark module
+from benchmarks.budget import Budget, add_budget_argument, say
+from benchmarks.machine import describe, header
 
 
 def main() -> None:

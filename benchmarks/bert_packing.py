@@ -1,16 +1,16 @@
 """BERT training throughput, packed vs padded rows: real (non-padding) tokens per second.
 
-The same pool of synthetic sequences (``mlperf_training.bert.synth``: lengths like the reference
+The same pool of synthetic sequences (``hpcbench.workloads.mlperf_training.bert.synth``: lengths like the reference
 data, mean ~255 of 512) is batched two ways, ``--rows`` rows of ``--seq-len`` per step:
 
 * ``padded`` (baseline): one sequence per row, every op on all rows x seq-len positions (attention
   masks the padding keys), as a padded implementation computes;
 * ``packed``: up to 3 sequences per row (best-fit packing), per-token ops on the real tokens only,
-  block-diagonal attention per row (``mlperf_training.bert.model``);
+  block-diagonal attention per row (``hpcbench.workloads.mlperf_training.bert.model``);
 * ``padded+unpad`` (with ``--unpad-variant``): padded rows, but per-token ops on real tokens only:
   what unpadding alone gives without packing.
 
-A step is forward, loss, backward and a LAMB step on the flat parameter buffer (``common.optim``).
+A step is forward, loss, backward and a LAMB step on the flat parameter buffer (``hpcbench.common.optim``).
 Each variant gets ``--batches`` fixed batches (the padded ones hold the first sequences of the pool,
 the packed ones rows of the whole pool, shuffled). A round runs every variant on each of its batches,
 interleaved (so machine contention hits all of them); after a warm-up round, ``--repeats`` rounds are
@@ -19,31 +19,28 @@ time. Throughput = real tokens of the batches / sum of their fastest times; the 
 baseline is printed (goal of issue 14: >= 1.5x). Prints every step as it runs; ``--budget-s`` bounds
 the run: rounds stop when the time left cannot hold another round (said).
 
-    python benchmarks/bert_packing.py [--layers 4 --hidden 256 --rows 8 --batches 3 --repeats 3] [--budget-s 300]
+    python -m benchmarks.bert_packing [--layers 4 --hidden 256 --rows 8 --batches 3 --repeats 3] [--budget-s 300]
 """
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common.flat import FlatParams  # noqa: E402
-from common.optim import LAMB  # noqa: E402
-from common.runconfig import OptimConfig  # noqa: E402
-from mlperf_training.bert import packing, synth  # noqa: E402
-from mlperf_training.bert.batch import Batch, collate  # noqa: E402
-from mlperf_training.bert.facts import MAX_PRED, MAX_SEQ_PER_ROW, VOCAB_SIZE  # noqa: E402
-from mlperf_training.bert.format import Rows  # noqa: E402
-from mlperf_training.bert.model import BertForPretraining, ModelConfig, pretraining_loss  # noqa: E402
+from hpcbench.common.flat import FlatParams
+from hpcbench.common.optim import LAMB
+from hpcbench.common.runconfig import OptimConfig
+from hpcbench.workloads.mlperf_training.bert import packing, synth
+from hpcbench.workloads.mlperf_training.bert.batch import Batch, collate
+from hpcbench.workloads.mlperf_training.bert.facts import MAX_PRED, MAX_SEQ_PER_ROW, VOCAB_SIZE
+from hpcbench.workloads.mlperf_training.bert.format import Rows
+from hpcbench.workloads.mlperf_training.bert.model import BertForPretraining, ModelConfig, pretraining_loss
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
-from machine import describe, header  # noqa: E402 - sibling benchmark module
+from benchmarks.budget import Budget, add_budget_argument, say
+from benchmarks.machine import describe, header
 
 
 def batches(rows: Rows, per_step: int, seq_len: int, steps: int) -> list[Batch]:

@@ -9,8 +9,8 @@ servers or links are the bottleneck: copy, the v1.0 way and packed staging pay a
 
 Start and stop (root, ``/dev/fuse``; see docs/staging.md)::
 
-    python benchmarks/capfs.py start --backing /data/packed --mount /mnt/shared --mbps 100
-    python benchmarks/capfs.py stop --mount /mnt/shared     # prints bytes served, unmounts, waits
+    python -m benchmarks.capfs start --backing /data/packed --mount /mnt/shared --mbps 100
+    python -m benchmarks.capfs stop --mount /mnt/shared     # prints bytes served, unmounts, waits
 
 From Python: ``with CappedMount(backing, mount, mbps) as m: ...`` (``m.stats()`` reads the counters).
 :func:`unavailable` says why the mechanism cannot be used here (no ``/dev/fuse``, not root, mount refused).
@@ -245,12 +245,12 @@ class CappedMount:
         self.mount.mkdir(parents=True, exist_ok=True)
         if os.path.ismount(self.mount):
             raise OSError(errno.EBUSY, f"{self.mount} is already a mount point (a capfs left running? "
-                                       f"python benchmarks/capfs.py stop --mount {self.mount})")
-        self.proc = subprocess.Popen([sys.executable, __file__, "serve", "--backing", str(self.backing),
+                                       f"python -m benchmarks.capfs stop --mount {self.mount})")
+        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.capfs", "serve", "--backing", str(self.backing),
                                       "--mount", str(self.mount), "--mbps", str(self.mbps),
                                       "--burst-mb", str(self.burst_mb)],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=open(self.log_path, "wb"), start_new_session=True)
+                                     stderr=open(self.log_path, "wb"), start_new_session=True, cwd=Path(__file__).resolve().parents[1])
         t0 = time.monotonic()
         while not os.path.ismount(self.mount):
             if self.proc.poll() is not None:

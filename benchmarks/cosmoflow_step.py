@@ -17,7 +17,7 @@ Each block is printed when it is measured. ``--budget-s`` bounds the whole run: 
 rounds shrink to what fits (``--steps``/``--rounds`` are the most), and variants or rounds the budget
 does not reach are listed as skipped (also in the JSON).
 
-  python benchmarks/cosmoflow_step.py --size 32 --batch 4 --rounds 3
+  python -m benchmarks.cosmoflow_step --size 32 --batch 4 --rounds 3
 """
 from __future__ import annotations
 
@@ -29,12 +29,12 @@ from collections.abc import Callable
 
 import torch
 
-from cosmoflow.config import CosmoModelConfig
-from cosmoflow.dataset import CosmoFlowData
-from cosmoflow.model import CosmoFlowNet, conv_flops_per_sample
-from cosmoflow.workload import CosmoFlowWorkload
-from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
-from machine import bf16_native, describe, header, matmul_peak, peak_dtype  # noqa: E402 - sibling benchmark module
+from hpcbench.workloads.cosmoflow.config import CosmoModelConfig
+from hpcbench.workloads.cosmoflow.dataset import CosmoFlowData
+from hpcbench.workloads.cosmoflow.model import CosmoFlowNet, conv_flops_per_sample
+from hpcbench.workloads.cosmoflow.workload import CosmoFlowWorkload
+from benchmarks.budget import Budget, add_budget_argument, say
+from benchmarks.machine import bf16_native, describe, header, matmul_peak, peak_dtype
 
 
 def make_step(cfg: CosmoModelConfig, size: int, batch: int, bf16: bool, channels_last: bool,

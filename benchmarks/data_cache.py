@@ -13,8 +13,8 @@ Each epoch is printed when it ends. ``--budget-s`` bounds the whole run: datagen
 as its timeout, and epochs or workloads the budget does not reach are skipped and said (also in
 the JSON); the comparison then uses the epochs measured.
 
-    python benchmarks/data_cache.py --work /tmp/dc                  # mid shapes (CPU box)
-    python benchmarks/data_cache.py --work /tmp/dc --shape full     # 128^3 x 4 and 768 x 1152 x 16
+    python -m benchmarks.data_cache --work /tmp/dc                  # mid shapes (CPU box)
+    python -m benchmarks.data_cache --work /tmp/dc --shape full     # 128^3 x 4 and 768 x 1152 x 16
 """
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def loaders(name: str, root: Path, overrides: list[str], modes: list[str], batch
             device: Any) -> dict[str, tuple[Any, Any]]:
     import torch  # noqa: F401
 
-    from common.workload import DataShard
+    from hpcbench.common.workload import DataShard
     from hpcbench import registry
 
     cls = registry.get(name)
@@ -98,9 +98,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=-1, help="data.threads (-1: auto, 0 on a CPU device)")
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda")
     ap.add_argument("--json", type=Path, help="also write the results here")
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from budget import Budget, add_budget_argument, say
-    from machine import describe, header
+    from benchmarks.budget import Budget, add_budget_argument, say
+    from benchmarks.machine import describe, header
 
     add_budget_argument(ap, 600.0)
     a = ap.parse_args()

@@ -4,8 +4,8 @@ step rate, measured with the same command on the same machine.
 Only APIs that predate the data layer are used (``Workload.load_config``, ``train_loader(DataShard)``,
 ``hpcbench datagen`` and ``hpcbench train``), so the same script measures an older checkout:
 
-    PYTHONPATH=OLD_TREE python benchmarks/data_layer.py --label before --work /tmp/dl
-    python benchmarks/data_layer.py --label after --work /tmp/dl --compare /tmp/dl/before.json
+    PYTHONPATH=OLD_TREE python -m benchmarks.data_layer --label before --work /tmp/dl
+    python -m benchmarks.data_layer --label after --work /tmp/dl --compare /tmp/dl/before.json
 
 Loader: one training epoch of the ``mini`` preset's loader on one rank (no model), best of
 ``--repeats``. Step rate: ``hpcbench train W --config mini`` for ``--epochs`` epochs on one rank, the
@@ -26,9 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
-from machine import describe, header  # noqa: E402 - sibling benchmark module
+from benchmarks.budget import Budget, add_budget_argument, say
+from benchmarks.machine import describe, header
 
 DATAGEN = {  # the embedded mini datasets (oc20 smaller: EMT relaxation dominates its datagen)
     "cosmoflow": ["--samples", "4096", "--val-samples", "512", "--size", "16", "--plain", "--quiet"],
@@ -59,7 +58,7 @@ def dataset(work: Path, label: str, name: str, timeout: float = 900) -> Path:
 def loader_rate(name: str, root: Path, repeats: int) -> dict[str, float]:
     import torch
 
-    from common.workload import DataShard
+    from hpcbench.common.workload import DataShard
     from hpcbench import registry
 
     cls = registry.get(name)
@@ -104,11 +103,11 @@ def main() -> int:
     a = ap.parse_args()
     budget = Budget(a.budget_s)
 
-    import common
+    import hpcbench
 
     info = describe()
     print(header(info), flush=True)
-    print(f"# code: {Path(common.__file__).resolve().parents[1]}  label: {a.label}", flush=True)
+    print(f"# code: {Path(hpcbench.__file__).resolve().parents[1]}  label: {a.label}", flush=True)
     results: dict[str, Any] = {"label": a.label, "machine": info, "workloads": {}}
     for name in a.workloads.split(","):
         if budget.spent():

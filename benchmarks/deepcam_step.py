@@ -12,13 +12,12 @@ Each block is printed when it is measured. ``--budget-s`` bounds the whole run: 
 the number of blocks shrink to what fits (``--steps``/``--repeats`` are the most); what the budget
 does not reach is printed as skipped.
 
-    python benchmarks/deepcam_step.py --preset mini --batch 8 --repeats 5
+    python -m benchmarks.deepcam_step --preset mini --batch 8 --repeats 5
 """
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -26,17 +25,16 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from common.flat import FlatParams
-from common.optim import build_optimizer
-from common.precision import Precision, module_to_channels_last
-from common.schedule import Schedule
-from common.step import TrainStep, prepare_batch
-from deepcam.synth import make_sample
-from deepcam.workload import DeepCAMWorkload
+from hpcbench.common.flat import FlatParams
+from hpcbench.common.optim import build_optimizer
+from hpcbench.common.precision import Precision, module_to_channels_last
+from hpcbench.common.schedule import Schedule
+from hpcbench.common.step import TrainStep, prepare_batch
+from hpcbench.workloads.deepcam.synth import make_sample
+from hpcbench.workloads.deepcam.workload import DeepCAMWorkload
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
-from machine import bf16_native, describe, header, matmul_peak, peak_dtype  # noqa: E402 - sibling benchmark module
+from benchmarks.budget import Budget, add_budget_argument, say
+from benchmarks.machine import bf16_native, describe, header, matmul_peak, peak_dtype
 
 
 def make_batch(batch: int, h: int, w: int) -> tuple[torch.Tensor, torch.Tensor]:

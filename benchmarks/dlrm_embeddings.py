@@ -14,41 +14,38 @@ BCE loss scaled to the global mean, backward, gradient sync, Adagrad on the flat
   ids and pooled embeddings cross in two all-to-alls; only the replicated part is all-reduced;
 * ``sparse`` (baseline for it: ``sharded``): the same sharding, the owned tables with sparse gradients
   outside the flat buffer (``model.sparse_grads``), updated by the row-wise Adagrad
-  (``common.sparse_optim``); gradient memory = the flat gradient + the sparse gradients' values and
+  (``hpcbench.common.sparse_optim``); gradient memory = the flat gradient + the sparse gradients' values and
   indices as autograd produced them (one row per looked-up id).
 
 Memory per rank = parameters + gradients + Adagrad state held by the flat buffers (exact bytes),
 plus each rank's resident set size after the steps. Steps alternate between the two (interleaved,
 so contention hits both); medians are compared. ``--budget-s`` stops the steps (rank 0 decides).
 
-    mpiexec -n 4 python benchmarks/dlrm_embeddings.py [--scale 400] [--batch 512] [--steps 6]
+    mpiexec -n 4 python -m benchmarks.dlrm_embeddings [--scale 400] [--batch 512] [--steps 6]
 """
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
 
-from common.dist import init_distributed  # noqa: E402
-from common.flat import FlatParams  # noqa: E402
-from common.optim import build_optimizer  # noqa: E402
-from common.runconfig import OptimConfig  # noqa: E402
-from mlperf_training.dlrm_dcnv2.criteo import CARDINALITIES, MULTI_HOT_SIZES  # noqa: E402
-from mlperf_training.dlrm_dcnv2.hybrid import (ShardingPlan, model_parallel_parameters, parallelize,  # noqa: E402
+from hpcbench.common.dist import init_distributed
+from hpcbench.common.flat import FlatParams
+from hpcbench.common.optim import build_optimizer
+from hpcbench.common.runconfig import OptimConfig
+from hpcbench.workloads.mlperf_training.dlrm_dcnv2.criteo import CARDINALITIES, MULTI_HOT_SIZES
+from hpcbench.workloads.mlperf_training.dlrm_dcnv2.hybrid import (ShardingPlan, model_parallel_parameters, parallelize,
                                                sparse_parameters, use_sparse_grads)
-from mlperf_training.dlrm_dcnv2.model import DLRMDCNv2, ModelConfig  # noqa: E402
+from hpcbench.workloads.mlperf_training.dlrm_dcnv2.model import DLRMDCNv2, ModelConfig
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
-from machine import describe, header  # noqa: E402 - sibling benchmark module
+from benchmarks.budget import Budget, add_budget_argument, say
+from benchmarks.machine import describe, header
 
 
 def rss_mib() -> float:

@@ -18,7 +18,7 @@ Every line is printed when it is measured. ``--budget-s`` bounds the whole run: 
 datagen, training) get the time left as their timeout, and workloads or modes the budget does not
 reach are skipped and said (in the output file too).
 
-    python benchmarks/gpu_check.py --out benchmarks/results/gpu_check_$(date +%F)_h100.txt
+    python -m benchmarks.gpu_check --out benchmarks/results/gpu_check_$(date +%F)_h100.txt
 """
 from __future__ import annotations
 
@@ -33,13 +33,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import torch  # noqa: E402
+import torch
 
-from budget import Budget, add_budget_argument  # noqa: E402
-from machine import describe, header  # noqa: E402
+from benchmarks.budget import Budget, add_budget_argument
+from benchmarks.machine import describe, header
 
 #: per workload: datagen options at the full shape, local batch, graph modes that apply
 WORKLOADS: dict[str, dict[str, Any]] = {
@@ -106,7 +104,7 @@ def overrides(name: str, root: Path, batch: int) -> list[str]:
 
 def model_only(name: str, root: Path, mode: str, steps: int) -> float:
     """Samples/s of the harness's step alone on one batch from the files (already on the device)."""
-    from common.step import prepare_batch
+    from hpcbench.common.step import prepare_batch
     from hpcbench import registry
     from tests.harness_graph import stepper
 

@@ -4,7 +4,7 @@ Two copies of the toy model (tests/harness_toy.py) with LAMB + clipping train on
 one eagerly, one by replaying the captured full iteration; calls alternate (interleaved timing). A
 short probe run (10 steps, printed) sizes the main run to ``--budget-s``; fewer steps than asked are said.
 
-    python benchmarks/harness_graph.py [--steps 200] [--batch 256] [--hidden 1024]
+    python -m benchmarks.harness_graph [--steps 200] [--batch 256] [--hidden 1024]
 """
 from __future__ import annotations
 
@@ -13,13 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
-from machine import describe, header  # noqa: E402 - sibling benchmark module
+from benchmarks.budget import Budget, add_budget_argument, say
+from benchmarks.machine import describe, header
 
 
 def main() -> int:

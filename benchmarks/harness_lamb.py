@@ -12,30 +12,27 @@ Steps alternate between the two (interleaved, so contention hits both); medians 
 prints each step pair as it runs; ``--budget-s`` stops the steps (rank 0 decides for all ranks) when
 the time left cannot hold another pair, and says so.
 
-    mpiexec -n 4 python benchmarks/harness_lamb.py [--params 50e6] [--steps 5]
+    mpiexec -n 4 python -m benchmarks.harness_lamb [--params 50e6] [--steps 5]
 """
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from torch import nn  # noqa: E402
+import torch
+import torch.distributed as dist
+from torch import nn
 
-from common.dist import init_distributed  # noqa: E402
-from common.flat import FlatParams  # noqa: E402
-from common.optim import LAMB, DistributedLAMB  # noqa: E402
-from common.runconfig import OptimConfig  # noqa: E402
+from hpcbench.common.dist import init_distributed
+from hpcbench.common.flat import FlatParams
+from hpcbench.common.optim import LAMB, DistributedLAMB
+from hpcbench.common.runconfig import OptimConfig
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
-from machine import describe, header  # noqa: E402 - sibling benchmark module
+from benchmarks.budget import Budget, add_budget_argument, say
+from benchmarks.machine import describe, header
 
 
 class FlatModel(nn.Module):

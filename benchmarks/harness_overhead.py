@@ -8,30 +8,27 @@ Epochs alternate between the two (interleaved, so machine contention hits both);
 time of each is compared. Goal: harness within 5% of the bare loop. Each epoch pair is printed as
 it runs; ``--budget-s`` stops the epochs when the time left cannot hold another pair (said).
 
-    python benchmarks/harness_overhead.py [--epochs 15] [--hidden 256] [--batch 64]
+    python -m benchmarks.harness_overhead [--epochs 15] [--hidden 256] [--batch 64]
 """
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
+import torch
+from torch import nn
 
-from common.dist import init_distributed  # noqa: E402
-from common.mllog import MLPerfLogger  # noqa: E402
-from common.system import SystemDescription  # noqa: E402
-from common.trainer import Trainer  # noqa: E402
-from tests.harness_toy import ToyWorkload  # noqa: E402
+from hpcbench.common.dist import init_distributed
+from hpcbench.common.mllog import MLPerfLogger
+from hpcbench.common.system import SystemDescription
+from hpcbench.common.trainer import Trainer
+from tests.harness_toy import ToyWorkload
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
-from machine import describe, header  # noqa: E402 - sibling benchmark module
+from benchmarks.budget import Budget, add_budget_argument, say
+from benchmarks.machine import describe, header
 
 
 def main() -> None:

@@ -3,36 +3,33 @@
 Three optimizer steps over the same parameters and gradients, interleaved (so contention on a shared
 machine hits all of them), medians compared:
 
-* ``flat LARS`` (``common.optim.LARS``): segment norms and a handful of whole-buffer kernels;
+* ``flat LARS`` (``hpcbench.common.optim.LARS``): segment norms and a handful of whole-buffer kernels;
 * ``per-tensor LARS`` (the baseline): the reference's shape, one norm pair and one momentum update per
   tensor in a Python loop (what an optimizer over ``model.parameters()`` does), same maths;
-* ``flat SGD`` (``common.optim.SGD``, momentum): the floor, how much LARS's trust ratios cost on top.
+* ``flat SGD`` (``hpcbench.common.optim.SGD``, momentum): the floor, how much LARS's trust ratios cost on top.
 
 The two LARS variants are checked equal after the timed steps. Prints each round as it runs; the
 ``--budget-s`` bounds the rounds.
 
-    python benchmarks/lars_flat.py [--steps 10] [--budget-s 60]
+    python -m benchmarks.lars_flat [--steps 10] [--budget-s 60]
 """
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from common.flat import FlatParams  # noqa: E402
-from common.optim import LARS, SGD  # noqa: E402
-from common.runconfig import OptimConfig  # noqa: E402
-from mlperf_training.resnet.model import ResNet, no_weight_decay  # noqa: E402
+from hpcbench.common.flat import FlatParams
+from hpcbench.common.optim import LARS, SGD
+from hpcbench.common.runconfig import OptimConfig
+from hpcbench.workloads.mlperf_training.resnet.model import ResNet, no_weight_decay
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
-from machine import describe, header  # noqa: E402 - sibling benchmark module
+from benchmarks.budget import Budget, add_budget_argument, say
+from benchmarks.machine import describe, header
 
 
 class PerTensorLARS:

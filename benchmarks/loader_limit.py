@@ -23,7 +23,7 @@ CPU costs, not the disk's. Rounds interleave every measurement; the best round c
 measurement is printed when it is made; ``--budget-s`` bounds the whole run (datagen gets the time
 left as its timeout; rounds and datasets the budget does not reach are skipped and said).
 
-  python benchmarks/loader_limit.py --work /tmp/ll      # writes the datasets there when missing:
+  python -m benchmarks.loader_limit --work /tmp/ll      # writes the datasets there when missing:
   python -m hpcbench datagen cosmoflow --out /tmp/ll/cf-plain --samples 48 --val-samples 1 --size 128 --plain
   python -m hpcbench datagen cosmoflow --out /tmp/ll/cf-gzip --samples 48 --val-samples 1 --size 128
   python -m hpcbench datagen deepcam --out /tmp/ll/dc --samples 12 --eval-samples 1 --height 768 --width 1152
@@ -48,15 +48,15 @@ import h5py
 import numpy as np
 import torch
 
-from common.data.loader import reader_threads
-from common.data.prefetch import prefetch_map
-from common.step import prepare_batch
-from common.workload import DataShard, Workload
-from cosmoflow.workload import CosmoFlowWorkload
-from deepcam.workload import DeepCAMWorkload
-from deepcam_step import build, time_steps  # noqa: E402 - sibling benchmark module
-from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
-from machine import describe, header  # noqa: E402 - sibling benchmark module
+from hpcbench.common.data.loader import reader_threads
+from hpcbench.common.data.prefetch import prefetch_map
+from hpcbench.common.step import prepare_batch
+from hpcbench.common.workload import DataShard, Workload
+from hpcbench.workloads.cosmoflow.workload import CosmoFlowWorkload
+from hpcbench.workloads.deepcam.workload import DeepCAMWorkload
+from benchmarks.deepcam_step import build, time_steps
+from benchmarks.budget import Budget, add_budget_argument, say
+from benchmarks.machine import describe, header
 
 DATASETS = {  # name -> (workload, datagen arguments)
     "cf-plain": ("cosmoflow", ["--samples", "{cf}", "--val-samples", "1", "--size", "128", "--plain", "--quiet"]),

@@ -43,7 +43,7 @@ def header(info: dict[str, Any]) -> str:
 
 
 def _local_cpu_bf16_native() -> tuple[bool, str]:
-    """The check of ``common.auto.cpu_bf16_native`` for trees that do not have it yet (x86 only;
+    """The check of ``hpcbench.common.auto.cpu_bf16_native`` for trees that do not have it yet (x86 only;
     elsewhere bf16 counts as emulated, which errs on the cheap side)."""
     import torch
 
@@ -62,10 +62,10 @@ def _local_cpu_bf16_native() -> tuple[bool, str]:
 
 
 def bf16_native(device: Any = None) -> tuple[bool, str]:
-    """(bf16 runs natively on ``device`` (default: the CPU), why): ``common.auto``'s answer when the
+    """(bf16 runs natively on ``device`` (default: the CPU), why): ``hpcbench.common.auto``'s answer when the
     tree has it, else the same check made here."""
     try:
-        from common import auto
+        from hpcbench.common import auto
     except ImportError:
         auto = None
     if device is not None and getattr(device, "type", device) == "cuda":

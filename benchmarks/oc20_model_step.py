@@ -10,29 +10,26 @@ contention hits both; prints each pair of steps as it runs, then the median time
 as the OC20 workload does) raises glibc's mmap/trim thresholds for the whole process, so it applies
 to both models; ``--malloc default`` leaves glibc as it is.
 
-    python benchmarks/oc20_model_step.py --systems 4 --repeats 5
+    python -m benchmarks.oc20_model_step --systems 4 --repeats 5
 """
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from oc20_pyg import patched_pyg_graph  # noqa: E402
+from oc20_pyg import patched_pyg_graph
 
-from opencatalyst import graph, pyg_map  # noqa: E402
-from opencatalyst.cpualloc import keep_freed_memory  # noqa: E402
-from opencatalyst.model import energy_and_forces  # noqa: E402
+from hpcbench.workloads.opencatalyst import graph, pyg_map
+from hpcbench.workloads.opencatalyst.cpualloc import keep_freed_memory
+from hpcbench.workloads.opencatalyst.model import energy_and_forces
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
-from machine import describe, header  # noqa: E402 - sibling benchmark module
+from benchmarks.budget import Budget, add_budget_argument, say
+from benchmarks.machine import describe, header
 
 
 def cluster(seed: int, cutoff: float, max_nb: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -2,25 +2,23 @@
 
 For every step of one epoch at R ranks: max over ranks / mean over ranks of the edges (or triplets)
 each rank processes; printed as the mean over the epoch's steps, for both partitions of
-``common.data.sampler.EpochSampler`` on the same global batches. Costs come from the sizes stored in
+``hpcbench.common.data.sampler.EpochSampler`` on the same global batches. Costs come from the sizes stored in
 a split's LMDB files, or from OC20-like synthetic sizes. Each partition's line is printed when it is
 computed; with ``--budget-s`` spent after the baseline, the balanced partition is skipped (said).
 
-    python benchmarks/oc20_sampler_balance.py --ranks 8 --global-batch 64 [--data DIR/train]
+    python -m benchmarks.oc20_sampler_balance --ranks 8 --global-batch 64 [--data DIR/train]
 """
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 
-from common.data.sampler import EpochSampler
+from hpcbench.common.data.sampler import EpochSampler
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
-from machine import describe, header  # noqa: E402 - sibling benchmark module
+from benchmarks.budget import Budget, add_budget_argument, say
+from benchmarks.machine import describe, header
 
 
 def imbalance(costs: np.ndarray, ranks: int, global_batch: int, balanced: bool, seed: int) -> tuple[float, float]:
@@ -48,7 +46,7 @@ def main() -> None:
     if args.global_batch % args.ranks:
         ap.error(f"--global-batch {args.global_batch} does not split over {args.ranks} ranks")
     if args.data:
-        from opencatalyst.lmdbio import SplitDataset, shard_paths
+        from hpcbench.workloads.opencatalyst.lmdbio import SplitDataset, shard_paths
 
         costs = SplitDataset(shard_paths(args.data), args.trust_pickle).sizes()[args.cost]
         source = f"{args.data} ({args.cost})"

@@ -1,7 +1,7 @@
 """Weak-scaling throughput vs one big instance on the same ranks, measured with the real runner,
 harness and `hpcbench report`.
 
-    python benchmarks/report_weak_vs_strong.py [--ranks 4] [--repeats 2]
+    python -m benchmarks.report_weak_vs_strong [--ranks 4] [--repeats 2]
 
 A: K instances x 1 rank trained concurrently (one mpiexec, `--instances K`): models/min = M'/TTTa.
 B: 1 instance x K ranks (baseline, the strong-scaling way to use the same ranks): models/min = 1/TTT.
@@ -23,9 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from budget import Budget, add_budget_argument, mpiexec, say  # noqa: E402 - sibling benchmark module
-from machine import describe, header  # noqa: E402 - sibling benchmark module
+from benchmarks.budget import Budget, add_budget_argument, mpiexec, say
+from benchmarks.machine import describe, header
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ["-m", "hpcbench", "train", "tests.harness_toy:ToyWorkload", "--config", "tests/harness_configs/mini.toml",

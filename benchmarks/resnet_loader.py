@@ -14,8 +14,8 @@ half the time). The loader and the step are each timed alone; in a run they shar
 Rows ``dali ibm=K``: DALI with the input batch multiplier (``data.dali_batch_multiplier``: the pipeline
 runs on K batches at once, cut back into K). Rounds interleave every measurement; the best of each counts.
 
-  python benchmarks/resnet_loader.py --work /tmp/rnl            # writes the mini dataset there when missing
-  python benchmarks/resnet_loader.py --data DIR --preset full --set model.num_classes=4 --batch 16
+  python -m benchmarks.resnet_loader --work /tmp/rnl            # writes the mini dataset there when missing
+  python -m benchmarks.resnet_loader --data DIR --preset full --set model.num_classes=4 --batch 16
 """
 from __future__ import annotations
 
@@ -30,18 +30,17 @@ from typing import Any
 
 import torch
 
-from common.data.dali import dali_available
-from common.flat import FlatParams
-from common.optim import build_optimizer
-from common.precision import Precision, module_to_channels_last
-from common.schedule import Schedule
-from common.step import TrainStep, prepare_batch
-from common.workload import DataShard
-from mlperf_training.resnet.workload import ResNetWorkload
+from hpcbench.common.data.dali import dali_available
+from hpcbench.common.flat import FlatParams
+from hpcbench.common.optim import build_optimizer
+from hpcbench.common.precision import Precision, module_to_channels_last
+from hpcbench.common.schedule import Schedule
+from hpcbench.common.step import TrainStep, prepare_batch
+from hpcbench.common.workload import DataShard
+from hpcbench.workloads.mlperf_training.resnet.workload import ResNetWorkload
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from budget import Budget, add_budget_argument, say  # noqa: E402 - sibling benchmark module
-from machine import describe, header  # noqa: E402 - sibling benchmark module
+from benchmarks.budget import Budget, add_budget_argument, say
+from benchmarks.machine import describe, header
 
 
 def workload(preset: str, root: Path, overrides: list[str], loader: str, cache: str, threads: int,

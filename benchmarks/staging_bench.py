@@ -3,11 +3,11 @@
 Two modes:
 
 * one MPI job (the methods interleaved in the same job):
-  ``mpiexec -n 8 python benchmarks/staging_bench.py --gib 1.0`` (4 instances x 2 emulated nodes, one
+  ``mpiexec -n 8 python -m benchmarks.staging_bench --gib 1.0`` (4 instances x 2 emulated nodes, one
   rank per node, node-local folders /…/stage/node{node}); ``--methods copy,independent,packed``.
 * the scaling study under a shared-filesystem cap (run WITHOUT mpiexec; it launches one
   ``mpiexec -n 2K`` job per instance count K and repeat):
-  ``python benchmarks/staging_bench.py --scale 1,2,4 --cap-mbps 100 --gib 0.25 --repeats 3 --out PREFIX``.
+  ``python -m benchmarks.staging_bench --scale 1,2,4 --cap-mbps 100 --gib 0.25 --repeats 3 --out PREFIX``.
   The data is served by ``benchmarks/capfs.py`` (a separate FUSE server process, direct I/O, one token
   bucket for every reader), so copy, independent and packed pay alike per byte read. Prints bytes read
   from the shared source, per-phase times, the ratios, the model's prediction for each run (staging.model
@@ -33,14 +33,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.synth_data import cosmo_counts, example, tfrecord_frame  # noqa: E402
-from common.dist import init_distributed  # noqa: E402
-from hpcbench import registry  # noqa: E402
-from staging.exchange import barrier  # noqa: E402
-from staging.pack import Packer  # noqa: E402
-from staging.stage import StageOptions, stage  # noqa: E402
+from benchmarks.synth_data import cosmo_counts, example, tfrecord_frame
+from hpcbench.common.dist import init_distributed
+from hpcbench import registry
+from hpcbench.staging.exchange import barrier
+from hpcbench.staging.pack import Packer
+from hpcbench.staging.stage import StageOptions, stage
 
 MiB = 1 << 20
 FOREVER = 7 * 24 * 3600.0

@@ -1,9 +1,9 @@
 """The single-box gap of staging (issue 13, item 3): packed vs ``--method copy`` with no bandwidth cap,
 before and after a change, in one session.
 
-``python benchmarks/staging_gap.py --before REV --gib 0.5 --repeats 2 --rounds 2`` exports commit REV
+``python -m benchmarks.staging_gap --before REV --gib 0.5 --repeats 2 --rounds 2`` exports commit REV
 (``git archive``) to a temporary folder and then runs the same benchmark command
-``mpiexec -n 8 python benchmarks/staging_bench.py --gib G --repeats R --shard-mb 16`` alternately
+``mpiexec -n 8 python -m benchmarks.staging_bench --gib G --repeats R --shard-mb 16`` alternately
 with REV's code (before) and this checkout's (after), ``--rounds`` times each, on the same generated
 data (``--keep``; each job still evicts the source from the page cache before every run). Prints every
 job's per-run wall and CPU seconds (all ranks' processes, user + system: a rank waiting for a core is
@@ -24,9 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.machine import describe, header  # noqa: E402
+from benchmarks.machine import describe, header
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,10 +37,10 @@ def export(rev: str, where: Path) -> None:
 
 
 def one_job(tree: Path, a: argparse.Namespace) -> list[tuple[str, float, float]]:
-    cmd = [a.mpiexec, "-n", str(a.ranks), sys.executable, str(tree / "benchmarks" / "staging_bench.py"),
+    cmd = [a.mpiexec, "-n", str(a.ranks), sys.executable, "-m", "benchmarks.staging_bench",
            "--gib", str(a.gib), "--repeats", str(a.repeats), "--shard-mb", str(a.shard_mb), "--work", str(a.work),
            "--keep"]
-    res = subprocess.run(cmd, capture_output=True, text=True, env=os.environ | {"PYTHONPATH": str(tree)})
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, env=os.environ | {"PYTHONPATH": str(tree)})
     if res.returncode:
         sys.exit(f"benchmark job failed ({res.returncode}) with {tree}: {' '.join(cmd)}\n{res.stderr[-3000:]}")
     runs = re.findall(r"run \d+\s+(\w+):\s+([\d.]+) s \(cpu ([\d.]+) s", res.stdout)
@@ -72,7 +71,7 @@ def main() -> None:
                          capture_output=True, text=True).stdout.strip()
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True).stdout.strip()
-    say(f"command per job: mpiexec -n {a.ranks} python benchmarks/staging_bench.py --gib {a.gib:g} --repeats "
+    say(f"command per job: mpiexec -n {a.ranks} python -m benchmarks.staging_bench --gib {a.gib:g} --repeats "
         f"{a.repeats} --shard-mb {a.shard_mb:g} (no cap: local disk + page cache, source evicted per run); "
         f"before = {rev}, after = this checkout ({head} + working tree); {a.rounds} jobs each, alternating")
     t0 = time.perf_counter()

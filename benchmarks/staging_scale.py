@@ -1,7 +1,7 @@
 """The scaling study of ``benchmarks/staging_bench.py --scale``: staging time vs instances per method
 under a shared-filesystem bandwidth cap (capfs), with the model's prediction for every configuration.
 
-Not run on its own: ``python benchmarks/staging_bench.py --scale 1,2,4 --cap-mbps 100 ...``.
+Not run on its own: ``python -m benchmarks.staging_bench --scale 1,2,4 --cap-mbps 100 ...``.
 One ``mpiexec -n K*n`` job per (repeat, K) runs copy, independent and packed once each (the order
 rotates per repeat); the data is generated and packed once, before the cap is set up.
 """
@@ -21,9 +21,9 @@ from typing import Any, Callable
 from benchmarks.capfs import CappedMount, unavailable
 from benchmarks.machine import describe, header
 from hpcbench import registry
-from staging.model import GB, Layout, System, predict
-from staging.pack import Packer
-from staging.probe import node_rates, probe
+from hpcbench.staging.model import GB, Layout, System, predict
+from hpcbench.staging.pack import Packer
+from hpcbench.staging.probe import node_rates, probe
 
 METHODS = ("copy", "independent", "packed")
 MiB = 1 << 20
@@ -110,11 +110,11 @@ def drive(a: argparse.Namespace, make_data: Callable[..., tuple[int, float]], ev
                 if not cap:
                     evict(src)
                 before = cap.stats().get("read_bytes", 0) if cap else 0
-                cmd = [a.mpiexec, "-n", str(k * n), sys.executable, str(Path(__file__).with_name("staging_bench.py")),
+                cmd = [a.mpiexec, "-n", str(k * n), sys.executable, "-m", "benchmarks.staging_bench",
                        "--source-root", str(where), "--work", str(job), "--instances", str(k),
                        "--methods", ",".join(order), "--repeats", "1", "--json-out", str(out),
                        "--chunk-mb", str(a.chunk_mb), "--threads", str(a.threads), "--shard-mb", str(a.shard_mb)]
-                res = subprocess.run(cmd, env=os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+                res = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], env=os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
                 if res.returncode:
                     sys.exit(f"staging job K={k} repeat {rep} failed with status {res.returncode}: {' '.join(cmd)}")
                 time.sleep(0.6 if cap else 0)  # the server writes its counters at most every 0.5 s
@@ -266,7 +266,7 @@ CLUSTER = System(fs_GBps=500.0, fabric_GBps=200.0, write_GBps=6.0, decompress_GB
 def published() -> str:
     """Model validation (b) against the published v1.0/v2.0 figures, with the parameters of docs/staging.md
     and the CosmoFlow dataset's known size (the same numbers ``hpcbench stage --dry-run`` uses)."""
-    from staging.report import known_shards
+    from hpcbench.staging.report import known_shards
 
     lay = registry.layout("cosmoflow")
     shards = [s for sp in lay.known for s in known_shards(lay, sp, 256 * MiB)]

@@ -5,7 +5,7 @@ One sample of ``--size`` cubed voxels (default 64^3) through a UNet3D of ``--cha
 data-parallel part, the same at every S):
 
 * ``1 rank``: the plain single-device model on the whole volume (the baseline);
-* ``S = 2, 4``: :func:`mlperf_training.unet3d.spatial.spatial_parallel` with each rank a slab of
+* ``S = 2, 4``: :func:`hpcbench.workloads.mlperf_training.unet3d.spatial.spatial_parallel` with each rank a slab of
   ``size / S`` rows along depth, halos overlapped with the slab's convolution (``depth``); the same
   with the halos waited for before computing (``depth_naive``); and slabs along width (``width``:
   torch's CPU convolution picks its kernel from N x C x D x H, which a depth split shrinks and a
@@ -25,7 +25,7 @@ Memory ratios are against the 1-rank job of the same invocation; time ratios aga
 step of the same job (and, for reference, the 1-rank job). Each S runs as its own ``mpiexec -n S`` job
 (this script launches them; ``--worker`` is that job's entry point); ``--budget-s`` bounds the whole run.
 
-    python benchmarks/unet3d_spatial.py [--size 64] [--channels 8,16,32,64] [--steps 5] [--budget-s 300]
+    python -m benchmarks.unet3d_spatial [--size 64] [--channels 8,16,32,64] [--steps 5] [--budget-s 300]
 
 Every rank runs one torch thread (a rank stands for one device). On a 2-core machine 4 ranks
 oversubscribe the cores: the S = 4 times measure contention as much as scaling; the memory per rank
@@ -46,10 +46,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from budget import Budget, add_budget_argument, mpiexec, one_thread_rank_env, say  # noqa: E402 - sibling benchmark module
-from machine import describe, header  # noqa: E402 - sibling benchmark module
+from benchmarks.budget import Budget, add_budget_argument, mpiexec, one_thread_rank_env, say
+from benchmarks.machine import describe, header
 
 
 def _rss() -> tuple[int, int]:
@@ -78,10 +76,10 @@ def worker(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from common.dist import init_distributed
-    from mlperf_training.unet3d.config import UNetModelConfig
-    from mlperf_training.unet3d.model import UNet3D, divisor
-    from mlperf_training.unet3d.spatial import dice_ce_loss, new_spatial_groups, spatial_parallel, take_slab
+    from hpcbench.common.dist import init_distributed
+    from hpcbench.workloads.mlperf_training.unet3d.config import UNetModelConfig
+    from hpcbench.workloads.mlperf_training.unet3d.model import UNet3D, divisor
+    from hpcbench.workloads.mlperf_training.unet3d.spatial import dice_ce_loss, new_spatial_groups, spatial_parallel, take_slab
 
     env = init_distributed(device="cpu")
     world, rank = env.layout.instance_size, env.layout.instance_rank
@@ -187,7 +185,7 @@ def main() -> None:
         share = budget.left() / (len(ranks) - i)
         # one torch thread per rank at every S: a rank stands for one device, and S ranks use S cores
         env = one_thread_rank_env()
-        cmd = [mpiexec(), "-n", str(n), sys.executable, __file__, "--worker",
+        cmd = [mpiexec(), "-n", str(n), sys.executable, "-m", "benchmarks.unet3d_spatial", "--worker",
                "--size", str(args.size), "--batch", str(args.batch), "--channels", args.channels, "--steps", str(args.steps),
                "--worker-budget-s", f"{max(5.0, share - 10):.0f}"]
         try:

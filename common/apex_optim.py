@@ -5,7 +5,7 @@ non-sharded LAMB, fp32/bf16 (fp16 runs keep the project's LAMB, whose ``skip`` t
 loss scaler's step skipping). apex's ``FusedMixedPrecisionLamb`` keeps its learning rate and step
 counter as device tensors, so the step stays sync-free and graph-capturable; the parameters are the
 flat buffer's views, so one multi-tensor launch covers the model. Everywhere else the project's own
-:class:`common.optim.LAMB` (the tested default) runs, and :func:`apex_lamb_available` says why.
+:class:`hpcbench.common.optim.LAMB` (the tested default) runs, and :func:`apex_lamb_available` says why.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from .flat import FlatParams
-from .optim import FlatOptimizer
+from .flat_optim import FlatOptimizer
 from .runconfig import OptimConfig
 
 

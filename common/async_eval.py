@@ -9,7 +9,7 @@ ranks, reduced among them) and send ``(epoch_num, metric)`` back. Training stops
 target.
 
 Communicators. The instance's MPI communicator is split in two parts; torch's default group is made
-again over the part a rank belongs to (``common.dist.init_group``), so the gradient sync, DistributedLAMB
+again over the part a rank belongs to (``hpcbench.common.dist.init_group``), so the gradient sync, DistributedLAMB
 and BatchNorm sync of the training ranks are unchanged, and the evaluation ranks sum their statistics in
 their own group. The instance communicator carries weights, results and the stop message between parts.
 
@@ -44,10 +44,12 @@ import torch.distributed as tdist
 
 from .dist import DistEnv, init_group, mpi
 from .errors import ConfigError, HpcbenchError
+from .batchnorm import sync_batchnorm_stats
+from .result import RunResult
 from .timing import now_ms
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .trainer import RunResult, Trainer
+    from .trainer import Trainer
 
 JOB_TAG, DATA_TAG, RESULT_TAG, STOP_TAG = 7311, 7312, 7313, 7314
 POLL_S = 0.002  # sleep between polls of a waiting rank
@@ -156,7 +158,6 @@ class TrainSide:
     @torch.no_grad()
     def submit(self, tr: "Trainer", epoch: int, epoch_num: int | float) -> None:
         """Send the weights of this evaluation point (every training rank calls it)."""
-        from .trainer import sync_batchnorm_stats
 
         sync_batchnorm_stats(tr.model, tr.world)  # as an inline evaluation does: the trajectories agree
         seq = self.sent
@@ -275,7 +276,6 @@ class EvalSide:
 
     def serve(self, tr: "Trainer") -> "RunResult":
         """Every evaluation rank; returns when training rank 0 says stop (its status in the result)."""
-        from .trainer import RunResult
 
         result = RunResult(status="aborted", instance=tr.env.layout.instance, epochs=0, steps=0,
                            time_to_solution_s=0.0, final_metric=None, metric_key=tr.workload.metric_key)

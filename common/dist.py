@@ -433,7 +433,7 @@ def init_torch(env: DistEnv, backend: str = "auto", timeout_s: float = 600.0, de
 
 def init_group(env: DistEnv, comm: Any, backend: str) -> None:
     """torch.distributed's default group over the ranks of ``comm`` (the instance, or a part of it:
-    :mod:`common.async_eval`), this rank's device already chosen: comm's rank 0 opens a TCPStore on a
+    :mod:`hpcbench.common.async_eval`), this rank's device already chosen: comm's rank 0 opens a TCPStore on a
     free port and sends the address over MPI. No default group may exist yet (destroy it first)."""
     import torch.distributed as tdist
 

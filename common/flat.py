@@ -17,7 +17,7 @@ under every optimizer (zero gradient, zero parameter). Sharded optimizers split 
 holds (model-parallel embedding tables) come last, after ``shared_size``: the instance's collectives
 cover the shared prefix only. Parameters with sparse gradients (``outside``: large embedding tables)
 are not in the buffers at all - a dense gradient of a 40M-row table is 20 GB - and are updated by
-:class:`common.sparse_optim.SparseAdagrad`; :meth:`FlatParams.zero_grad` clears their gradients.
+:class:`hpcbench.common.sparse_optim.SparseAdagrad`; :meth:`FlatParams.zero_grad` clears their gradients.
 Autograd accumulates into the existing ``p.grad`` views in place; :meth:`FlatParams.check_grads`
 repairs any view autograd replaced.
 """

@@ -28,7 +28,7 @@ the same ``decay_exempt`` mask for its L2 weight decay (MLPerf ResNet's SGD deca
 and classifier weights).
 
 Parameters with sparse gradients live outside the flat buffer; :func:`build_optimizer` attaches a
-row-wise Adagrad for them (``common.sparse_optim``, only beside the flat Adagrad).
+row-wise Adagrad for them (``hpcbench.common.sparse_optim``, only beside the flat Adagrad).
 
 ``step(lr, skip=None)``: ``skip`` is an optional 0-d tensor (1 = found inf/nan under fp16 loss
 scaling); a skipped step changes neither parameters, moments nor the step counter.
@@ -36,7 +36,6 @@ scaling); a skipped step changes neither parameters, moments nor the step counte
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -47,66 +46,7 @@ from .runconfig import OptimConfig
 from .sparse_optim import SparseAdagrad
 
 
-def _assign(dst: torch.Tensor, new: torch.Tensor, skip: torch.Tensor | None) -> None:
-    dst.copy_(new if skip is None else torch.where(skip > 0, dst, new))
-
-
-def _momentum_skipping(buf: torch.Tensor, d: torch.Tensor, momentum: float, nesterov: bool,
-                       skip: torch.Tensor) -> torch.Tensor:
-    """Heavy-ball (or Nesterov) momentum on the step ``d`` that leaves ``buf`` as it was when ``skip`` is
-    set (fp16 overflow: the step is dropped on the device, no host sync); returns the update direction."""
-    new_buf = momentum * buf + d
-    _assign(buf, new_buf, skip)
-    return d + momentum * new_buf if nesterov else new_buf
-
-
-class FlatOptimizer:
-    """Base: owns the step counter, the instance's gradient sync and the state for checkpoints."""
-
-    sharded = False
-
-    def __init__(self, flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0) -> None:
-        self.flat, self.cfg, self.world, self.rank = flat, cfg, world, rank
-        self.step_count = torch.zeros((), device=flat.device)  # applied steps, float32 on the device
-        self.state: dict[str, torch.Tensor] = {}
-        #: the row-wise optimizer of the parameters outside the flat buffer (sparse gradients), if any
-        self.sparse: SparseAdagrad | None = None
-
-    def sync_grads(self) -> None:
-        """Average the gradients over the instance. A model-parallel part (after ``shared_size``)
-        already holds the sum of every rank's gradient: it is divided, not reduced."""
-        if self.world > 1:
-            flat = self.flat
-            dist.all_reduce(flat.grads[: flat.shared_size] if flat.has_local else flat.grads)
-            flat.grads.div_(self.world)
-
-    def step(self, lr: torch.Tensor, skip: torch.Tensor | None = None) -> None:
-        self.sync_grads()
-        self._update(self.flat.params, self.flat.grads, lr, skip)
-        if self.sparse is not None:
-            self.sparse.step(lr, self.step_count, skip)
-        self.step_count.add_(1.0 if skip is None else 1.0 - skip)
-
-    def _update(self, p: torch.Tensor, g: torch.Tensor, lr: torch.Tensor, skip: torch.Tensor | None) -> None:
-        raise NotImplementedError
-
-    def _zeros(self, n: int) -> torch.Tensor:
-        return torch.zeros(n, device=self.flat.device, dtype=self.flat.params.dtype)
-
-    # checkpoints (this rank's state; sharded optimizers hold only their shard) ------------------
-    def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step_count.clone(), **{k: v.clone() for k, v in self.state.items()}}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.step_count.copy_(state["step"])
-        for k, v in self.state.items():
-            if state[k].shape != v.shape:
-                raise ConfigError(f"optimizer state '{k}' has shape {tuple(state[k].shape)}, expected {tuple(v.shape)}")
-            v.copy_(state[k])
-
-    def state_numel(self) -> int:
-        """Elements of optimizer state this rank holds (the row-wise part's included)."""
-        return sum(v.numel() for v in self.state.values()) + (self.sparse.state_numel() if self.sparse else 0)
+from .flat_optim import FlatOptimizer, _assign, _momentum_skipping  # noqa: F401 - re-exported
 
 
 class SGD(FlatOptimizer):

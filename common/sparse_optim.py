@@ -4,7 +4,7 @@ Why: a dense gradient of a 40M x 128 fp32 table is 20 GB, and the flat buffer ho
 and gradient densely. An ``EmbeddingBag(sparse=True)`` gives a COO gradient with one row per looked-up
 id, so gradient memory follows the rows a step touched, not the table.
 
-Semantics are :class:`common.optim.Adagrad`'s (torch's): ``sum += g^2``,
+Semantics are :class:`hpcbench.common.optim.Adagrad`'s (torch's): ``sum += g^2``,
 ``p -= lr / (1 + t * lr_decay) * g / (sqrt(sum) + eps)``, ``sum`` starting at ``initial_accumulator``,
 applied to the touched rows only. On untouched rows the dense update is exactly zero (zero gradient),
 so this equals dense Adagrad over the table. Weight decay would change every row every step: like

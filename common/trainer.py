@@ -2,13 +2,13 @@
 
 Public API (stable; the CLI and the multi-instance runner build on it)::
 
-    from common.trainer import run_training, RunResult
+    from hpcbench.common.trainer import run_training, RunResult
     result = run_training(workload, env, mllogger, system)   # -> RunResult
 
-``workload`` is a :class:`common.workload.Workload` built from its config, ``env`` the
-:class:`common.dist.DistEnv` of this rank (one torch process group per instance), ``mllogger`` the
-instance's :class:`common.mllog.MLPerfLogger` (enabled on instance rank 0 only), ``system`` the
-:class:`common.system.SystemDescription`. Every rank of the instance calls it; all return the same
+``workload`` is a :class:`hpcbench.common.workload.Workload` built from its config, ``env`` the
+:class:`hpcbench.common.dist.DistEnv` of this rank (one torch process group per instance), ``mllogger`` the
+instance's :class:`hpcbench.common.mllog.MLPerfLogger` (enabled on instance rank 0 only), ``system`` the
+:class:`hpcbench.common.system.SystemDescription`. Every rank of the instance calls it; all return the same
 :class:`RunResult`.
 
 What the harness owns, in order: MLPerf ``cache_clear``/``init_start``, submission keys (with
@@ -18,7 +18,7 @@ optimizer + schedule from ``cfg.optim``, data shards (global batch split over th
 the generic hyperparameters (seed, global_batch_size, train/eval_samples,
 gradient_accumulation_frequency) then the workload's own keys, ``init_stop``/``run_start``, the epoch
 loop (``epoch_start/stop``, ``tracked_stats`` throughput per epoch), evaluation at the cadence of
-:mod:`common.cadence` (every ``train.eval_every`` epochs, a fraction of an epoch, or every
+:mod:`hpcbench.common.cadence` (every ``train.eval_every`` epochs, a fraction of an epoch, or every
 ``train.eval_every_samples``; BatchNorm statistics averaged over the instance first; additive eval
 sums reduced over the instance; ``eval_start/stop`` and the metric key with ``epoch_num`` in the
 benchmark's epoch reporting), stop at the first evaluation that meets the target, inside an epoch
@@ -32,8 +32,7 @@ import dataclasses
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -41,7 +40,7 @@ from torch import nn
 
 from . import checkpoint as ckpt
 from .dist import DistEnv
-from .errors import ConfigError, DataError, HpcbenchError
+from .errors import ConfigError, HpcbenchError
 from .flat import FlatParams
 from .mllog import MLPerfLogger
 from .progress import Progress, resolve_mode
@@ -56,58 +55,9 @@ from .data.instance import InstanceData, agree, reader_group
 from .suites import epoch_reporting, suite
 from .cadence import EvalCadence, TrainPoint
 from .async_eval import EvalSide, Roles, TrainSide, check_eval_ranks, send_stop, split_ranks
-from .workload import DataShard, DataSizes, QualityTarget, Workload
-
-
-@dataclass
-class RunResult:
-    """The outcome of one training run of one instance (identical on all its ranks)."""
-
-    status: Literal["success", "aborted"]
-    instance: int
-    epochs: int  # epochs trained
-    steps: int
-    time_to_solution_s: float  # run_stop - run_start
-    final_metric: float | None  # the last evaluation's metric
-    metric_key: str
-    # (epoch_num as logged, metric) per evaluation: whole epochs, fractional epochs or samples (common/cadence.py)
-    metrics: list[tuple[int | float, float]] = field(default_factory=list)
-    samples_per_s: float = 0.0  # training throughput of the instance (train samples / train time)
-    epoch_losses: list[float] = field(default_factory=list)
-    timers: dict[str, dict[str, float]] = field(default_factory=dict)
-    run_start_ms: float = 0.0
-    run_stop_ms: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclass
-class _RunState:
-    """What the evaluations of one run share: the result they fill and where the last one was."""
-
-    result: RunResult
-    target: QualityTarget
-    start_ms: float
-    evaluated_at: int = -1  # global step of the last evaluation
-    stop_ms: float | None = None  # when the result that met the target arrived (dedicated evaluation ranks)
-
-
-def sync_batchnorm_stats(model: nn.Module, world: int) -> None:
-    """Average floating-point buffers (BatchNorm running mean/var) over the instance: one all-reduce."""
-    if world <= 1:
-        return
-    bufs = [b for m in model.modules() if isinstance(m, nn.modules.batchnorm._NormBase)
-            for b in (m.running_mean, m.running_var) if b is not None]
-    if not bufs:
-        return
-    packed = torch.cat([b.reshape(-1).float() for b in bufs])
-    dist.all_reduce(packed)
-    packed.div_(world)
-    offset = 0
-    for b in bufs:
-        b.copy_(packed[offset : offset + b.numel()].view_as(b))
-        offset += b.numel()
+from .workload import DataShard, DataSizes, Workload
+from .result import RunResult, _RunState
+from .batchnorm import group_batchnorm, sync_batchnorm_stats  # noqa: F401 - re-exported
 
 
 def _broadcast_model(model: nn.Module, flat: FlatParams, world: int) -> None:
@@ -215,7 +165,7 @@ class Trainer:
             self.evals = TrainSide(self, self.roles)
 
     def _split_eval_ranks(self) -> None:
-        """``train.eval_ranks``: this rank's part of the instance becomes ``self.env`` (:mod:`common.async_eval`)."""
+        """``train.eval_ranks``: this rank's part of the instance becomes ``self.env`` (:mod:`hpcbench.common.async_eval`)."""
         lay, tc = self.env.layout, self.cfg.train
         check_eval_ranks(tc.eval_ranks, lay.instance_size, self._node_local(), lay.nodes_per_instance)
         self.env, self.roles = split_ranks(self.env, tc.eval_ranks)
@@ -231,7 +181,7 @@ class Trainer:
         self.workload.sizes = DataSizes(train, evaluate, 0, self.local_batch)
 
     def _choose_for_hardware(self, model: nn.Module) -> None:
-        """Resolve ``train.precision``/``train.channels_last`` = "auto" (:mod:`common.auto`): rank 0 of
+        """Resolve ``train.precision``/``train.channels_last`` = "auto" (:mod:`hpcbench.common.auto`): rank 0 of
         the instance decides, the others take its choice, so the instance's ranks agree. The config
         then holds the resolved values and the dataset spec lays batches out accordingly."""
         tc = self.cfg.train
@@ -281,7 +231,7 @@ class Trainer:
         return not (spec is not None and spec.layout.whole_on_every_node)
 
     def _data(self) -> InstanceData:
-        """Loaders and sizes of the instance's data (:mod:`common.data.instance`)."""
+        """Loaders and sizes of the instance's data (:mod:`hpcbench.common.data.instance`)."""
         group = reader_group(self.env, self._node_local())
         dp_rank, dp_size = self.workload.data_parallel_shard(group.rank, group.size)
         shard = DataShard(rank=dp_rank, size=dp_size, seed=self.seed,
@@ -502,7 +452,7 @@ class Trainer:
 
     def evaluate(self, epoch: int, epoch_num: int | float | None = None) -> float:
         """Metric over the whole eval set: sums per rank, summed over the instance, then ``metric``.
-        ``epoch_num``: what the log reports (default: ``epoch``; see :mod:`common.cadence`)."""
+        ``epoch_num``: what the log reports (default: ``epoch``; see :mod:`hpcbench.common.cadence`)."""
         if epoch_num is None:
             epoch_num = epoch
         with self.timer("eval"):
@@ -521,18 +471,6 @@ class Trainer:
         value = self._eval_samples() if self.workload.eval_kind == "samples" else self._eval_sums()
         self.model.train()
         return value
-
-
-def group_batchnorm(model: nn.Module, group_size: int, world: int, device: torch.device) -> nn.Module:
-    """BatchNorm layers synchronized over consecutive groups of ``group_size`` ranks of the instance
-    (``train.bn_group_size``; torch SyncBatchNorm, CUDA only)."""
-    if device.type != "cuda":
-        raise ConfigError(f"config key 'train.bn_group_size' = {group_size} needs CUDA (torch SyncBatchNorm); "
-                          "use 1 on CPU")
-    if world % group_size:
-        raise ConfigError(f"config key 'train.bn_group_size' = {group_size} must divide the instance's {world} ranks")
-    group, _ = dist.new_subgroups(group_size)
-    return nn.SyncBatchNorm.convert_sync_batchnorm(model, process_group=group)
 
 
 def run_training(workload: Workload, env: DistEnv, mllogger: MLPerfLogger, system: SystemDescription,

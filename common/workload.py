@@ -2,7 +2,7 @@
 
 A workload says *what* to train: its data (reader, synthetic generator, sample counts), its model,
 loss, evaluation statistics, quality target and the MLPerf hyperparameter keys of its benchmark.
-The harness (``common.trainer``) owns *how*: the loop, timing, evaluation cadence, MLPerf logging,
+The harness (``hpcbench.common.trainer``) owns *how*: the loop, timing, evaluation cadence, MLPerf logging,
 mixed precision, graph capture, checkpoints and the distributed setup. A workload never times
 itself and never writes MLLOG lines.
 """
@@ -110,7 +110,7 @@ class Workload(ABC, Generic[C]):
 
     # data ---------------------------------------------------------------------------------
     def dataset(self) -> "DatasetSpec":
-        """The workload's dataset spec, built from its config (see :mod:`common.data.spec`)."""
+        """The workload's dataset spec, built from its config (see :mod:`hpcbench.common.data.spec`)."""
         from .errors import HpcbenchError
 
         raise HpcbenchError(f"workload '{self.name}' declares no dataset spec")

@@ -19,10 +19,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from common.errors import DataError
+from hpcbench.common.errors import DataError
 
 from . import tfrecord
-from .dataset import LAYOUT
+from .layout import LAYOUT
 
 N_CHANNELS = 4
 N_TARGETS = 4
@@ -138,7 +138,7 @@ def _read_whole(path: str | Path, size: int) -> Sample:
 
 
 def write_sample(path: str | Path, x: np.ndarray, y: np.ndarray, compress: bool = True, level: int = 6) -> None:
-    """Write one sample file atomically (see :mod:`cosmoflow.synth` for datagen's writer)."""
+    """Write one sample file atomically (see :mod:`hpcbench.workloads.cosmoflow.synth` for datagen's writer)."""
     tfrecord.write_records(path, [encode_sample(x, y)], compress=compress, level=level)
 
 

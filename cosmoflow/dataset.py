@@ -1,7 +1,7 @@
 """The CosmoFlow dataset spec: file layout (for pack/stage), validated reader, collate, DALI graph.
 
 A sample is one ``<split>/*.tfrecord[.gz]`` file read and validated by
-:func:`cosmoflow.data.read_sample`: (x int16 [S,S,S,4], y float32 [4]). ``read_batch`` reads and
+:func:`hpcbench.workloads.cosmoflow.data.read_sample`: (x int16 [S,S,S,4], y float32 [4]). ``read_batch`` reads and
 validates the batch's files straight into one reused (or pinned) int16 batch buffer, as ``collate``
 would stack them, so the counts cross to the device as int16; ``transform`` takes
 ``log1p`` in float32 and gives x as [B,4,S,S,S]: with ``train.channels_last`` the permuted view of
@@ -18,25 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from common.data.buffers import HostBuffers
-from common.data.layout import FileLayout, KnownSplit
-from common.data.spec import DatasetSpec, FileSamples, SampleSource
+from hpcbench.common.data.buffers import HostBuffers
+from hpcbench.common.data.spec import DatasetSpec, FileSamples, SampleSource
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from .data import Sample
 
-# 128^3 x 4 int16 = 16 MiB raw per sample; the source document reports ~85% fewer bytes after
-# merge + compression on the real data.
-_SAMPLE_BYTES = 128 ** 3 * 4 * 2 + 64
-
-LAYOUT = FileLayout(
-    "cosmoflow", ("*.tfrecord", "*.tfrecord.gz", "*.tfrecords", "*.tfrecords.gz"), ("train", "validation"),
-    known={"train": KnownSplit(524_288, _SAMPLE_BYTES, 0.15),
-           "validation": KnownSplit(65_536, _SAMPLE_BYTES, 0.15)},
-    describe="TFRecord files",
-)
+from .layout import LAYOUT  # noqa: F401 - the dataset's layout, also the spec's
 
 Batch = tuple["torch.Tensor", "torch.Tensor"]  # (x, y float32 [B,4])
 

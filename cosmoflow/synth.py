@@ -8,7 +8,7 @@ bin ``c`` scales it by its growth ``D_c``, exponentiates it into a log-normal de
 ``nbar`` and Poisson-samples integer particle counts per voxel (about one particle per voxel, so the
 int16 cubes compress like the real N-body data). Everything is deterministic per (seed, split, index).
 
-Files are written by the shared driver (:func:`common.data.datagen.generate`: process pool,
+Files are written by the shared driver (:func:`hpcbench.common.data.datagen.generate`: process pool,
 progress bar, fsync, verify with the validating reader, rename), one ``univ_XXXXXXX.tfrecord[.gz]``
 per sample.
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common.data.datagen import FileJob
-from common.data.datagen import generate as generate_files
+from hpcbench.common.data.datagen import FileJob
+from hpcbench.common.data.datagen import generate as generate_files
 
 from . import tfrecord
 from .data import N_CHANNELS, N_TARGETS, encode_sample, read_sample

@@ -26,8 +26,8 @@ from typing import BinaryIO, Union
 import crc32c as _crc32c
 import numpy as np
 
-from common.atomic import atomic_write
-from common.errors import DataError
+from hpcbench.common.atomic import atomic_write
+from hpcbench.common.errors import DataError
 
 GZIP_MAGIC = b"\x1f\x8b"
 _MASK_DELTA = 0xA282EAD8

@@ -5,8 +5,8 @@ import argparse
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from common.errors import ConfigError
-from common.workload import Workload
+from hpcbench.common.errors import ConfigError
+from hpcbench.common.workload import Workload
 
 from .config import CosmoFlowConfig
 from .dataset import CosmoFlowData

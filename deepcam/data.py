@@ -15,9 +15,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from common.errors import DataError
+from hpcbench.common.errors import DataError
 
-from .dataset import LAYOUT
+from .layout import LAYOUT
 
 NUM_CLASSES = 3
 DATA_DTYPE = "float32 (H, W, C)"

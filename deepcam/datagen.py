@@ -1,7 +1,7 @@
 """`hpcbench datagen deepcam`: write a synthetic dataset in the real DeepCAM layout.
 
 One :class:`~common.data.datagen.FileJob` per ``<split>/data-NNNNNN.h5`` (one sample each); the
-shared driver writes, verifies with :func:`deepcam.data.read_sample` and renames each file.
+shared driver writes, verifies with :func:`hpcbench.workloads.deepcam.data.read_sample` and renames each file.
 ``stats.h5`` (per-channel statistics of the training split, summed from what each training file's
 writer returns) is written last, verified and renamed, so a dataset without it is visibly
 incomplete (the reader requires it). The same seed writes the same files.
@@ -16,11 +16,11 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from common.data.datagen import FileJob, generate
-from common.errors import DataError
+from hpcbench.common.data.datagen import FileJob, generate
+from hpcbench.common.errors import DataError
 
 from .data import Normalizer, read_sample
-from .dataset import LAYOUT
+from .layout import LAYOUT
 from .synth import CHANNELS, make_sample
 
 SPLITS = {"train": 0, "validation": 1}  # split name -> the split's part of every sample seed

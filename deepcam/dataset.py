@@ -1,6 +1,6 @@
 """The DeepCAM dataset spec: file layout (for pack/stage), validated reader, collate, DALI graph.
 
-A sample is one ``<split>/data-*.h5`` file read by :func:`deepcam.data.read_sample` (format, shape
+A sample is one ``<split>/data-*.h5`` file read by :func:`hpcbench.workloads.deepcam.data.read_sample` (format, shape
 against the split's first file, label values): raw (H, W, C) float32 data and (H, W) uint8 labels.
 ``stats.h5`` at the root holds the per-channel statistics every node needs (the layout replicates
 it); opening a split loads it. ``read_batch`` has HDF5 read each file straight into its slot of one
@@ -20,24 +20,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from common.data.buffers import HostBuffers
-from common.data.layout import FileLayout, KnownSplit
-from common.data.spec import DatasetSpec, FileSamples, SampleSource
+from hpcbench.common.data.buffers import HostBuffers
+from hpcbench.common.data.spec import DatasetSpec, FileSamples, SampleSource
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from .data import Normalizer
 
-# 768 x 1152 x 16 float32 + int labels, about 56 MiB per HDF5 file.
-_SAMPLE_BYTES = 768 * 1152 * 16 * 4 + 768 * 1152 * 4
-
-LAYOUT = FileLayout(
-    "deepcam", ("data-*.h5",), ("train", "validation"), replicate=("stats.h5",),
-    known={"train": KnownSplit(121_266, _SAMPLE_BYTES, 0.6),
-           "validation": KnownSplit(15_158, _SAMPLE_BYTES, 0.6)},
-    describe="data-*.h5 files",
-)
+from .layout import LAYOUT  # noqa: F401 - the dataset's layout, also the spec's
 
 Sample = tuple[np.ndarray, np.ndarray]  # (data H x W x C float32 raw, labels H x W uint8)
 Batch = tuple["torch.Tensor", "torch.Tensor"]  # host: (N x H x W x C float32 raw, N x H x W uint8);

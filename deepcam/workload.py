@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from common.errors import HpcbenchError
-from common.workload import Workload
+from hpcbench.common.errors import HpcbenchError
+from hpcbench.common.workload import Workload
 
 from . import datagen
 from .config import DeepCAMConfig

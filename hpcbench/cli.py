@@ -8,7 +8,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from common.errors import ConfigError, DistributedError, HpcbenchError
+from hpcbench.common.errors import ConfigError, DistributedError, HpcbenchError
 
 from . import __version__
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.errors import ConfigError
+from hpcbench.common.errors import ConfigError
 
 JOBS_DIR = Path(__file__).resolve().parents[1] / "jobs"
 TEMPLATES = {"strong": "strong.sbatch.in", "weak": "weak.sbatch.in", "weak-per-instance": "weak_per_instance.sbatch.in"}

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from common.errors import ConfigError, HpcbenchError
+from hpcbench.common.errors import ConfigError, HpcbenchError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from common.data.layout import FileLayout
-    from common.workload import Workload
+    from hpcbench.common.data.layout import FileLayout
+    from hpcbench.common.workload import Workload
 
 #: ``hpcbench convert FORMAT``: (src, out, trust_pickle, progress, workers) -> samples converted per split
 Converter = Callable[[Path, Path, bool, bool, int], dict[str, int]]
@@ -34,33 +34,33 @@ class WorkloadEntry:
 WORKLOADS: dict[str, WorkloadEntry] = {
     e.name: e
     for e in (
-        WorkloadEntry("cosmoflow", "cosmoflow.workload:CosmoFlowWorkload", "cosmoflow",
+        WorkloadEntry("cosmoflow", "hpcbench.workloads.cosmoflow.workload:CosmoFlowWorkload", "cosmoflow",
                       "3D CNN regressing 4 cosmological parameters from dark-matter density cubes",
-                      "cosmoflow.dataset", required_runs=10),
-        WorkloadEntry("deepcam", "deepcam.workload:DeepCAMWorkload", "deepcam",
+                      "hpcbench.workloads.cosmoflow.layout", required_runs=10),
+        WorkloadEntry("deepcam", "hpcbench.workloads.deepcam.workload:DeepCAMWorkload", "deepcam",
                       "DeepLabv3+ segmentation of cyclones and atmospheric rivers in climate fields",
-                      "deepcam.dataset", required_runs=5),
-        WorkloadEntry("oc20", "opencatalyst.workload:OC20Workload", "oc20",
+                      "hpcbench.workloads.deepcam.layout", required_runs=5),
+        WorkloadEntry("oc20", "hpcbench.workloads.opencatalyst.workload:OC20Workload", "oc20",
                       "DimeNet++ energies and forces of catalyst slabs with adsorbates (OC20 S2EF)",
-                      "opencatalyst.dataset", required_runs=5, converter="opencatalyst.convert:convert"),
+                      "hpcbench.workloads.opencatalyst.layout", required_runs=5, converter="hpcbench.workloads.opencatalyst.convert:convert"),
         # training 5.1.0: the newest training ruleset of the installed mlperf-logging listed for it by
         # the issue (6.0.0 also has dlrm_dcnv2; the logs pass both)
-        WorkloadEntry("dlrm_dcnv2", "mlperf_training.dlrm_dcnv2.workload:DLRMWorkload", "dlrm_dcnv2",
+        WorkloadEntry("dlrm_dcnv2", "hpcbench.workloads.mlperf_training.dlrm_dcnv2.workload:DLRMWorkload", "dlrm_dcnv2",
                       "DLRM with a DCNv2 cross network on Criteo multi-hot clicks; exact AUROC; hybrid-parallel embeddings",
-                      "mlperf_training.dlrm_dcnv2.dataset", required_runs=10, suite="training", ruleset="5.1.0"),
+                      "hpcbench.workloads.mlperf_training.dlrm_dcnv2.dataset", required_runs=10, suite="training", ruleset="5.1.0"),
         # training 5.0.0: 5.1.0 still ships closed_bert.yaml but its common rules no longer accept bert as a
         # submission_benchmark (see mlperf_training/bert/workload.py); 5.0.0 is the newest that does
-        WorkloadEntry("bert", "mlperf_training.bert.workload:BertWorkload", "bert",
+        WorkloadEntry("bert", "hpcbench.workloads.mlperf_training.bert.workload:BertWorkload", "bert",
                       "BERT-large masked-LM + next-sentence pretraining on packed HDF5 shards; masked-LM accuracy",
-                      "mlperf_training.bert.dataset", required_runs=10, suite="training", ruleset="5.0.0"),
+                      "hpcbench.workloads.mlperf_training.bert.dataset", required_runs=10, suite="training", ruleset="5.0.0"),
         # training 4.0.0: the newest training ruleset of the installed mlperf-logging that lists unet3d
-        WorkloadEntry("unet3d", "mlperf_training.unet3d.workload:UNet3DWorkload", "unet3d",
+        WorkloadEntry("unet3d", "hpcbench.workloads.mlperf_training.unet3d.workload:UNet3DWorkload", "unet3d",
                       "3D U-Net segmentation of kidneys and tumours in KiTS19 CT volumes; sliding-window mean Dice",
-                      "mlperf_training.unet3d.dataset", required_runs=40, suite="training", ruleset="4.0.0"),
+                      "hpcbench.workloads.mlperf_training.unet3d.dataset", required_runs=40, suite="training", ruleset="4.0.0"),
         # training 4.0.0: the newest training ruleset of the installed mlperf-logging that lists resnet
-        WorkloadEntry("resnet", "mlperf_training.resnet.workload:ResNetWorkload", "resnet",
+        WorkloadEntry("resnet", "hpcbench.workloads.mlperf_training.resnet.workload:ResNetWorkload", "resnet",
                       "ResNet-50 v1.5 image classification on ImageNet JPEG folders; top-1; LARS; Pillow or DALI loaders",
-                      "mlperf_training.resnet.dataset", required_runs=5, suite="training", ruleset="4.0.0"),
+                      "hpcbench.workloads.mlperf_training.resnet.dataset", required_runs=5, suite="training", ruleset="4.0.0"),
     )
 }
 ALIASES = {"opencatalyst": "oc20", "oc": "oc20"}
@@ -135,7 +135,7 @@ def dataset_names() -> list[str]:
 
 def layout(name: str) -> "FileLayout":
     """The file layout of a dataset, from its workload's data module (``generic``: every file)."""
-    from common.data.layout import GENERIC
+    from hpcbench.common.data.layout import GENERIC
 
     if name == GENERIC.name:
         return GENERIC

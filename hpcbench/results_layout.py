@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from common.errors import ConfigError
+from hpcbench.common.errors import ConfigError
 
 MODES = ("strong", "weak")
 EXTRAS = "hpcbench"  # top-level folder of our own files (never looked at by the official tools)

@@ -1,7 +1,7 @@
 """Multi-instance runner behind ``hpcbench train --instances K``.
 
 K = 1 is a strong-scaling run; K > 1 runs K concurrent, independent instances (weak scaling), each
-with its own communicator and torch process group (``common.dist``), its own seed (the harness uses
+with its own communicator and torch process group (``hpcbench.common.dist``), its own seed (the harness uses
 ``train.seed + instance``) and its own MLPerf log, in the layout of :mod:`hpcbench.results_layout`.
 
 Failure isolation. An exception on any rank of an instance (a crash, a divergence the harness
@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.atomic import atomic_write_text
-from common.dist import DistEnv, mpi
-from common.errors import ConfigError, HpcbenchError
-from common.mllog import MLPerfLogger, result_filename
-from common.system import SystemDescription
-from common.workload import Workload
+from hpcbench.common.atomic import atomic_write_text
+from hpcbench.common.dist import DistEnv, mpi
+from hpcbench.common.errors import ConfigError, HpcbenchError
+from hpcbench.common.mllog import MLPerfLogger, result_filename
+from hpcbench.common.system import SystemDescription
+from hpcbench.common.workload import Workload
 
 from . import results_layout as rl
 
@@ -141,7 +141,7 @@ def stage_in_job(env: DistEnv, source: Path, dest: str, mllogger: MLPerfLogger, 
     ``data.node_local``). ``dataset`` (a name from ``registry.dataset_names()``, None: any)
     must be the packed manifest's dataset."""
     try:
-        from staging.stage import StageOptions, stage
+        from hpcbench.staging.stage import StageOptions, stage
     except ImportError:
         raise ConfigError("--stage-from needs the staging layer (staging/stage.py), which is not in this "
                           "installation; stage first with `hpcbench stage` and pass --data") from None
@@ -171,7 +171,7 @@ def run_instances(env: DistEnv, benchmark: str, make_workload: Callable[[str | N
     try:
         workload = make_workload(data_root)
         if train_fn is None:
-            from common.trainer import run_training
+            from hpcbench.common.trainer import run_training
 
             result = run_training(workload, env, mllogger, opts.system, progress=opts.progress)
         else:

@@ -1,13 +1,13 @@
 """Convert original (pickled) OC20 LMDBs to the pickle-free encoding, each file with its samples'
-sizes (the ``"sizes"`` key, see :mod:`opencatalyst.lmdbio`: natoms, edges, triplets, what the
+sizes (the ``"sizes"`` key, see :mod:`hpcbench.workloads.opencatalyst.lmdbio`: natoms, edges, triplets, what the
 cost-balanced sampler reads).
 
 Published S2EF files preprocessed without edges (``r_edges=False``, the usual case) carry no
 ``edge_index``/``cell_offsets``; decoding them builds the reference's periodic radius graph (6 A,
-at most 50 neighbours, :func:`opencatalyst.graph.add_missing_graph`), so the output always has one.
+at most 50 neighbours, :func:`hpcbench.workloads.opencatalyst.graph.add_missing_graph`), so the output always has one.
 
 Reading the source requires the user's explicit ``trust_pickle`` opt-in: unpickling runs code from
-the file. Each output file goes through :func:`common.data.datagen.generate`: written under a
+the file. Each output file goes through :func:`hpcbench.common.data.datagen.generate`: written under a
 temporary name, verified, then renamed.
 """
 from __future__ import annotations
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from common.data.datagen import FileJob, generate
-from common.errors import ConfigError, DataError
+from hpcbench.common.data.datagen import FileJob, generate
+from hpcbench.common.errors import ConfigError, DataError
 
 from . import lmdbio
-from .dataset import LAYOUT
+from .layout import LAYOUT
 
 
 def convert_file(sources: Mapping[str, Path], job: FileJob, tmp: Path) -> np.ndarray:

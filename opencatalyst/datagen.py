@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from common.data.datagen import FileJob, generate
+from hpcbench.common.data.datagen import FileJob, generate
 
 from . import graph, lmdbio
 
@@ -113,7 +113,7 @@ def add_args(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from common.errors import ConfigError
+    from hpcbench.common.errors import ConfigError
 
     try:
         size = tuple(int(v) for v in str(args.size).split(","))

@@ -5,22 +5,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from common.data.layout import FileLayout, KnownSplit
-from common.data.spec import DatasetSpec
+from hpcbench.common.data.spec import DatasetSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from .batch import GraphBatch
     from .lmdbio import SplitDataset
     from .workload import OC20DataConfig
 
-MiB = 1 << 20
-
-LAYOUT = FileLayout(
-    "oc20", ("data.*.lmdb",), None, replicate=(),
-    known={"train": KnownSplit(80, 1_200 * MiB, 0.5), "val_id": KnownSplit(1, 1_000 * MiB, 0.5)},
-    describe="data.NNNN.lmdb files",
-)
-
+from .layout import LAYOUT  # noqa: F401 - the dataset's layout, also the spec's
 
 class OC20Data(DatasetSpec):
     """``data.NNNN.lmdb`` files of pickle-free records (original pickled ones with
@@ -43,7 +35,7 @@ class OC20Data(DatasetSpec):
         cost = "triplets" if self.cfg.balance == "triplets" else "edges"
         source = SplitDataset(self.layout.list_split(root, split), self.cfg.trust_pickle, cost)
         if self.cfg.preload:
-            from common.data.loader import reader_threads
+            from hpcbench.common.data.loader import reader_threads
 
             source.preload(reader_threads(self.cfg.threads, None))
         return source

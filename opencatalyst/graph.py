@@ -67,7 +67,7 @@ def add_missing_graph(sample: MutableMapping[str, Any], where: str, cutoff: floa
     neither, as the published OC20 files do when preprocessed without edges (``r_edges=False``,
     the usual case): the reference's 6 A / 50 nearest neighbours, periodic in all three cell
     directions. Returns whether it built one; half a graph is a :class:`DataError`."""
-    from common.errors import DataError
+    from hpcbench.common.errors import DataError
 
     present = [k for k in ("edge_index", "cell_offsets") if k in sample]
     if len(present) == 2:

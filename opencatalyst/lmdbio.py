@@ -1,12 +1,12 @@
 """OC20 LMDB files: ``data.NNNN.lmdb`` (subdir=False), keys ``"0"``.. (one record per sample),
 ``"length"`` and ``"sizes"``.
 
-Records use the pickle-free :mod:`opencatalyst.record` encoding. ``"sizes"`` holds the per-sample
+Records use the pickle-free :mod:`hpcbench.workloads.opencatalyst.record` encoding. ``"sizes"`` holds the per-sample
 (natoms, edges, triplets) of the file as the ``.npy`` bytes of an int64 ``[length, 3]`` array, so
 a node that holds only some of a split's files (node-local staging) has exactly the sizes of its
 files. Original OC20 files have no ``"sizes"`` key: their sizes are computed from the samples.
 :func:`write_shard` writes a new file in place; callers write under a temporary name, verify with
-:func:`verify_shard` and rename (:func:`common.data.datagen.generate` does).
+:func:`verify_shard` and rename (:func:`hpcbench.common.data.datagen.generate` does).
 """
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from typing import Any, Literal
 import lmdb
 import numpy as np
 
-from common.data.prefetch import prefetch_map
-from common.errors import DataError
+from hpcbench.common.data.prefetch import prefetch_map
+from hpcbench.common.errors import DataError
 
 from . import record
-from .dataset import LAYOUT
+from .layout import LAYOUT
 
 LENGTH_KEY = b"length"
 SIZES_KEY = b"sizes"  # reserved: int64 [length, 3] (natoms, edges, triplets) as .npy bytes
@@ -210,7 +210,7 @@ def shard_paths(split_dir: str | os.PathLike[str]) -> list[Path]:
 class SplitDataset:
     """The samples of a split's LMDB files (the ones this node holds) as one indexable dataset,
     optionally preloaded into host memory: the :class:`~common.data.spec.SampleSource` of
-    :class:`opencatalyst.dataset.OC20Data`. ``costs()`` is each sample's edge or triplet count."""
+    :class:`hpcbench.workloads.opencatalyst.dataset.OC20Data`. ``costs()`` is each sample's edge or triplet count."""
 
     def __init__(self, files: Sequence[Path], trust_pickle: bool = False, cost: Cost = "edges") -> None:
         self.shards = [Shard(p, trust_pickle) for p in files]

@@ -1,4 +1,4 @@
-"""Weight mapping from torch_geometric's ``DimeNetPlusPlus`` to :class:`opencatalyst.model.DimeNetPP`.
+"""Weight mapping from torch_geometric's ``DimeNetPlusPlus`` to :class:`hpcbench.workloads.opencatalyst.model.DimeNetPP`.
 
 Works on a state dict, so this module does not import torch_geometric.
 """

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from common.errors import DataError
+from hpcbench.common.errors import DataError
 
 MAGIC = b"HPCBOC20"
 VERSION = 1

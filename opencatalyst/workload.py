@@ -8,9 +8,9 @@ from typing import Any, Literal
 
 import torch
 
-from common.errors import ConfigError
-from common.runconfig import DataConfig, RunConfig
-from common.workload import Workload
+from hpcbench.common.errors import ConfigError
+from hpcbench.common.runconfig import DataConfig, RunConfig
+from hpcbench.common.workload import Workload
 
 from .dataset import OC20Data
 from .model import DimeNetPPConfig

@@ -8,9 +8,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from common.atomic import atomic_write
-from common.data.layout import REPLICATED, FileLayout, scan
-from common.errors import DataError
+from hpcbench.common.atomic import atomic_write
+from hpcbench.common.data.layout import REPLICATED, FileLayout, scan
+from hpcbench.common.errors import DataError
 
 from .distribute import Stats
 from .manifest import ShardInfo

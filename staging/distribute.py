@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.dist import mpi
-from common.errors import DataError
+from hpcbench.common.dist import mpi
+from hpcbench.common.errors import DataError
 
 from .exchange import agree, wait
 from .manifest import FileEntry, ShardInfo, decode_header, header_size

@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from common.dist import mpi
-from common.errors import DataError, HpcbenchError
+from hpcbench.common.dist import mpi
+from hpcbench.common.errors import DataError, HpcbenchError
 
 T = TypeVar("T")
 FOREVER = 7 * 24 * 3600.0

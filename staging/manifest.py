@@ -27,7 +27,7 @@ from typing import Any
 
 import crc32c
 
-from common.errors import DataError
+from hpcbench.common.errors import DataError
 
 MAGIC = b"HPCBSHD1"
 FORMAT = "hpcbench-packed"

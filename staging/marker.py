@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from common.atomic import atomic_write_text
-from common.errors import DataError
+from hpcbench.common.atomic import atomic_write_text
+from hpcbench.common.errors import DataError
 
 from .manifest import STATE_DIR, safe_relpath
 from .nodelocal import Journal
@@ -235,7 +235,7 @@ def check_staged(root: Path, dataset: str | None = None, slot: int | None = None
 def require_staged(data: Any, layout: Any, dataset: str | None) -> None:
     """The training entry's check: a node-local data root (``data.node_local``) must be completely
     staged for this dataset and this rank's place in the layout, unless ``data.require_staged`` is
-    false. ``layout`` is the rank's :class:`common.dist.Layout`."""
+    false. ``layout`` is the rank's :class:`hpcbench.common.dist.Layout`."""
     if not getattr(data, "node_local", False) or not getattr(data, "require_staged", True):
         return
     root = Path(str(data.root).replace("{node}", str(layout.node_index)))

@@ -8,7 +8,7 @@ Durability is batched per shard: a finished temporary file only starts its write
 (``sync_file_range``, where the OS has it) and is closed; once the whole shard is checked, its files
 are fsynced together, then renamed, then journaled. A decompression thread thus never waits for the
 disk file by file, and nothing is renamed or journaled before it is durable.
-Ownership, the lock and the completion marker live in :mod:`staging.marker`.
+Ownership, the lock and the completion marker live in :mod:`hpcbench.staging.marker`.
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from typing import Any
 import crc32c
 import zstandard
 
-from common.atomic import atomic_write, make_temp
-from common.errors import DataError
+from hpcbench.common.atomic import atomic_write, make_temp
+from hpcbench.common.errors import DataError
 
 from .manifest import STATE_DIR, FileEntry, Frame, ShardInfo, file_crc, safe_relpath
 

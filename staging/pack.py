@@ -19,9 +19,9 @@ from pathlib import Path
 import crc32c
 import zstandard
 
-from common.atomic import atomic_write, atomic_write_text
-from common.data.layout import REPLICATED, FileLayout, scan
-from common.errors import DataError
+from hpcbench.common.atomic import atomic_write, atomic_write_text
+from hpcbench.common.data.layout import REPLICATED, FileLayout, scan
+from hpcbench.common.errors import DataError
 
 from .manifest import (MANIFEST, FileEntry, Frame, Manifest, ShardInfo, SplitInfo, encode_header, file_crc,
                        refuse_overlap, safe_relpath)

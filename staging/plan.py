@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from common.errors import ConfigError
+from hpcbench.common.errors import ConfigError
 
 from .manifest import ShardInfo
 

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from common.system import cpu_model
+from hpcbench.common.system import cpu_model
 
 PROBE_VERSION = 2
 SIZE = 64 << 20
@@ -48,7 +48,7 @@ def _path_rates(raw: bytes, folder: Path) -> dict[str, float]:
 
     import crc32c
 
-    from common.atomic import atomic_write
+    from hpcbench.common.atomic import atomic_write
 
     from .manifest import FileEntry, Frame
     from .nodelocal import FileAssembly, sync_all

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from common.data.layout import REPLICATED, FileLayout
+from hpcbench.common.data.layout import REPLICATED, FileLayout
 
 from .manifest import ShardInfo
 from .plan import plan_split

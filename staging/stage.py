@@ -1,6 +1,6 @@
 """``hpcbench stage``: the orchestration on every rank. One stager per node (the node's local rank
 0) reads, exchanges and writes in a worker thread; every rank's main thread exchanges a heartbeat
-(:func:`staging.exchange.supervised`), so a rank that dies, hangs or is stopped ends the job within
+(:func:`hpcbench.staging.exchange.supervised`), so a rank that dies, hangs or is stopped ends the job within
 ``--timeout``. Errors are agreed on by all ranks: the job ends with one clear message.
 
 Per node, in this order: refuse a dest that overlaps the source; take the dest's lock; remove the
@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from common.data.layout import GENERIC, REPLICATED, FileLayout
-from common.dist import DistEnv, mpi
-from common.errors import ConfigError, DataError
+from hpcbench.common.data.layout import GENERIC, REPLICATED, FileLayout
+from hpcbench.common.dist import DistEnv, mpi
+from hpcbench.common.errors import ConfigError, DataError
 
 from .copy import copy_files, raw_shards
 from .distribute import Ctx, SplitExchange, Stats
@@ -148,7 +148,7 @@ def stage(env: DistEnv, opts: StageOptions, mllog: Any = None) -> dict[str, Any]
         return None
     report = build_report(info["dataset"], opts.method, lay, rows or [], stats.times["total_s"])
     if opts.report:
-        from common.atomic import atomic_write_text
+        from hpcbench.common.atomic import atomic_write_text
 
         atomic_write_text(opts.report, json.dumps(report, indent=1) + "\n")
     return report

@@ -108,7 +108,7 @@ def one_member_pack(packed: Path, member: str, payload: bytes = b"evil") -> Path
     import crc32c
     import zstandard
 
-    from staging.manifest import MANIFEST, FileEntry, Frame, Manifest, ShardInfo, SplitInfo, encode_header
+    from hpcbench.staging.manifest import MANIFEST, FileEntry, Frame, Manifest, ShardInfo, SplitInfo, encode_header
 
     blob = zstandard.ZstdCompressor().compress(payload)
     crc = crc32c.crc32c(payload)

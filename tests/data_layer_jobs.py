@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.data.datagen import FileJob
-from common.errors import DataError
+from hpcbench.common.data.datagen import FileJob
+from hpcbench.common.errors import DataError
 
 
 def write_indices(job: FileJob, tmp: Path) -> int:

@@ -14,12 +14,12 @@ from typing import Any
 
 import torch
 
-from common.flat import FlatParams
-from common.optim import build_optimizer
-from common.precision import Precision
-from common.schedule import Schedule
-from common.precision import module_to_channels_last
-from common.step import TrainStep, prepare_batch
+from hpcbench.common.flat import FlatParams
+from hpcbench.common.optim import build_optimizer
+from hpcbench.common.precision import Precision
+from hpcbench.common.schedule import Schedule
+from hpcbench.common.precision import module_to_channels_last
+from hpcbench.common.step import TrainStep, prepare_batch
 from tests.harness_toy import ToyWorkload
 
 
@@ -27,7 +27,7 @@ def stepper(workload: Any, mode: str, device: torch.device) -> tuple[TrainStep, 
     """The harness's step for ``workload`` on ``device``. ``auto`` precision/channels-last are resolved
     as the trainer does (channels-last on a CPU without the timing probe: off) and written back to
     ``workload.cfg.train``, so that callers lay out their batches to match."""
-    from common.auto import choose_channels_last, choose_precision
+    from hpcbench.common.auto import choose_channels_last, choose_precision
 
     torch.manual_seed(0)
     cfg = workload.cfg

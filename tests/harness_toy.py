@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from common.runconfig import DataConfig, RunConfig
-from common.workload import DataShard, Workload
+from hpcbench.common.runconfig import DataConfig, RunConfig
+from hpcbench.common.workload import DataShard, Workload
 
 
 @dataclass

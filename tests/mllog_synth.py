@@ -6,8 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.mllog import MLPerfLogger, result_filename
-from common.system import SystemDescription
+from hpcbench.common.mllog import MLPerfLogger, result_filename
+from hpcbench.common.system import SystemDescription
 
 COSMOFLOW_HPARAMS = {
     "opt_name": "sgd", "opt_base_learning_rate": 0.001, "opt_learning_rate_warmup_epochs": 0,

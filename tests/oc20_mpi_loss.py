@@ -9,11 +9,11 @@ import sys
 import torch
 import torch.distributed as dist
 
-from common.data.sampler import EpochSampler
-from common.dist import init_distributed
-from opencatalyst.batch import collate
-from opencatalyst.model import energy_and_forces
-from opencatalyst.workload import OC20Workload
+from hpcbench.common.data.sampler import EpochSampler
+from hpcbench.common.dist import init_distributed
+from hpcbench.workloads.opencatalyst.batch import collate
+from hpcbench.workloads.opencatalyst.model import energy_and_forces
+from hpcbench.workloads.opencatalyst.workload import OC20Workload
 
 GLOBAL_BATCH = 6
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from common.dist import init_distributed
-from common.system import SystemDescription
+from hpcbench.common.dist import init_distributed
+from hpcbench.common.system import SystemDescription
 from hpcbench.runner import RunnerOptions, run_instances
 
 

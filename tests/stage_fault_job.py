@@ -4,12 +4,12 @@
 
 KIND is ``exit`` (the rank ends at once with status 17, like a crashed node), ``hang`` (it never
 returns from its read) or ``stop`` (the whole process gets SIGSTOP, like a frozen node). The fault hits
-world rank RANK when its shared-storage reader (``staging.distribute._Reader.read``, called once per
+world rank RANK when its shared-storage reader (``hpcbench.staging.distribute._Reader.read``, called once per
 Allgatherv round) reads round ROUND of a split. ``exit-wait`` and ``stop-wait`` hit any rank (a
-non-stager too) at its ROUND-th supervised step (``staging.exchange.supervised``: 1 = reading the
+non-stager too) at its ROUND-th supervised step (``hpcbench.staging.exchange.supervised``: 1 = reading the
 manifest, 2 = staging). ``stop-exit`` stops rank RANK after the report was printed, as it enters
-``staging.exchange.end_job`` (ROUND is ignored). ``stop-deadline`` stops rank RANK as it enters its
-ROUND-th blocking call bounded by ``staging.stage``'s ``deadline`` (1 = the manifest's bcast, 2 = the
+``hpcbench.staging.exchange.end_job`` (ROUND is ignored). ``stop-deadline`` stops rank RANK as it enters its
+ROUND-th blocking call bounded by ``hpcbench.staging.stage``'s ``deadline`` (1 = the manifest's bcast, 2 = the
 stagers' Split, 3 = the reports' gather). Every other rank runs the real code. The remaining arguments go to
 ``hpcbench.cli.main``.
 """
@@ -20,10 +20,10 @@ import signal
 import sys
 import time
 
-from common.dist import mpi
+from hpcbench.common.dist import mpi
 from hpcbench.cli import main
-from staging import distribute
-from staging import stage as stage_mod
+from hpcbench.staging import distribute
+from hpcbench.staging import stage as stage_mod
 
 KINDS = ("exit", "hang", "stop", "exit-wait", "stop-wait", "stop-exit", "stop-deadline")
 
@@ -52,7 +52,7 @@ def parse_fault(spec: str) -> tuple[str, int, int]:
 def inject(kind: str, rank: int, stage_round: int) -> None:
     """Wrap the per-round reader (or the supervised steps) so that ``rank`` dies, hangs or stops."""
     if kind == "stop-exit":
-        from staging import exchange
+        from hpcbench.staging import exchange
 
         real_exit = exchange.end_job
 

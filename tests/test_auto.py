@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from common.auto import (Choice, choose_channels_last, choose_precision, cpu_bf16_native, has_conv_weights,
+from hpcbench.common.auto import (Choice, choose_channels_last, choose_precision, cpu_bf16_native, has_conv_weights,
                          probe_channels_last)
-from common.progress import Progress, resolve_mode
+from hpcbench.common.progress import Progress, resolve_mode
 from tests.conftest import first_events, project_env, result_log, run_mpi
 
 CPU = torch.device("cpu")

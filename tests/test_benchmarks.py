@@ -18,7 +18,7 @@ def bench(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
 
 def test_cosmoflow_step_on_an_avx2_cpu_peaks_in_fp32_and_labels_bf16_emulated(tmp_path: Path) -> None:
     out = tmp_path / "cf.json"
-    proc = bench(["benchmarks/cosmoflow_step.py", "--size", "8", "--conv-layers", "2", "--conv-channels", "4",
+    proc = bench(["-m", "benchmarks.cosmoflow_step", "--size", "8", "--conv-layers", "2", "--conv-channels", "4",
                   "--budget-s", "3", "--json", str(out)], ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2")
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
@@ -38,7 +38,7 @@ def test_cosmoflow_step_on_an_avx2_cpu_peaks_in_fp32_and_labels_bf16_emulated(tm
 
 
 def test_a_spent_budget_skips_the_rest_and_says_so() -> None:
-    proc = bench(["benchmarks/oc20_sampler_balance.py", "--samples", "2000", "--budget-s", "0.001"])
+    proc = bench(["-m", "benchmarks.oc20_sampler_balance", "--samples", "2000", "--budget-s", "0.001"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "plain strided partition (baseline)" in proc.stdout  # the baseline is always measured
     assert "SKIPPED edge-balanced LPT partition: --budget-s 0.001 spent" in proc.stdout
@@ -46,7 +46,7 @@ def test_a_spent_budget_skips_the_rest_and_says_so() -> None:
 
 
 def test_bert_packing_benchmark_runs_all_variants_within_its_budget() -> None:
-    proc = bench(["benchmarks/bert_packing.py", "--seq-len", "64", "--vocab", "400", "--layers", "1", "--hidden", "32",
+    proc = bench(["-m", "benchmarks.bert_packing", "--seq-len", "64", "--vocab", "400", "--layers", "1", "--hidden", "32",
                   "--heads", "2", "--intermediate", "64", "--rows", "4", "--batches", "1", "--repeats", "1",
                   "--unpad-variant", "--budget-s", "60"])
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -58,7 +58,7 @@ def test_bert_packing_benchmark_runs_all_variants_within_its_budget() -> None:
 
 
 def test_bert_learn_prints_baselines_and_accuracy_as_it_trains() -> None:
-    proc = bench(["benchmarks/bert_learn.py", "--hidden", "32", "--heads", "2", "--rows", "4", "--steps", "4",
+    proc = bench(["-m", "benchmarks.bert_learn", "--hidden", "32", "--heads", "2", "--rows", "4", "--steps", "4",
                   "--eval-every", "2", "--budget-s", "60"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
@@ -68,7 +68,7 @@ def test_bert_learn_prints_baselines_and_accuracy_as_it_trains() -> None:
 
 
 def test_async_eval_benchmark_compares_inline_with_evaluation_ranks() -> None:
-    proc = bench(["benchmarks/async_eval.py", "--pairs", "1", "--hidden", "16", "--train", "512", "--eval", "512",
+    proc = bench(["-m", "benchmarks.async_eval", "--pairs", "1", "--hidden", "16", "--train", "512", "--eval", "512",
                   "--batch", "16", "--target", "0.12", "--budget-s", "60"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
@@ -80,11 +80,11 @@ def test_async_eval_benchmark_compares_inline_with_evaluation_ranks() -> None:
 
 
 def test_resnet_loader_benchmark_prints_every_loader_and_its_ratio(tmp_path: Path) -> None:
-    from mlperf_training.resnet.synth import write_dataset
+    from hpcbench.workloads.mlperf_training.resnet.synth import write_dataset
 
     write_dataset(tmp_path / "data", classes=10, train_per_class=4, val_per_class=1, size=40, progress=False)
     out = tmp_path / "rl.json"
-    proc = bench(["benchmarks/resnet_loader.py", "--data", str(tmp_path / "data"), "--batch", "8", "--steps", "1",
+    proc = bench(["-m", "benchmarks.resnet_loader", "--data", str(tmp_path / "data"), "--batch", "8", "--steps", "1",
                   "--rounds", "1", "--multiplier", "2", "--budget-s", "60", "--json", str(out)])
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()

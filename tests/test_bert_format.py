@@ -8,9 +8,9 @@ import h5py
 import numpy as np
 import pytest
 
-from common.errors import DataError
-from mlperf_training.bert import packing, synth
-from mlperf_training.bert.format import (PACKED_KEYS, PADDED_KEYS, PackedShard, PaddedShard, Rows, open_shard,
+from hpcbench.common.errors import DataError
+from hpcbench.workloads.mlperf_training.bert import packing, synth
+from hpcbench.workloads.mlperf_training.bert.format import (PACKED_KEYS, PADDED_KEYS, PackedShard, PaddedShard, Rows, open_shard,
                                          write_packed, write_padded)
 
 L, P, V = 64, 10, 400  # small limits for fast tests

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from common.flat import FlatParams
-from common.optim import LAMB
-from common.runconfig import OptimConfig
-from mlperf_training.bert import packing, synth
-from mlperf_training.bert.batch import collate
-from mlperf_training.bert.metric import eval_accuracy, mlm_accuracy_sums
-from mlperf_training.bert.model import BertForPretraining, ModelConfig, no_weight_decay, pretraining_loss
+from hpcbench.common.flat import FlatParams
+from hpcbench.common.optim import LAMB
+from hpcbench.common.runconfig import OptimConfig
+from hpcbench.workloads.mlperf_training.bert import packing, synth
+from hpcbench.workloads.mlperf_training.bert.batch import collate
+from hpcbench.workloads.mlperf_training.bert.metric import eval_accuracy, mlm_accuracy_sums
+from hpcbench.workloads.mlperf_training.bert.model import BertForPretraining, ModelConfig, no_weight_decay, pretraining_loss
 from tests.conftest import run_mpi
 
 L, P, V = 64, 10, 400

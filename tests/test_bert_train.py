@@ -10,18 +10,18 @@ import numpy as np
 import pytest
 import yaml
 
-from common.errors import DataError
-from common.flat import FlatParams
-from common.mllog import check_log
-from common.workload import DataSizes
+from hpcbench.common.errors import DataError
+from hpcbench.common.flat import FlatParams
+from hpcbench.common.mllog import check_log
+from hpcbench.common.workload import DataSizes
 from conftest import first_events, log_values, run_cli, run_mpi
 from hpcbench import registry
 from hpcbench import results_layout as rl
-from mlperf_training.bert import synth
-from mlperf_training.bert.batch import Batch
-from mlperf_training.bert.dataset import BertData
-from mlperf_training.bert.format import open_shard
-from mlperf_training.bert.workload import BertWorkload
+from hpcbench.workloads.mlperf_training.bert import synth
+from hpcbench.workloads.mlperf_training.bert.batch import Batch
+from hpcbench.workloads.mlperf_training.bert.dataset import BertData
+from hpcbench.workloads.mlperf_training.bert.format import open_shard
+from hpcbench.workloads.mlperf_training.bert.workload import BertWorkload
 
 TRAIN = ["-m", "hpcbench", "train", "bert", "--config", "mini", "--system-name", "box", "--no-progress",
          "--device", "cpu"]
@@ -63,7 +63,7 @@ def test_mini_reaches_target_on_two_ranks_and_passes_the_training_checker(mini_d
 def test_logged_keys_cover_closed_bert_yaml_and_full_preset_is_the_reference_point() -> None:
     import mlperf_logging
 
-    from common.suites import epoch_reporting
+    from hpcbench.common.suites import epoch_reporting
 
     e = registry.entry("bert")
     assert (e.suite, e.ruleset, e.required_runs) == ("training", "5.0.0", 10)

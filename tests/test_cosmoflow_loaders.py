@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from common.data.sampler import EpochSampler
-from common.errors import DataError
-from common.workload import DataShard
-from cosmoflow import data, synth
-from cosmoflow.dataset import CosmoFlowData
-from cosmoflow.workload import CosmoFlowWorkload
+from hpcbench.common.data.sampler import EpochSampler
+from hpcbench.common.errors import DataError
+from hpcbench.common.workload import DataShard
+from hpcbench.workloads.cosmoflow import data, synth
+from hpcbench.workloads.cosmoflow.dataset import CosmoFlowData
+from hpcbench.workloads.cosmoflow.workload import CosmoFlowWorkload
 from tests.conftest import ROOT, run_mpi
 
 SIZE = 8
@@ -148,7 +148,7 @@ def test_length_crc_error_names_the_file_under_dali(datasets, tmp_path) -> None:
 
 
 def test_too_few_files_for_a_batch(datasets) -> None:
-    from common.errors import ConfigError
+    from hpcbench.common.errors import ConfigError
 
     shard = DataShard(rank=0, size=4, seed=0, local_batch_size=4, device=torch.device("cpu"))
     with pytest.raises(ConfigError, match=r"training samples in \S+train cannot fill one batch per rank: local "
@@ -159,8 +159,8 @@ def test_too_few_files_for_a_batch(datasets) -> None:
 _MPI_SCRIPT = """
 import json, sys, torch
 from mpi4py import MPI
-from common.workload import DataShard
-from cosmoflow.workload import CosmoFlowWorkload
+from hpcbench.common.workload import DataShard
+from hpcbench.workloads.cosmoflow.workload import CosmoFlowWorkload
 comm = MPI.COMM_WORLD
 cfg = CosmoFlowWorkload.load_config("mini", ["data.root=" + sys.argv[1], "data.size=8", "train.loader=" + sys.argv[2],
                                              "model.conv_layers=2"])

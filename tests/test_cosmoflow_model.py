@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cosmoflow.config import CosmoFlowConfig, CosmoModelConfig
-from cosmoflow.model import CosmoFlowNet, conv_flops_per_sample, count_parameters
-from cosmoflow.workload import CosmoFlowWorkload
+from hpcbench.workloads.cosmoflow.config import CosmoFlowConfig, CosmoModelConfig
+from hpcbench.workloads.cosmoflow.model import CosmoFlowNet, conv_flops_per_sample, count_parameters
+from hpcbench.workloads.cosmoflow.workload import CosmoFlowWorkload
 
 
 def test_reference_parameter_count() -> None:
@@ -84,7 +84,7 @@ def test_loss_is_a_float32_sum_with_a_device_count() -> None:
 
 
 def test_config_rejects_indivisible_size() -> None:
-    from common.errors import ConfigError
+    from hpcbench.common.errors import ConfigError
 
     with pytest.raises(ConfigError, match="data.size"):
         CosmoFlowWorkload.load_config("full", ["data.size=100"])

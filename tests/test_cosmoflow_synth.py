@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cosmoflow import data, synth, tfrecord
+from hpcbench.workloads.cosmoflow import data, synth, tfrecord
 from tests.conftest import run_cli
 
 

@@ -7,8 +7,8 @@ import struct
 import numpy as np
 import pytest
 
-from common.errors import DataError
-from cosmoflow import data, tfrecord
+from hpcbench.common.errors import DataError
+from hpcbench.workloads.cosmoflow import data, tfrecord
 
 
 def test_crc32c_and_mask_match_the_spec() -> None:

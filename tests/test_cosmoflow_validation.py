@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from common.errors import DataError
-from common.workload import DataShard
-from cosmoflow import data, synth, tfrecord
-from cosmoflow.workload import CosmoFlowWorkload
+from hpcbench.common.errors import DataError
+from hpcbench.common.workload import DataShard
+from hpcbench.workloads.cosmoflow import data, synth, tfrecord
+from hpcbench.workloads.cosmoflow.workload import CosmoFlowWorkload
 
 SIZE = 8
 GOOD_X = np.arange(SIZE ** 3 * 4, dtype=np.int16).reshape(SIZE, SIZE, SIZE, 4) % 7

@@ -10,18 +10,18 @@ import numpy as np
 import pytest
 import torch
 
-from common.data import cache as cache_mod
-from common.data.cache import BatchCache, SampleCache, rank_share
-from common.data.sampler import EpochSampler
-from common.errors import ConfigError
-from common.workload import DataShard, Workload
+from hpcbench.common.data import cache as cache_mod
+from hpcbench.common.data.cache import BatchCache, SampleCache, rank_share
+from hpcbench.common.data.sampler import EpochSampler
+from hpcbench.common.errors import ConfigError
+from hpcbench.common.workload import DataShard, Workload
 
 CPU = torch.device("cpu")
 
 
 @pytest.fixture(scope="module")
 def cosmoflow_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from cosmoflow import synth
+    from hpcbench.workloads.cosmoflow import synth
 
     root = tmp_path_factory.mktemp("cosmo-cache")
     synth.generate(root, 11, 5, 8, seed=3, workers=1, compress=False, progress=False)
@@ -30,7 +30,7 @@ def cosmoflow_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def deepcam_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from deepcam.datagen import write_dataset
+    from hpcbench.workloads.deepcam.datagen import write_dataset
 
     root = tmp_path_factory.mktemp("deepcam-cache")
     write_dataset(root, samples=9, eval_samples=5, height=16, width=32, seed=7, workers=1)
@@ -39,7 +39,7 @@ def deepcam_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def oc20_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from opencatalyst import datagen, lmdbio
+    from hpcbench.workloads.opencatalyst import datagen, lmdbio
 
     root = tmp_path_factory.mktemp("oc20-cache")
     spec = datagen.GenSpec(size=(2, 2, 2), cutoff=5.0, max_neighbors=20)
@@ -52,13 +52,13 @@ def oc20_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _workload(name: str, root: Path, cache: str) -> Workload:
     if name == "cosmoflow":
-        from cosmoflow.workload import CosmoFlowWorkload as W
+        from hpcbench.workloads.cosmoflow.workload import CosmoFlowWorkload as W
         extra = ["data.size=8", "model.conv_layers=2"]
     elif name == "deepcam":
-        from deepcam.workload import DeepCAMWorkload as W  # type: ignore[assignment]
+        from hpcbench.workloads.deepcam.workload import DeepCAMWorkload as W  # type: ignore[assignment]
         extra = []
     else:
-        from opencatalyst.workload import OC20Workload as W  # type: ignore[assignment]
+        from hpcbench.workloads.opencatalyst.workload import OC20Workload as W  # type: ignore[assignment]
         extra = ["data.preload=false"]
     return W(W.load_config("mini", [f"data.root={root}", f"data.cache={cache}", "train.loader=torch", *extra]))
 
@@ -181,7 +181,7 @@ def test_share_is_every_training_sample_and_the_fixed_evaluation_part() -> None:
 
 
 def test_config_key_is_checked(cosmoflow_root: Path) -> None:
-    from cosmoflow.workload import CosmoFlowWorkload
+    from hpcbench.workloads.cosmoflow.workload import CosmoFlowWorkload
 
     with pytest.raises(ConfigError, match=r"'data.cache'.*'gpu'.*'none', 'host', 'device'"):
         CosmoFlowWorkload.load_config("mini", ["data.cache=gpu"])
@@ -193,10 +193,10 @@ def test_config_key_is_checked(cosmoflow_root: Path) -> None:
 
 
 def test_device_cache_with_the_dali_loader_is_refused(cosmoflow_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from common.data import dali
+    from hpcbench.common.data import dali
 
     monkeypatch.setattr(dali, "dali_available", lambda: True)  # the refusal comes before DALI is used
-    from cosmoflow.workload import CosmoFlowWorkload
+    from hpcbench.workloads.cosmoflow.workload import CosmoFlowWorkload
 
     cfg = CosmoFlowWorkload.load_config("mini", [f"data.root={cosmoflow_root}", "data.size=8", "model.conv_layers=2",
                                                  "train.loader=dali", "data.cache=device"])
@@ -205,8 +205,8 @@ def test_device_cache_with_the_dali_loader_is_refused(cosmoflow_root: Path, monk
 
 
 def test_dali_host_cache_keeps_the_raw_samples(cosmoflow_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from common.data import dali
-    from cosmoflow.workload import CosmoFlowWorkload
+    from hpcbench.common.data import dali
+    from hpcbench.workloads.cosmoflow.workload import CosmoFlowWorkload
 
     monkeypatch.setattr(dali, "dali_available", lambda: True)
     cfg = CosmoFlowWorkload.load_config("mini", [f"data.root={cosmoflow_root}", "data.size=8", "model.conv_layers=2",

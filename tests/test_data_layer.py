@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from common.data.datagen import FileJob, generate
-from common.data.loader import Loader
-from common.data.prefetch import prefetch_map
-from common.data.sampler import EpochSampler, lpt_partition
-from common.data.spec import DatasetSpec, FileSamples
-from common.data.layout import GENERIC
-from common.errors import ConfigError, DataError
+from hpcbench.common.data.datagen import FileJob, generate
+from hpcbench.common.data.loader import Loader
+from hpcbench.common.data.prefetch import prefetch_map
+from hpcbench.common.data.sampler import EpochSampler, lpt_partition
+from hpcbench.common.data.spec import DatasetSpec, FileSamples
+from hpcbench.common.data.layout import GENERIC
+from hpcbench.common.errors import ConfigError, DataError
 from tests import data_layer_jobs as jobs
 
 ROOT = Path(__file__).resolve().parents[1]

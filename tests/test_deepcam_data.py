@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from common.data.sampler import EpochSampler
-from common.errors import DataError
-from common.workload import DataShard, EpochLoader
-from deepcam.data import Normalizer, list_samples, read_sample
-from deepcam.datagen import write_dataset
-from deepcam.synth import CHANNELS
-from deepcam.workload import DeepCAMWorkload
+from hpcbench.common.data.sampler import EpochSampler
+from hpcbench.common.errors import DataError
+from hpcbench.common.workload import DataShard, EpochLoader
+from hpcbench.workloads.deepcam.data import Normalizer, list_samples, read_sample
+from hpcbench.workloads.deepcam.datagen import write_dataset
+from hpcbench.workloads.deepcam.synth import CHANNELS
+from hpcbench.workloads.deepcam.workload import DeepCAMWorkload
 
 from conftest import run_cli
 
@@ -192,9 +192,9 @@ def test_datagen_cli_writes_dataset_and_refuses_to_overwrite(tmp_path: Path) -> 
 
 
 def test_mini_target_is_well_above_all_background() -> None:
-    from deepcam.metric import iou_per_sample
-    from deepcam.synth import make_sample
-    from deepcam.workload import DeepCAMWorkload
+    from hpcbench.workloads.deepcam.metric import iou_per_sample
+    from hpcbench.workloads.deepcam.synth import make_sample
+    from hpcbench.workloads.deepcam.workload import DeepCAMWorkload
 
     labels = torch.from_numpy(np.stack([make_sample((11, 1, i), 96, 144)[1] for i in range(48)])).long()
     baseline = iou_per_sample(torch.zeros_like(labels), labels, 3).mean().item()
@@ -249,7 +249,7 @@ def _raw_dataset(root: Path, train: int, shape: tuple[int, int], data_dtype: obj
 
 
 def test_grid_not_a_multiple_of_the_output_stride_is_named_before_training(tmp_path: Path) -> None:
-    from deepcam.model import OUTPUT_STRIDE, DeepLabV3Plus, ModelConfig
+    from hpcbench.workloads.deepcam.model import OUTPUT_STRIDE, DeepLabV3Plus, ModelConfig
 
     root = _raw_dataset(tmp_path, 2, (100, 150))
     with pytest.raises(DataError, match=r"train/data-000000\.h5': climate/data is a 100x150 grid; .*output stride 16"
@@ -278,7 +278,7 @@ def test_string_typed_dataset_is_named(tmp_path: Path, dataset_name: str) -> Non
                                         rf"expected {expected}"):
         read_sample(path, ALL, (H, W))
     if dataset_name == "climate/data":  # found already when the split is opened (its first file)
-        from deepcam.data import sample_shape
+        from hpcbench.workloads.deepcam.data import sample_shape
 
         with pytest.raises(DataError, match=r"climate/data has dtype object \(strings\)"):
             sample_shape(path, 16)

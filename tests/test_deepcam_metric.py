@@ -6,8 +6,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from deepcam.config import REFERENCE_FREQUENCIES
-from deepcam.metric import class_weights, iou_per_sample, weighted_cross_entropy
+from hpcbench.workloads.deepcam.config import REFERENCE_FREQUENCIES
+from hpcbench.workloads.deepcam.metric import class_weights, iou_per_sample, weighted_cross_entropy
 
 
 def reference_iou(pred: torch.Tensor, gt: torch.Tensor, k: int) -> float:
@@ -62,7 +62,7 @@ def test_weighted_cross_entropy_is_mean_over_pixels() -> None:
 
 
 def test_workload_loss_is_a_pixel_sum_with_a_device_count() -> None:
-    from deepcam.workload import DeepCAMWorkload
+    from hpcbench.workloads.deepcam.workload import DeepCAMWorkload
 
     wl = DeepCAMWorkload(DeepCAMWorkload.load_config("mini"))
     gen = torch.Generator().manual_seed(2)

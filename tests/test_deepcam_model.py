@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from deepcam.model import ASPP, DeepLabV3Plus, ModelConfig, StridedPointwise, XBlock, count_parameters
+from hpcbench.workloads.deepcam.model import ASPP, DeepLabV3Plus, ModelConfig, StridedPointwise, XBlock, count_parameters
 
 MINI = ModelConfig(width=0.0625, middle_blocks=1)
 
@@ -74,8 +74,8 @@ def test_bf16_autocast_forward_runs() -> None:
 def test_group_batchnorm_needs_cuda_on_this_box() -> None:
     import pytest
 
-    from common.errors import ConfigError
-    from common.trainer import group_batchnorm
+    from hpcbench.common.errors import ConfigError
+    from hpcbench.common.trainer import group_batchnorm
 
     if torch.cuda.is_available():
         pytest.skip("CUDA present: SyncBatchNorm groups are allowed")

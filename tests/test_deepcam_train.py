@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from common.workload import DataSizes
-from deepcam.datagen import write_dataset
-from deepcam.workload import DeepCAMWorkload
+from hpcbench.common.workload import DataSizes
+from hpcbench.workloads.deepcam.datagen import write_dataset
+from hpcbench.workloads.deepcam.workload import DeepCAMWorkload
 
 from conftest import run_mpi
 from tests.conftest import result_log

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from common.dist import assign_gpus, gpu_layout_error, resolve_device, shared_gpus_note
-from common.errors import ConfigError, DistributedError
+from hpcbench.common.dist import assign_gpus, gpu_layout_error, resolve_device, shared_gpus_note
+from hpcbench.common.errors import ConfigError, DistributedError
 from tests.conftest import run_cli, run_mpi
 
 TOY = ["tests.harness_toy:ToyWorkload", "--config", "tests/harness_configs/mini.toml", "--no-progress"]
@@ -125,7 +125,7 @@ def test_job_scripts_pass_the_systems_device_and_refuse_more_ranks_than_gpus(tmp
 
 
 def test_ranks_that_see_different_gpus_do_not_compete_and_overlaps_are_caught() -> None:
-    from common.dist import plan_host_gpus
+    from hpcbench.common.dist import plan_host_gpus
 
     every = ("GPU-a", "GPU-b", "GPU-c", "GPU-d")
     assert plan_host_gpus([(0, every)] * 4) == [0, 1, 2, 3]  # all see all: by node-local rank

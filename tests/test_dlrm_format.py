@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.errors import DataError
-from mlperf_training.dlrm_dcnv2.criteo import CARDINALITIES, MULTI_HOT_SIZES
-from mlperf_training.dlrm_dcnv2.format import CriteoSplit, Day, eval_halves, write_day
-from mlperf_training.dlrm_dcnv2.synth import Teacher, write_synthetic
+from hpcbench.common.errors import DataError
+from hpcbench.workloads.mlperf_training.dlrm_dcnv2.criteo import CARDINALITIES, MULTI_HOT_SIZES
+from hpcbench.workloads.mlperf_training.dlrm_dcnv2.format import CriteoSplit, Day, eval_halves, write_day
+from hpcbench.workloads.mlperf_training.dlrm_dcnv2.synth import Teacher, write_synthetic
 
 CARDS = tuple(min(c, 500) for c in CARDINALITIES)
 BAGS = MULTI_HOT_SIZES
@@ -83,7 +83,7 @@ def test_synthetic_is_deterministic_and_bags_follow_their_base_id() -> None:
 def test_teacher_clicks_are_learnable() -> None:
     import torch
 
-    from mlperf_training.dlrm_dcnv2.auroc import auroc
+    from hpcbench.workloads.mlperf_training.dlrm_dcnv2.auroc import auroc
 
     t = Teacher(CARDS, seed=2)
     r = t.day(6000, 0)

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from mlperf_training.dlrm_dcnv2.criteo import CARDINALITIES
-from mlperf_training.dlrm_dcnv2.hybrid import ShardingPlan
+from hpcbench.workloads.mlperf_training.dlrm_dcnv2.criteo import CARDINALITIES
+from hpcbench.workloads.mlperf_training.dlrm_dcnv2.hybrid import ShardingPlan
 from tests.conftest import run_mpi
 
 

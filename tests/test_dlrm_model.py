@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from mlperf_training.dlrm_dcnv2.auroc import auroc, from_counts, pair_counts
-from mlperf_training.dlrm_dcnv2.criteo import CARDINALITIES
-from mlperf_training.dlrm_dcnv2.model import DLRMDCNv2, LowRankCrossNet, ModelConfig, param_count
+from hpcbench.workloads.mlperf_training.dlrm_dcnv2.auroc import auroc, from_counts, pair_counts
+from hpcbench.workloads.mlperf_training.dlrm_dcnv2.criteo import CARDINALITIES
+from hpcbench.workloads.mlperf_training.dlrm_dcnv2.model import DLRMDCNv2, LowRankCrossNet, ModelConfig, param_count
 
 
 def reference_count(cards: tuple[int, ...], d: int, bottom: list[int], top: list[int], layers: int, rank: int) -> int:

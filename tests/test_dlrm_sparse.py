@@ -10,12 +10,12 @@ import pytest
 import torch
 from torch import nn
 
-from common.errors import ConfigError
-from common.flat import FlatParams
-from common.optim import build_optimizer
-from common.runconfig import OptimConfig
-from common.sparse_optim import SparseAdagrad
-from mlperf_training.dlrm_dcnv2.workload import DLRMWorkload
+from hpcbench.common.errors import ConfigError
+from hpcbench.common.flat import FlatParams
+from hpcbench.common.optim import build_optimizer
+from hpcbench.common.runconfig import OptimConfig
+from hpcbench.common.sparse_optim import SparseAdagrad
+from hpcbench.workloads.mlperf_training.dlrm_dcnv2.workload import DLRMWorkload
 from tests.conftest import run_mpi
 
 

@@ -11,14 +11,14 @@ import pytest
 import torch
 from torch import nn
 
-from common.flat import FlatParams
-from common.mllog import check_log
-from common.optim import build_optimizer
-from common.runconfig import OptimConfig
+from hpcbench.common.flat import FlatParams
+from hpcbench.common.mllog import check_log
+from hpcbench.common.optim import build_optimizer
+from hpcbench.common.runconfig import OptimConfig
 from conftest import first_events, run_cli, run_mpi
 from hpcbench import registry
 from hpcbench import results_layout as rl
-from mlperf_training.dlrm_dcnv2.workload import DLRMWorkload
+from hpcbench.workloads.mlperf_training.dlrm_dcnv2.workload import DLRMWorkload
 
 TRAIN = ["-m", "hpcbench", "train", "dlrm_dcnv2", "--config", "mini", "--system-name", "box", "--no-progress",
          "--device", "cpu"]

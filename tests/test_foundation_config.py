@@ -7,9 +7,9 @@ from typing import Literal
 
 import pytest
 
-from common.config import dumps_toml, flatten, load_config, set_override
-from common.errors import ConfigError
-from common.runconfig import RunConfig
+from hpcbench.common.config import dumps_toml, flatten, load_config, set_override
+from hpcbench.common.errors import ConfigError
+from hpcbench.common.runconfig import RunConfig
 
 
 @dataclass

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from common.dist import init_distributed, split_instances
-from common.errors import DistributedError
+from hpcbench.common.dist import init_distributed, split_instances
+from hpcbench.common.errors import DistributedError
 from tests.conftest import run_cli, run_mpi
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from common.mllog import MLPerfLogger, check_log, result_filename
-from common.system import SystemDescription
+from hpcbench.common.mllog import MLPerfLogger, check_log, result_filename
+from hpcbench.common.system import SystemDescription
 
 
 def fake_run(path: Path, final_error: float, status: str = "success") -> None:

@@ -81,7 +81,7 @@ def test_info_names_each_ranks_gpu() -> None:
 def cuda_env():  # noqa: ANN201 - one NCCL group of one rank for the in-process runs of this module
     if not CUDA:
         pytest.skip("needs a CUDA GPU; torch sees none here")
-    from common.dist import init_distributed
+    from hpcbench.common.dist import init_distributed
 
     env = init_distributed(device="cuda")
     yield env
@@ -96,9 +96,9 @@ def test_bf16_autocast_through_the_harness_on_cuda(cuda_env) -> None:  # noqa: A
 def check_bf16_autocast_through_the_harness(env) -> None:  # noqa: ANN001
     """One epoch of the toy workload in fp32 and in bf16 on ``env.device``: bf16 autocast reaches the
     model, the master weights stay fp32 on the device, and the first losses agree within 10%."""
-    from common.mllog import MLPerfLogger
-    from common.system import SystemDescription
-    from common.trainer import Trainer
+    from hpcbench.common.mllog import MLPerfLogger
+    from hpcbench.common.system import SystemDescription
+    from hpcbench.common.trainer import Trainer
     from tests.harness_toy import ToyWorkload
 
     class Recording(ToyWorkload):
@@ -142,9 +142,9 @@ def test_deepcam_dali_gpu_pipeline_matches_the_torch_loader(tmp_path: Path) -> N
 def check_cosmoflow_dali(root: Path, kind: str, device: torch.device) -> None:
     """CosmoFlow's DALI pipeline on ``device`` yields the torch loader's CPU batches (one train epoch
     and the eval set): the same samples, and log1p on the device within an ulp."""
-    from common.workload import DataShard
-    from cosmoflow import synth
-    from cosmoflow.workload import CosmoFlowWorkload
+    from hpcbench.common.workload import DataShard
+    from hpcbench.workloads.cosmoflow import synth
+    from hpcbench.workloads.cosmoflow.workload import CosmoFlowWorkload
 
     synth.generate(root, 6, 3, 8, seed=3, workers=1, compress=kind == "gzip", progress=False)
 
@@ -168,9 +168,9 @@ def check_cosmoflow_dali(root: Path, kind: str, device: torch.device) -> None:
 
 def check_deepcam_dali(root: Path, device: torch.device) -> None:
     """DeepCAM's DALI pipeline on ``device`` yields the torch loader's CPU eval batches, in either layout."""
-    from common.workload import DataShard
-    from deepcam.datagen import write_dataset
-    from deepcam.workload import DeepCAMWorkload
+    from hpcbench.common.workload import DataShard
+    from hpcbench.workloads.deepcam.datagen import write_dataset
+    from hpcbench.workloads.deepcam.workload import DeepCAMWorkload
 
     write_dataset(root, samples=4, eval_samples=3, height=32, width=48, seed=7, workers=1)
     for cl in (True, False):
@@ -194,7 +194,7 @@ def check_deepcam_dali(root: Path, device: torch.device) -> None:
 def test_auto_choices_on_the_gpu_follow_its_compute_capability() -> None:
     from torch import nn
 
-    from common.auto import choose_channels_last, choose_precision
+    from hpcbench.common.auto import choose_channels_last, choose_precision
 
     dev = torch.device("cuda", 0)
     major, _ = torch.cuda.get_device_capability(dev)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from common.flat import ALIGN_ELEMS, FlatParams
-from common.optim import DistributedLAMB, build_optimizer
-from common.precision import module_to_channels_last
-from common.runconfig import OptimConfig
+from hpcbench.common.flat import ALIGN_ELEMS, FlatParams
+from hpcbench.common.optim import DistributedLAMB, build_optimizer
+from hpcbench.common.precision import module_to_channels_last
+from hpcbench.common.runconfig import OptimConfig
 from hpcbench import registry
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))]

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from common.cadence import EvalCadence, TrainPoint
-from common.dist import init_distributed
-from common.errors import ConfigError
-from common.mllog import MLPerfLogger, check_log
-from common.suites import epoch_reporting
-from common.system import SystemDescription
-from common.trainer import Trainer
+from hpcbench.common.cadence import EvalCadence, TrainPoint
+from hpcbench.common.dist import init_distributed
+from hpcbench.common.errors import ConfigError
+from hpcbench.common.mllog import MLPerfLogger, check_log
+from hpcbench.common.suites import epoch_reporting
+from hpcbench.common.system import SystemDescription
+from hpcbench.common.trainer import Trainer
 from tests.harness_toy import ToyBert, ToyDlrm, ToyWorkload
 
 STEPS = 512 // 16  # the toy's steps per epoch (512 samples, global batch 16)

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from common.async_eval import check_eval_ranks
-from common.dist import init_distributed
-from common.errors import ConfigError
-from common.mllog import MLPerfLogger, check_log
-from common.system import SystemDescription
-from common.trainer import Trainer
+from hpcbench.common.async_eval import check_eval_ranks
+from hpcbench.common.dist import init_distributed
+from hpcbench.common.errors import ConfigError
+from hpcbench.common.mllog import MLPerfLogger, check_log
+from hpcbench.common.system import SystemDescription
+from hpcbench.common.trainer import Trainer
 from hpcbench.results_layout import benchmark_dir
 from tests.conftest import run_mpi
 from tests.harness_toy import ToyDlrm, ToyWorkload

@@ -10,11 +10,11 @@ import pytest
 import torch
 from torch import nn
 
-from common.errors import ConfigError
-from common.flat import FlatParams
-from common.optim import LARS, SGD, build_optimizer
-from common.runconfig import OptimConfig
-from mlperf_training.resnet.model import TINY, ResNet, no_weight_decay
+from hpcbench.common.errors import ConfigError
+from hpcbench.common.flat import FlatParams
+from hpcbench.common.optim import LARS, SGD, build_optimizer
+from hpcbench.common.runconfig import OptimConfig
+from hpcbench.workloads.mlperf_training.resnet.model import TINY, ResNet, no_weight_decay
 from tests.conftest import run_mpi
 
 

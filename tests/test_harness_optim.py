@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch import nn
 
-from common.errors import ConfigError
-from common.flat import FlatParams, expand_segments, segment_sum
-from common.optim import LAMB, Adam, DistributedLAMB, SGD, build_optimizer
-from common.runconfig import OptimConfig
+from hpcbench.common.errors import ConfigError
+from hpcbench.common.flat import FlatParams, expand_segments, segment_sum
+from hpcbench.common.optim import LAMB, Adam, DistributedLAMB, SGD, build_optimizer
+from hpcbench.common.runconfig import OptimConfig
 from tests.conftest import run_mpi
 
 
@@ -226,7 +226,7 @@ def test_apex_request_falls_back_to_the_built_in_lamb_without_cuda_apex(capsys: 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="apex's fused LAMB runs on CUDA only")
 def test_apex_lamb_matches_built_in_lamb_on_gpu() -> None:
-    from common.apex_optim import ApexLAMB, apex_lamb_available
+    from hpcbench.common.apex_optim import ApexLAMB, apex_lamb_available
 
     if not apex_lamb_available(torch.device("cuda"))[0]:
         pytest.skip("apex with CUDA extensions is not installed")
@@ -263,7 +263,7 @@ def test_channels_last_parameters_keep_their_layout_in_the_flat_buffer() -> None
 
 
 def test_channels_last_3d_conv_weights() -> None:
-    from common.precision import module_to_channels_last
+    from hpcbench.common.precision import module_to_channels_last
 
     model = module_to_channels_last(nn.Sequential(nn.Conv3d(4, 8, 3), nn.Conv2d(8, 8, 1), nn.Linear(8, 2)))
     flat = FlatParams(model)

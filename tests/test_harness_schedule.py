@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from common.errors import ConfigError
-from common.runconfig import OptimConfig
-from common.schedule import Schedule
+from hpcbench.common.errors import ConfigError
+from hpcbench.common.runconfig import OptimConfig
+from hpcbench.common.schedule import Schedule
 
 
 def test_warmup_then_multistep_in_epochs() -> None:

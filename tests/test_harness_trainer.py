@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from common.dist import init_distributed
-from common.errors import ConfigError
-from common.mllog import MLPerfLogger, check_log
-from common.system import SystemDescription
-from common.trainer import Trainer, run_training
+from hpcbench.common.dist import init_distributed
+from hpcbench.common.errors import ConfigError
+from hpcbench.common.mllog import MLPerfLogger, check_log
+from hpcbench.common.system import SystemDescription
+from hpcbench.common.trainer import Trainer, run_training
 from hpcbench.results_layout import benchmark_dir, summary_file
 from tests.conftest import run_cli, run_mpi
 from tests.harness_toy import ToyWorkload

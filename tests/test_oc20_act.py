@@ -1,8 +1,8 @@
-"""opencatalyst.act.silu: same values, gradients and second derivatives as torch's SiLU."""
+"""hpcbench.workloads.opencatalyst.act.silu: same values, gradients and second derivatives as torch's SiLU."""
 import torch
 from torch.nn import functional as F
 
-from opencatalyst.act import silu
+from hpcbench.workloads.opencatalyst.act import silu
 
 
 def test_silu_matches_torch_to_second_order():

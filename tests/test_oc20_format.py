@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from common.errors import ConfigError, DataError
-from opencatalyst import datagen, graph, lmdbio, record
+from hpcbench.common.errors import ConfigError, DataError
+from hpcbench.workloads.opencatalyst import datagen, graph, lmdbio, record
 from tests.conftest import run_cli
 
 
@@ -156,7 +156,7 @@ def test_preload_matches_lazy(tmp_path: Path) -> None:
 
 
 def test_convert_errors(tmp_path: Path) -> None:
-    from opencatalyst.convert import convert
+    from hpcbench.workloads.opencatalyst.convert import convert
 
     with pytest.raises(ConfigError, match="does not exist"):
         convert(tmp_path / "nope", tmp_path / "out", trust_pickle=True)
@@ -165,8 +165,8 @@ def test_convert_errors(tmp_path: Path) -> None:
 
 
 def test_fewer_training_samples_than_the_global_batch_is_named(tmp_path: Path) -> None:
-    from common.workload import DataShard
-    from opencatalyst.workload import OC20Workload
+    from hpcbench.common.workload import DataShard
+    from hpcbench.workloads.opencatalyst.workload import OC20Workload
 
     for split, n in (("train", 3), ("validation", 1)):
         (tmp_path / split).mkdir()

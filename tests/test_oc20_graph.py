@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from opencatalyst import graph
+from hpcbench.workloads.opencatalyst import graph
 
 
 def slab(rattle: float = 0.05):  # noqa: ANN201

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from opencatalyst import graph, pyg_map
-from opencatalyst.model import DimeNetPP, DimeNetPPConfig, energy_and_forces
+from hpcbench.workloads.opencatalyst import graph, pyg_map
+from hpcbench.workloads.opencatalyst.model import DimeNetPP, DimeNetPPConfig, energy_and_forces
 from tests.oc20_pyg import patched_pyg_graph
 
 
@@ -88,7 +88,7 @@ def test_reference_size_and_zero_net_force() -> None:
 
 def test_periodic_image_invariance() -> None:
     """Moving an atom by a lattice vector (and fixing its edges' offsets) changes nothing."""
-    from opencatalyst import datagen
+    from hpcbench.workloads.opencatalyst import datagen
 
     s = datagen.make_sample(datagen.GenSpec(size=(2, 2, 3), cutoff=5.0, max_neighbors=30), 0, "train", 1)
     cell = s["cell"][0].astype(np.float64)

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from common.errors import DataError
-from opencatalyst import datagen, graph, lmdbio, record
+from hpcbench.common.errors import DataError
+from hpcbench.workloads.opencatalyst import datagen, graph, lmdbio, record
 from tests.conftest import result_log, run_cli
 
 SPEC = datagen.GenSpec(size=(2, 2, 3), cutoff=6.0, max_neighbors=50, metals=("Cu", "Ni"))  # dense: > 50 within 6 A

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.data.sampler import EpochSampler, lpt_partition
-from opencatalyst import datagen
+from hpcbench.common.data.sampler import EpochSampler, lpt_partition
+from hpcbench.workloads.opencatalyst import datagen
 from tests.conftest import ROOT, run_mpi
 
 

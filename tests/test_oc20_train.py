@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from opencatalyst.lmdbio import SplitDataset, shard_paths
+from hpcbench.workloads.opencatalyst.lmdbio import SplitDataset, shard_paths
 from tests.conftest import run_cli, run_mpi, result_log
 
 

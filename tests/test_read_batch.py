@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from common.data.buffers import HostBuffers
-from cosmoflow import data as cdata
-from cosmoflow import synth
-from cosmoflow.dataset import CosmoFlowData
-from deepcam.dataset import DeepCAMData
-from deepcam.datagen import write_dataset
+from hpcbench.common.data.buffers import HostBuffers
+from hpcbench.workloads.cosmoflow import data as cdata
+from hpcbench.workloads.cosmoflow import synth
+from hpcbench.workloads.cosmoflow.dataset import CosmoFlowData
+from hpcbench.workloads.deepcam.dataset import DeepCAMData
+from hpcbench.workloads.deepcam.datagen import write_dataset
 
 SIZE = 8
 
@@ -35,7 +35,7 @@ def test_cosmoflow_read_batch_equals_collate(tmp_path: Path, compress: bool) -> 
 
 def test_cosmoflow_misplaced_x_is_copied(tmp_path: Path) -> None:
     """A file whose headers do not show where x starts (y first, x after a long key) reads right."""
-    from cosmoflow import tfrecord
+    from hpcbench.workloads.cosmoflow import tfrecord
 
     x = (np.arange(SIZE ** 3 * 4) % 5).astype(np.int16).reshape(SIZE, SIZE, SIZE, 4)
     y = np.arange(4, dtype=np.float32)

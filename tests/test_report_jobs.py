@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import ConfigError
+from hpcbench.common.errors import ConfigError
 from hpcbench.jobs import JOBS_DIR, JobSpec, render
 from conftest import run_cli
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from common.mllog import MLPerfLogger
+from hpcbench.common.mllog import MLPerfLogger
 from conftest import project_env, run_cli, run_mpi
 from hpcbench import results_layout as rl
 from hpcbench.report.build import build

@@ -11,13 +11,13 @@ import pytest
 import torch
 from PIL import Image
 
-from common.data.dali import DaliLoader, dali_available
-from common.data.loader import Loader
-from common.data.sampler import EpochSampler
-from common.errors import ConfigError, DataError
-from mlperf_training.resnet.dataset import Cropped, Decoded, Encoded, ImageNetData
-from mlperf_training.resnet.synth import write_dataset
-from mlperf_training.resnet.transforms import MEAN, STD, crop_box
+from hpcbench.common.data.dali import DaliLoader, dali_available
+from hpcbench.common.data.loader import Loader
+from hpcbench.common.data.sampler import EpochSampler
+from hpcbench.common.errors import ConfigError, DataError
+from hpcbench.workloads.mlperf_training.resnet.dataset import Cropped, Decoded, Encoded, ImageNetData
+from hpcbench.workloads.mlperf_training.resnet.synth import write_dataset
+from hpcbench.workloads.mlperf_training.resnet.transforms import MEAN, STD, crop_box
 
 CPU = torch.device("cpu")
 needs_dali = pytest.mark.skipif(not dali_available(), reason="NVIDIA DALI is not installed")

@@ -9,9 +9,9 @@ import pytest
 import yaml
 from mlperf_logging.compliance_checker import mlp_compliance
 
-from common.errors import ConfigError
-from common.runconfig import OptimConfig
-from mlperf_training.resnet.hparams import optimizer_keys
+from hpcbench.common.errors import ConfigError
+from hpcbench.common.runconfig import OptimConfig
+from hpcbench.workloads.mlperf_training.resnet.hparams import optimizer_keys
 
 RULES = Path(mlp_compliance.__file__).parent / "training_4.0.0"
 

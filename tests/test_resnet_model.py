@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mlperf_training.resnet.loss import smoothed_cross_entropy_sum, top1_correct
-from mlperf_training.resnet.model import (TINY, Bottleneck, ModelConfig, ResNet, no_weight_decay,
+from hpcbench.workloads.mlperf_training.resnet.loss import smoothed_cross_entropy_sum, top1_correct
+from hpcbench.workloads.mlperf_training.resnet.model import (TINY, Bottleneck, ModelConfig, ResNet, no_weight_decay,
                                           no_weight_decay_names)
 
 

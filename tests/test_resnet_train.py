@@ -11,13 +11,13 @@ import pytest
 import yaml
 from mlperf_logging.compliance_checker import mlp_compliance
 
-from common.errors import ConfigError
-from common.mllog import check_log
-from common.workload import DataShard, DataSizes
+from hpcbench.common.errors import ConfigError
+from hpcbench.common.mllog import check_log
+from hpcbench.common.workload import DataShard, DataSizes
 from conftest import first_events, log_values, run_cli, run_mpi
 from hpcbench import registry
-from mlperf_training.resnet.model import ModelConfig
-from mlperf_training.resnet.workload import ResNetWorkload
+from hpcbench.workloads.mlperf_training.resnet.model import ModelConfig
+from hpcbench.workloads.mlperf_training.resnet.workload import ResNetWorkload
 
 TRAIN = ["-m", "hpcbench", "train", "resnet", "--config", "mini", "--system-name", "box", "--no-progress",
          "--device", "cpu"]

@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 
 from benchmarks.synth_data import write_cosmoflow
-from common.errors import DataError
+from hpcbench.common.errors import DataError
 from hpcbench import registry
-from staging.manifest import MANIFEST, Manifest, decode_header
-from staging.marker import check_staged
-from staging.pack import Packer
+from hpcbench.staging.manifest import MANIFEST, Manifest, decode_header
+from hpcbench.staging.marker import check_staged
+from hpcbench.staging.pack import Packer
 from tests.conftest import mpiexec_path, one_member_pack, project_env
 
 pytestmark = pytest.mark.mpi
@@ -112,7 +112,7 @@ def edit_manifest(fn: Callable[[dict], object], reseal: bool = False) -> Callabl
         m = json.loads((src / MANIFEST).read_text())
         m = fn(m)
         if reseal and isinstance(m, dict):
-            from staging.manifest import content_hash
+            from hpcbench.staging.manifest import content_hash
 
             m["sha256"] = content_hash(m)
         (src / MANIFEST).write_text(json.dumps(m))
@@ -297,7 +297,7 @@ def duplicate_member(case: Path, d: Data) -> None:
     sha256 recomputed: a consistent dataset that names one file twice."""
     import crc32c
 
-    from staging.manifest import content_hash
+    from hpcbench.staging.manifest import content_hash
 
     src = _copy(case, d)
     m = json.loads((src / MANIFEST).read_text())
@@ -540,7 +540,7 @@ def test_marker_check_refuses_unlisted_files(tmp_path: Path) -> None:
     by hand, or left by a staging whose journal was lost) is refused, naming the file."""
     import crc32c
 
-    from staging.marker import NodeLayout, write_marker
+    from hpcbench.staging.marker import NodeLayout, write_marker
 
     (tmp_path / "train").mkdir()
     (tmp_path / "train" / "a.tfrecord").write_bytes(b"abc")

@@ -1,12 +1,12 @@
-"""staging.model: the arithmetic of the staging-time model on small layouts (hand-computed numbers)."""
+"""hpcbench.staging.model: the arithmetic of the staging-time model on small layouts (hand-computed numbers)."""
 from __future__ import annotations
 
 import math
 
 import pytest
 
-from staging.model import Layout, System, node_rate, pipelined, predict, predict_all, weak_scaling
-from staging.probe import node_rates
+from hpcbench.staging.model import Layout, System, node_rate, pipelined, predict, predict_all, weak_scaling
+from hpcbench.staging.probe import node_rates
 
 # 100 GB raw per instance packed to 20 GB; rates in GB/s
 RAW, PACKED = 100e9, 20e9

@@ -12,8 +12,8 @@ import pytest
 
 from benchmarks.synth_data import write_cosmoflow, write_deepcam, write_lmdb
 from hpcbench import registry
-from staging.manifest import MANIFEST, FileEntry, Frame, Manifest, decode_header
-from staging.pack import Packer
+from hpcbench.staging.manifest import MANIFEST, FileEntry, Frame, Manifest, decode_header
+from hpcbench.staging.pack import Packer
 from tests.conftest import mpiexec_path, one_member_pack, project_env, run_mpi
 
 import sys
@@ -155,8 +155,8 @@ def test_disk_full_during_write_keeps_nothing_half_written(tmp_path: Path) -> No
     import zstandard
 
     import crc32c
-    from common.errors import DataError
-    from staging.nodelocal import FileAssembly
+    from hpcbench.common.errors import DataError
+    from hpcbench.staging.nodelocal import FileAssembly
 
     mnt = tmp_path / "tiny"
     mnt.mkdir()
@@ -219,9 +219,9 @@ def test_staging_inside_a_job_logs_mlperf_staging_events(cosmo: tuple[Path, Path
     script = tmp_path / "job.py"
     script.write_text(f"""
 from pathlib import Path
-from common.dist import init_distributed
-from common.mllog import MLPerfLogger
-from staging.stage import StageOptions, stage
+from hpcbench.common.dist import init_distributed
+from hpcbench.common.mllog import MLPerfLogger
+from hpcbench.staging.stage import StageOptions, stage
 env = init_distributed(2, 1, torch_backend=None)
 log = MLPerfLogger(Path(r"{tmp_path}") / f"result_{{env.layout.instance}}.txt" if env.layout.instance_rank == 0 else None)
 stage(env, StageOptions(Path(r"{cosmo[1]}"), r"{tmp_path}/st/node{{node}}", timeout_s=30), mllog=log)

@@ -8,12 +8,12 @@ import pytest
 import zstandard
 
 from benchmarks.synth_data import write_cosmoflow, write_deepcam, write_lmdb
-from common.data.layout import REPLICATED
-from common.errors import DataError
+from hpcbench.common.data.layout import REPLICATED
+from hpcbench.common.errors import DataError
 from hpcbench import registry
-from staging.manifest import MANIFEST, Manifest, decode_header, safe_relpath
-from staging.pack import Packer, group_files
-from staging.plan import balance, node_volume, plan_split
+from hpcbench.staging.manifest import MANIFEST, Manifest, decode_header, safe_relpath
+from hpcbench.staging.pack import Packer, group_files
+from hpcbench.staging.plan import balance, node_volume, plan_split
 from tests.conftest import run_cli
 
 MiB = 1 << 20
@@ -103,7 +103,7 @@ def test_member_names_with_traversal_are_refused(name: str) -> None:
 
 
 def test_plan_covers_each_shard_once_and_reads_are_disjoint() -> None:
-    from staging.manifest import ShardInfo
+    from hpcbench.staging.manifest import ShardInfo
 
     shards = [ShardInfo(f"s{i}", 100 + i % 3, 1000, 10, 0, 0) for i in range(23)]
     p = plan_split("train", False, shards, instances=3, nodes_per_instance=4)
@@ -155,7 +155,7 @@ def test_pack_cli_and_dry_run_from_a_manifest(tmp_path: Path) -> None:
 
 
 def test_leftover_temporaries_are_swept(tmp_path: Path) -> None:
-    from staging.nodelocal import sweep_temporaries
+    from hpcbench.staging.nodelocal import sweep_temporaries
 
     (tmp_path / "train").mkdir()
     (tmp_path / "train" / ".univ_1.tfrecord.abc123.tmp").write_bytes(b"half")
@@ -165,7 +165,7 @@ def test_leftover_temporaries_are_swept(tmp_path: Path) -> None:
 
 
 def test_allgatherv_rounds_stay_below_the_mpi_int_limit() -> None:
-    from staging.distribute import INT_MAX, round_bytes
+    from hpcbench.staging.distribute import INT_MAX, round_bytes
 
     assert round_bytes(64 * MiB, 4) == 64 * MiB
     for g in (1, 3, 128, 4096):
@@ -174,10 +174,10 @@ def test_allgatherv_rounds_stay_below_the_mpi_int_limit() -> None:
 
 
 def test_training_refuses_a_folder_that_is_not_completely_staged(tmp_path: Path) -> None:
-    """staging.marker.require_staged: the training entry's check of a node-local data root."""
+    """hpcbench.staging.marker.require_staged: the training entry's check of a node-local data root."""
     from types import SimpleNamespace
 
-    from staging.marker import NodeLayout, require_staged, write_marker
+    from hpcbench.staging.marker import NodeLayout, require_staged, write_marker
 
     root = tmp_path / "node1"
     (root / "train").mkdir(parents=True)
@@ -225,7 +225,7 @@ def test_manifest_self_check_and_v1_repack_message(tmp_path: Path) -> None:
 def test_packed_files_follow_the_umask(tmp_path: Path) -> None:
     import stat
 
-    from common import atomic
+    from hpcbench.common import atomic
 
     write_cosmoflow(tmp_path / "raw", 2, 1, size=8)
     old = atomic._UMASK
@@ -244,8 +244,8 @@ def test_batched_durability_renames_only_after_the_shards_fsync(tmp_path: Path) 
     before its fsync is a named error and nothing appears under the member's name."""
     import crc32c
 
-    from staging.manifest import FileEntry, Frame
-    from staging.nodelocal import FileAssembly, sync_all
+    from hpcbench.staging.manifest import FileEntry, Frame
+    from hpcbench.staging.nodelocal import FileAssembly, sync_all
 
     raw = bytes(range(256)) * 512
     blob = zstandard.ZstdCompressor().compress(raw)

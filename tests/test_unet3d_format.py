@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.errors import DataError
-from mlperf_training.unet3d.dataset import KiTSData
-from mlperf_training.unet3d.facts import EVAL_CASES, TRAIN_SAMPLES
-from mlperf_training.unet3d.format import list_cases, read_case, split_cases, write_case
-from mlperf_training.unet3d.synth import ShapeRange, case_ids, make_case
+from hpcbench.common.errors import DataError
+from hpcbench.workloads.mlperf_training.unet3d.dataset import KiTSData
+from hpcbench.workloads.mlperf_training.unet3d.facts import EVAL_CASES, TRAIN_SAMPLES
+from hpcbench.workloads.mlperf_training.unet3d.format import list_cases, read_case, split_cases, write_case
+from hpcbench.workloads.mlperf_training.unet3d.synth import ShapeRange, case_ids, make_case
 
 
 def handmade_case(folder: Path, case: int, shape: tuple[int, int, int], seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

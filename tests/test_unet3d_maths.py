@@ -9,11 +9,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mlperf_training.unet3d.config import UNetModelConfig
-from mlperf_training.unet3d.inference import gaussian_map, pad_amounts, sliding_window, strides_of, trim_bounds
-from mlperf_training.unet3d.loss import dice_ce_per_sample, dice_score
-from mlperf_training.unet3d.model import UNet3D
-from mlperf_training.unet3d.patches import crop_corner
+from hpcbench.workloads.mlperf_training.unet3d.config import UNetModelConfig
+from hpcbench.workloads.mlperf_training.unet3d.inference import gaussian_map, pad_amounts, sliding_window, strides_of, trim_bounds
+from hpcbench.workloads.mlperf_training.unet3d.loss import dice_ce_per_sample, dice_score
+from hpcbench.workloads.mlperf_training.unet3d.model import UNet3D
+from hpcbench.workloads.mlperf_training.unet3d.patches import crop_corner
 
 
 def test_one_window_equals_a_plain_forward() -> None:
@@ -130,7 +130,7 @@ def test_oversampled_crop_always_holds_foreground() -> None:
 
 
 def test_metric_is_the_mean_over_cases_of_kidney_and_tumour_dice() -> None:
-    from mlperf_training.unet3d.workload import UNet3DWorkload
+    from hpcbench.workloads.mlperf_training.unet3d.workload import UNet3DWorkload
 
     wl = UNet3DWorkload(UNet3DWorkload.load_config("mini"))
     label = torch.zeros(1, 1, 2, 2, 2, dtype=torch.uint8)
@@ -148,9 +148,9 @@ def test_metric_is_the_mean_over_cases_of_kidney_and_tumour_dice() -> None:
 
 
 def test_training_patches_are_reproducible_per_rank_and_read(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from mlperf_training.unet3d.dataset import KiTSData
-    from mlperf_training.unet3d.format import write_case
-    from mlperf_training.unet3d.synth import ShapeRange, make_case
+    from hpcbench.workloads.mlperf_training.unet3d.dataset import KiTSData
+    from hpcbench.workloads.mlperf_training.unet3d.format import write_case
+    from hpcbench.workloads.mlperf_training.unet3d.synth import ShapeRange, make_case
 
     for case in (1, 2):
         write_case(tmp_path, case, *make_case(0, case, ShapeRange((20, 20, 20), (24, 24, 24))))

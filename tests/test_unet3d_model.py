@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from mlperf_training.unet3d.config import UNetModelConfig
-from mlperf_training.unet3d.model import UNet3D, divisor, param_count
+from hpcbench.workloads.mlperf_training.unet3d.config import UNetModelConfig
+from hpcbench.workloads.mlperf_training.unet3d.model import UNet3D, divisor, param_count
 
 # Measured on the reference's own Unet3D(1, 3, "instancenorm", "relu") (image_segmentation/pytorch/model).
 REFERENCE_PARAMS = 31_190_243

@@ -17,8 +17,8 @@ import pytest
 import torch
 from torch import nn
 
-from common.errors import ConfigError
-from mlperf_training.unet3d.spatial import SpatialGroup, slab_range, spatial_parallel, take_slab
+from hpcbench.common.errors import ConfigError
+from hpcbench.workloads.mlperf_training.unet3d.spatial import SpatialGroup, slab_range, spatial_parallel, take_slab
 from tests.conftest import first_events, project_env, result_log, run_cli, run_mpi
 
 SCRIPT = "tests/mpi_scripts/unet3d_spatial.py"
@@ -121,7 +121,7 @@ def test_training_with_a_spatial_group_of_two_follows_the_one_rank_run(tmp_path:
 
 
 def test_spatial_group_config_errors_name_the_key() -> None:
-    from mlperf_training.unet3d.workload import UNet3DWorkload
+    from hpcbench.workloads.mlperf_training.unet3d.workload import UNet3DWorkload
 
     with pytest.raises(ConfigError, match="model.spatial_group = 4 the depth must be a multiple of 4 slabs x 8"):
         UNet3DWorkload.load_config("mini", ["model.spatial_group=4", "data.patch=[48, 32, 32]",
@@ -141,8 +141,8 @@ def test_spatial_group_config_errors_name_the_key() -> None:
 
 def test_loss_from_partial_sums_is_the_workloads_loss() -> None:
     """The spatial path's Dice + CE (sums, then the formula) equals the single-device loss of loss.py."""
-    from mlperf_training.unet3d.loss import dice_ce_per_sample
-    from mlperf_training.unet3d.spatial import dice_ce_from_sums, dice_ce_sums
+    from hpcbench.workloads.mlperf_training.unet3d.loss import dice_ce_per_sample
+    from hpcbench.workloads.mlperf_training.unet3d.spatial import dice_ce_from_sums, dice_ce_sums
 
     g = torch.Generator().manual_seed(3)
     logits = torch.randn(3, 3, 8, 8, 8, generator=g)

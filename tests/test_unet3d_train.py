@@ -9,13 +9,13 @@ import pytest
 import torch
 import yaml
 
-from common.mllog import check_log
-from common.workload import DataSizes
+from hpcbench.common.mllog import check_log
+from hpcbench.common.workload import DataSizes
 from conftest import first_events, log_values, run_cli, run_mpi
 from hpcbench import registry
-from mlperf_training.unet3d.format import list_cases, read_case, split_cases
-from mlperf_training.unet3d.loss import dice_score
-from mlperf_training.unet3d.workload import UNet3DWorkload
+from hpcbench.workloads.mlperf_training.unet3d.format import list_cases, read_case, split_cases
+from hpcbench.workloads.mlperf_training.unet3d.loss import dice_score
+from hpcbench.workloads.mlperf_training.unet3d.workload import UNet3DWorkload
 
 TRAIN = ["-m", "hpcbench", "train", "unet3d", "--config", "mini", "--system-name", "box", "--no-progress",
          "--device", "cpu"]

@@ -41,7 +41,7 @@ from typing import Any, Literal, get_args
 import numpy as np
 import torch
 
-from common.errors import ConfigError
+from hpcbench.common.errors import ConfigError
 
 from .sampler import EpochSampler
 from .spec import DatasetSpec, SampleSource

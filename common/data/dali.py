@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from common.errors import ConfigError
+from hpcbench.common.errors import ConfigError
 
 from .loader import Loader
 from .prefetch import prefetch_map
@@ -126,7 +126,7 @@ class DaliLoader(Loader):
 
 def zip_batches(batch: Any, sizes: list[int]) -> Iterator[Any]:
     """A super-batch cut along dim 0 into batches of ``sizes`` (views; tuples/lists/dicts of tensors)."""
-    from common.data.cache import rebuild, tensor_leaves
+    from hpcbench.common.data.cache import rebuild, tensor_leaves
 
     leaves = tensor_leaves(batch)
     if leaves is None:

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from common.errors import DataError
+from hpcbench.common.errors import DataError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from common.dist import DistEnv
-    from common.workload import EpochLoader
+    from hpcbench.common.dist import DistEnv
+    from hpcbench.common.workload import EpochLoader
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common.errors import DataError
+from hpcbench.common.errors import DataError
 
 MiB = 1 << 20
 

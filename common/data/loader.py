@@ -4,7 +4,7 @@ threads into a bounded queue, pinned and copied to the device without blocking.
 ``transform`` (the spec's torch batch transform) runs in the reader thread on the CPU and after the
 non-blocking copy on a GPU, so what crosses the bus is the storage dtype (e.g. int16 counts).
 
-With ``data.cache`` (:mod:`common.data.cache`) the samples a batch needs that are not cached yet are
+With ``data.cache`` (:mod:`hpcbench.common.data.cache`) the samples a batch needs that are not cached yet are
 read as above and stored; every batch is then gathered from the cache and transformed the same way,
 so cached and uncached epochs give bit-identical batches.
 """
@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from common.step import prepare_batch, tree_map
+from hpcbench.common.step import prepare_batch, tree_map
 
 from .cache import BatchCache, SampleCache, build_cache
 from .prefetch import prefetch_map

@@ -27,7 +27,7 @@ from typing import Literal, get_args
 
 import numpy as np
 
-from common.errors import ConfigError
+from hpcbench.common.errors import ConfigError
 
 Partition = Literal["contiguous", "strided", "balanced"]
 Shuffle = Literal["global", "local"]

@@ -7,7 +7,7 @@ dtype, shape: a bad file raises :class:`~common.errors.DataError` naming the fil
 expected), how to collate samples into a batch, the batch transform that may run on the device,
 the partition rule its training batches use, and (optionally) the same transform as a DALI graph.
 Everything else (sampling, threads, prefetch, pinned copies, DALI plumbing, sizes over nodes,
-datagen) lives once in :mod:`common.data`.
+datagen) lives once in :mod:`hpcbench.common.data`.
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ class FileSamples:
 
 
 class DaliGraph(Protocol):
-    """A workload's batch transform as a DALI graph (see :mod:`common.data.dali`). A graph with a
+    """A workload's batch transform as a DALI graph (see :mod:`hpcbench.common.data.dali`). A graph with a
     true ``host_inputs`` attribute gets its inputs on the host on a GPU run too and moves them
     itself (encoded images for DALI's "mixed" GPU decoder)."""
 

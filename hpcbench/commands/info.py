@@ -9,7 +9,7 @@ import platform
 import sys
 from typing import Any
 
-from common.system import cpu_model
+from hpcbench.common.system import cpu_model
 from hpcbench import __version__
 
 from ._common import add_device_arg, add_layout_args
@@ -66,8 +66,8 @@ def _devices() -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from common.dist import choose_device, default_threads, device_description, init_distributed, launched_by_mpi, mpi
-    from common.errors import DistributedError
+    from hpcbench.common.dist import choose_device, default_threads, device_description, init_distributed, launched_by_mpi, mpi
+    from hpcbench.common.errors import DistributedError
 
     env = init_distributed(args.instances, args.ranks_per_node, torch_backend=None)
     layout = env.layout
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from common.auto import describe_device_rules
+    from hpcbench.common.auto import describe_device_rules
 
     MPI = mpi()
     report: dict[str, Any] = {

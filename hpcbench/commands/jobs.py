@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from common.atomic import atomic_write_text
+    from hpcbench.common.atomic import atomic_write_text
     from hpcbench.jobs import JobSpec, render
 
     spec = JobSpec(system=args.system, workload=args.workload, mode=args.mode, launch=args.launch,

@@ -22,8 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from common.errors import ConfigError
-    from staging.pack import Packer
+    from hpcbench.common.errors import ConfigError
+    from hpcbench.staging.pack import Packer
 
     if args.shard_mb <= 0 or (args.chunk_mb is not None and args.chunk_mb <= 0):
         raise ConfigError("--shard-mb and --chunk-mb must be positive")

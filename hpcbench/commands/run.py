@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from common.errors import HpcbenchError
+from hpcbench.common.errors import HpcbenchError
 from hpcbench import registry
 
 from ._common import add_device_arg
@@ -71,7 +71,7 @@ def _step(name: str, cmd: list[str], timeout: float | None = None, allowed: tupl
 
 
 def run(args: argparse.Namespace) -> int:
-    from common.dist import check_local_job
+    from hpcbench.common.dist import check_local_job
 
     cls = registry.get(args.workload)
     # a layout the GPUs cannot hold is refused here, before any data is generated

@@ -55,7 +55,7 @@ def _csv(s: str | None) -> list[str]:
 
 def _check_args(args: argparse.Namespace) -> None:
     """Named errors for bad numbers, before MPI starts (the same on every rank: rank 0 prints it)."""
-    from common.errors import ConfigError
+    from hpcbench.common.errors import ConfigError
 
     if args.instances < 1:
         raise ConfigError(f"--instances must be >= 1, got {args.instances}")
@@ -78,17 +78,17 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from common.errors import ConfigError
+    from hpcbench.common.errors import ConfigError
 
     _check_args(args)
     if args.dry_run:
         return _dry_run(args)
     if args.source is None or args.dest is None:
         raise ConfigError("stage needs --source and --dest (or --dry-run)")
-    from common.dist import init_distributed
-    from staging.exchange import deadline, end_job
-    from staging.report import format_report
-    from staging.stage import StageOptions, stage
+    from hpcbench.common.dist import init_distributed
+    from hpcbench.staging.exchange import deadline, end_job
+    from hpcbench.staging.report import format_report
+    from hpcbench.staging.stage import StageOptions, stage
 
     layout = registry.layout(args.dataset) if args.dataset else None
     # a peer stopped during MPI_Init itself cannot be detected from here (docs/staging.md)
@@ -107,9 +107,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _dry_run(args: argparse.Namespace) -> int:
-    from common.errors import ConfigError
-    from staging.manifest import MANIFEST, Manifest
-    from staging.report import dry_run, known_shards
+    from hpcbench.common.errors import ConfigError
+    from hpcbench.staging.manifest import MANIFEST, Manifest
+    from hpcbench.staging.report import dry_run, known_shards
 
     nodes = args.nodes
     if not nodes or nodes < 1:
@@ -139,9 +139,9 @@ def _dry_run(args: argparse.Namespace) -> int:
 
 def _model(args: argparse.Namespace, nodes: int, raw: int, packed: int) -> str:
     """The staging model's prediction (staging.model) with rates given or probed on this machine."""
-    from common.errors import ConfigError
-    from staging.model import Layout, System, format_table, predict_all, weak_scaling
-    from staging.probe import node_rates, probe
+    from hpcbench.common.errors import ConfigError
+    from hpcbench.staging.model import Layout, System, format_table, predict_all, weak_scaling
+    from hpcbench.staging.probe import node_rates, probe
 
     given = {"fs_GBps": args.fs_GBps, "fabric_GBps": args.fabric_GBps, "write_GBps": args.write_GBps,
              "decompress_GBps": args.decompress_GBps}

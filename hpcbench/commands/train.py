@@ -58,7 +58,7 @@ def resolve_config(args: argparse.Namespace, data_root: str | None = None):  # n
 
 
 def run(args: argparse.Namespace) -> int:
-    from common.config import dumps_toml
+    from hpcbench.common.config import dumps_toml
 
     cls, cfg = resolve_config(args)
     if args.dump_config:
@@ -68,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def train(args: argparse.Namespace) -> int:
-    from common.dist import init_distributed
-    from common.system import SystemDescription
+    from hpcbench.common.dist import init_distributed
+    from hpcbench.common.system import SystemDescription
     from hpcbench.runner import RunnerOptions, run_instances
 
     system = SystemDescription.load(Path(args.system)) if args.system else SystemDescription()
@@ -85,7 +85,7 @@ def train(args: argparse.Namespace) -> int:
                          suite=registry.get(args.workload).suite)
 
     def make_workload(data_root: str | None):  # noqa: ANN202
-        from staging.marker import require_staged
+        from hpcbench.staging.marker import require_staged
 
         cls, cfg = resolve_config(args, data_root)
         if "{node}" in str(cfg.data.root):  # one place: the marker check and the loader read the same folder

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.errors import ConfigError, DataError, HpcbenchError
+from hpcbench.common.errors import ConfigError, DataError, HpcbenchError
 
 from . import plots
 from .compare import Check, compare, disagreements

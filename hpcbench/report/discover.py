@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.errors import DataError
+from hpcbench.common.errors import DataError
 from hpcbench import registry
 
 from .logs import NotAResultLog, RunLog, parse_log

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.errors import DataError
+from hpcbench.common.errors import DataError
 
 from .targets import Target, target_for
 

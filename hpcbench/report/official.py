@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.mllog import RULESET, USAGE
+from hpcbench.common.mllog import RULESET, USAGE
 
 from .discover import Group
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.suites import epoch_reporting
+from hpcbench.common.suites import epoch_reporting
 
 from .logs import RunLog
 from .scoring import Score

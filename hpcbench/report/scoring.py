@@ -2,7 +2,7 @@
 
 Strong scaling: score = olympic mean of the runs' time to solution (run_stop - run_start): sort,
 drop the fastest and the slowest, average the rest (unet3d, 40 runs: the 4 fastest and 4 slowest, as the
-training summarizer does; ``common.suites.max_dropped_runs``). A run that did not converge counts as a
+training summarizer does; ``hpcbench.common.suites.max_dropped_runs``). A run that did not converge counts as a
 dropped slowest one; more such runs than are dropped means no valid score. The rules ask for a number of
 runs per benchmark (``registry.required_runs``); with fewer the mean is still shown but marked incomplete.
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.suites import max_dropped_runs
+from hpcbench.common.suites import max_dropped_runs
 from hpcbench import registry
 
 from .discover import Group

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from common.atomic import atomic_write_text
+from hpcbench.common.atomic import atomic_write_text
 
 from .compare import Check
 from .official import Official, SubmissionChecks

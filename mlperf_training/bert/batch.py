@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from common.errors import DataError
+from hpcbench.common.errors import DataError
 
 from .format import Rows
 

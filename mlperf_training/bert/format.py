@@ -48,8 +48,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from common.atomic import make_temp
-from common.errors import DataError
+from hpcbench.common.atomic import make_temp
+from hpcbench.common.errors import DataError
 
 from .facts import MAX_PRED, MAX_SEQ_LEN, VOCAB_SIZE
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.errors import ConfigError
+from hpcbench.common.errors import ConfigError
 
 from .facts import MAX_SEQ_LEN, MAX_SEQ_PER_ROW
 from .format import Rows

@@ -37,7 +37,7 @@ from functools import cached_property
 
 import numpy as np
 
-from common.errors import ConfigError
+from hpcbench.common.errors import ConfigError
 
 from .facts import CLS_ID, MASK_ID, MASKED_LM_PROB, MAX_PRED, MAX_SEQ_LEN, SEP_ID, VOCAB_SIZE
 from .format import Rows

@@ -22,8 +22,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from common.errors import ConfigError, DataError
-from common.workload import Workload
+from hpcbench.common.errors import ConfigError, DataError
+from hpcbench.common.workload import Workload
 
 from .config import BertConfig
 from .dataset import BertData
@@ -95,7 +95,7 @@ class BertWorkload(Workload[BertConfig]):
 
     def hyperparameters(self) -> dict[str, Any]:
         """The keys training 5.0.0/5.1.0's closed_bert.yaml requires, plus the others the reference logs."""
-        from common.schedule import Schedule
+        from hpcbench.common.schedule import Schedule
 
         o = self.cfg.optim
         steps = self.sizes.steps_per_epoch if self.sizes is not None else 0
@@ -140,7 +140,7 @@ class BertWorkload(Workload[BertConfig]):
 
     @classmethod
     def datagen(cls, args: argparse.Namespace) -> None:
-        from common.data.datagen import FileJob, generate
+        from hpcbench.common.data.datagen import FileJob, generate
 
         if args.train_samples < 1 or args.eval_samples < 1 or args.train_shards < 1:
             raise ConfigError(f"--train-samples, --eval-samples and --train-shards must be >= 1, got "

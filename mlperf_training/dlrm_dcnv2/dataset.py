@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from common.data.layout import FileLayout
-from common.data.spec import DatasetSpec
-from common.errors import DataError
+from hpcbench.common.data.layout import FileLayout
+from hpcbench.common.data.spec import DatasetSpec
+from hpcbench.common.errors import DataError
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.errors import DataError
+from hpcbench.common.errors import DataError
 
 from .criteo import NUM_DENSE, NUM_SPARSE, dense_name, labels_name, sparse_name
 

@@ -15,8 +15,8 @@ import argparse
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from common.errors import ConfigError
-from common.workload import Workload
+from hpcbench.common.errors import ConfigError
+from hpcbench.common.workload import Workload
 
 from .config import DLRMConfig
 from .criteo import CARDINALITIES, MULTI_HOT_SIZES

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from common.errors import ConfigError
-from common.runconfig import DataConfig, OptimConfig, RunConfig
+from hpcbench.common.errors import ConfigError
+from hpcbench.common.runconfig import DataConfig, OptimConfig, RunConfig
 
 
 @dataclass

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from common.data.layout import FileLayout, KnownSplit
-from common.data.spec import DatasetSpec
+from hpcbench.common.data.layout import FileLayout, KnownSplit
+from hpcbench.common.data.spec import DatasetSpec
 
 from .imagenet import ImageList, check_encoded, class_folders, list_split, open_image, to_rgb
 

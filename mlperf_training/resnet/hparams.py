@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.errors import ConfigError
-from common.runconfig import OptimConfig
-from common.schedule import Schedule
+from hpcbench.common.errors import ConfigError
+from hpcbench.common.runconfig import OptimConfig
+from hpcbench.common.schedule import Schedule
 
 from .config import check_optimizer
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from common.errors import DataError
+from hpcbench.common.errors import DataError
 
 if TYPE_CHECKING:  # pragma: no cover
     from PIL import Image as PILImage

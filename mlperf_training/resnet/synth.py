@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.data.datagen import FileJob, generate
+from hpcbench.common.data.datagen import FileJob, generate
 
 HUES = 5
 

@@ -15,8 +15,8 @@ import argparse
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from common.errors import ConfigError
-from common.workload import Workload
+from hpcbench.common.errors import ConfigError
+from hpcbench.common.workload import Workload
 
 from .config import ResNetConfig
 from .dataset import Batch, ImageNetData
@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
     from torch import nn
 
-    from common.data.spec import SampleSource
+    from hpcbench.common.data.spec import SampleSource
 
 
 class ResNetWorkload(Workload[ResNetConfig]):

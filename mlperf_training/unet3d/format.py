@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common.atomic import atomic_write
-from common.errors import DataError
+from hpcbench.common.atomic import atomic_write
+from hpcbench.common.errors import DataError
 
 from .facts import EVAL_CASES
 

@@ -40,7 +40,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from common.errors import ConfigError
+from hpcbench.common.errors import ConfigError
 
 from .loss import SMOOTH_DR, SMOOTH_NR
 

@@ -14,8 +14,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from common.errors import ConfigError
-from common.workload import DataShard, EpochLoader, Workload
+from hpcbench.common.errors import ConfigError
+from hpcbench.common.workload import DataShard, EpochLoader, Workload
 
 from .config import UNetConfig
 from .dataset import Batch, KiTSData
@@ -176,7 +176,7 @@ class UNet3DWorkload(Workload[UNetConfig]):
     def datagen(cls, args: argparse.Namespace) -> None:
         from functools import partial
 
-        from common.data.datagen import FileJob, generate
+        from hpcbench.common.data.datagen import FileJob, generate
 
         from .format import image_name
         from .synth import ShapeRange, case_ids

@@ -8,13 +8,13 @@ import json
 
 import torch
 
-from common.dist import init_distributed
-from common.flat import FlatParams
-from common.optim import LAMB, DistributedLAMB
-from common.runconfig import OptimConfig
-from mlperf_training.bert import packing, synth
-from mlperf_training.bert.batch import collate
-from mlperf_training.bert.model import BertForPretraining, ModelConfig, no_weight_decay, pretraining_loss
+from hpcbench.common.dist import init_distributed
+from hpcbench.common.flat import FlatParams
+from hpcbench.common.optim import LAMB, DistributedLAMB
+from hpcbench.common.runconfig import OptimConfig
+from hpcbench.workloads.mlperf_training.bert import packing, synth
+from hpcbench.workloads.mlperf_training.bert.batch import collate
+from hpcbench.workloads.mlperf_training.bert.model import BertForPretraining, ModelConfig, no_weight_decay, pretraining_loss
 
 L, P, V = 64, 10, 400
 CFG = ModelConfig(vocab_size=V, hidden=32, layers=2, heads=4, intermediate=64, max_position=L,

@@ -9,7 +9,7 @@ import sys
 import torch
 import torch.distributed as tdist
 
-from common.dist import init_distributed
+from hpcbench.common.dist import init_distributed
 
 
 def main() -> None:

@@ -13,11 +13,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from common.dist import init_distributed
-from mlperf_training.dlrm_dcnv2.auroc import auroc, distributed_auroc
-from mlperf_training.dlrm_dcnv2.hybrid import (ShardingPlan, data_parallel_parameters, model_parallel_parameters,
+from hpcbench.common.dist import init_distributed
+from hpcbench.workloads.mlperf_training.dlrm_dcnv2.auroc import auroc, distributed_auroc
+from hpcbench.workloads.mlperf_training.dlrm_dcnv2.hybrid import (ShardingPlan, data_parallel_parameters, model_parallel_parameters,
                                                parallelize)
-from mlperf_training.dlrm_dcnv2.model import DLRMDCNv2, ModelConfig
+from hpcbench.workloads.mlperf_training.dlrm_dcnv2.model import DLRMDCNv2, ModelConfig
 
 GLOBAL_BATCH = 13  # split unevenly over 2 and 4 ranks
 

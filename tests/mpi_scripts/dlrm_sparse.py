@@ -14,13 +14,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from common.dist import init_distributed
-from common.flat import FlatParams
-from common.optim import build_optimizer
-from common.precision import Precision
-from common.schedule import Schedule
-from common.step import TrainStep
-from mlperf_training.dlrm_dcnv2.workload import DLRMWorkload
+from hpcbench.common.dist import init_distributed
+from hpcbench.common.flat import FlatParams
+from hpcbench.common.optim import build_optimizer
+from hpcbench.common.precision import Precision
+from hpcbench.common.schedule import Schedule
+from hpcbench.common.step import TrainStep
+from hpcbench.workloads.mlperf_training.dlrm_dcnv2.workload import DLRMWorkload
 
 GLOBAL_BATCH = 24
 STEPS = 3

@@ -16,11 +16,11 @@ from typing import Any
 
 import torch
 
-from common.dist import init_distributed
-from common.errors import DataError, HpcbenchError
-from common.mllog import MLPerfLogger
-from common.system import SystemDescription
-from common.trainer import Trainer
+from hpcbench.common.dist import init_distributed
+from hpcbench.common.errors import DataError, HpcbenchError
+from hpcbench.common.mllog import MLPerfLogger
+from hpcbench.common.system import SystemDescription
+from hpcbench.common.trainer import Trainer
 from tests import harness_toy
 
 

@@ -12,10 +12,10 @@ import sys
 import torch
 from torch import nn
 
-from common.dist import init_distributed
-from common.flat import FlatParams
-from common.optim import build_optimizer
-from common.runconfig import OptimConfig
+from hpcbench.common.dist import init_distributed
+from hpcbench.common.flat import FlatParams
+from hpcbench.common.optim import build_optimizer
+from hpcbench.common.runconfig import OptimConfig
 
 
 def model() -> nn.Module:

@@ -12,10 +12,10 @@ import sys
 
 import torch
 
-from common.dist import init_distributed
-from common.mllog import MLPerfLogger
-from common.system import SystemDescription
-from common.trainer import Trainer
+from hpcbench.common.dist import init_distributed
+from hpcbench.common.mllog import MLPerfLogger
+from hpcbench.common.system import SystemDescription
+from hpcbench.common.trainer import Trainer
 from tests.harness_toy import ToyLoader, ToyWorkload, make_data
 
 

@@ -22,16 +22,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from common.dist import init_distributed
-from common.flat import FlatParams
-from common.optim import build_optimizer
-from common.precision import Precision
-from common.runconfig import OptimConfig
-from common.schedule import Schedule
-from common.step import TrainStep
-from mlperf_training.unet3d.config import UNetModelConfig
-from mlperf_training.unet3d.model import UNet3D
-from mlperf_training.unet3d.spatial import (SpatialGroup, dice_ce_from_sums, dice_ce_loss, dice_ce_sums,
+from hpcbench.common.dist import init_distributed
+from hpcbench.common.flat import FlatParams
+from hpcbench.common.optim import build_optimizer
+from hpcbench.common.precision import Precision
+from hpcbench.common.runconfig import OptimConfig
+from hpcbench.common.schedule import Schedule
+from hpcbench.common.step import TrainStep
+from hpcbench.workloads.mlperf_training.unet3d.config import UNetModelConfig
+from hpcbench.workloads.mlperf_training.unet3d.model import UNet3D
+from hpcbench.workloads.mlperf_training.unet3d.spatial import (SpatialGroup, dice_ce_from_sums, dice_ce_loss, dice_ce_sums,
                                             new_spatial_groups, spatial_parallel, take_slab)
 
 
