@@ -36,5 +36,7 @@ def _from_checkout() -> bool:
             and (_ROOT / "common" / "__init__.py").is_file())
 
 
+# first in line: the mapped names follow the ``hpcbench`` package actually imported (a second checkout on
+# PYTHONPATH, say), never an editable install's record of another tree
 if _from_checkout() and not any(isinstance(f, _CheckoutFinder) for f in sys.meta_path):
-    sys.meta_path.append(_CheckoutFinder())
+    sys.meta_path.insert(0, _CheckoutFinder())
