@@ -57,26 +57,27 @@ def worker(argv: list[str]) -> None:
     tr = Trainer(ToyWorkload(cfg), env, MLPerfLogger(None), SystemDescription(), progress=False)
     if mode == "poll":
         n = int(rest[0])
-        tr.setup()
+        parts = tr.setup()
         row: dict[str, Any] = {}
+        instance_comm = parts.parallel.instance_env.instance_comm
         if tr.evals is not None:  # a training rank: n polls (no result is due), then stop the evaluators
-            tr.instance_comm.Barrier()
+            instance_comm.Barrier()
             t0 = time.perf_counter()
             for _ in range(n):
-                tr.evals.poll(tr)
+                tr.evals.poll(tr.record_metric)
             row["poll_us"] = 1e6 * (time.perf_counter() - t0) / n
-            batch = next(iter(tr.train_loader))
-            tr.step_fn(batch)
+            batch = next(iter(parts.train_loader))
+            parts.step(batch)
             t0 = time.perf_counter()
             for _ in range(20):
-                tr.step_fn(batch)
+                parts.step(batch)
             row["step_us"] = 1e6 * (time.perf_counter() - t0) / 20
-            tr.evals.stop(tr, "aborted")
+            tr.evals.stop("aborted", cfg.train.eval_timeout_s)
         else:
-            tr.instance_comm.Barrier()
+            instance_comm.Barrier()
             from hpcbench.common.async_eval import EvalSide
 
-            EvalSide(tr, tr.roles).serve(tr)
+            EvalSide(parts, parts.parallel.roles, tr.workload).serve(env.layout.instance)
     else:
         r = tr.run()
         row = {"status": r.status, "tts": r.time_to_solution_s, "epochs": r.epochs, "evals": len(r.metrics),

@@ -1,7 +1,7 @@
 """Harness overhead: the harness's training epoch vs a bare hand-written loop, same model and data.
 
 Both sides train the toy MLP (tests/harness_toy.py) with SGD + momentum on the same in-memory
-batches. The harness side is ``Trainer._train_epoch`` (loader, device placement, flat-buffer
+batches. The harness side is ``Trainer.train_epoch`` (loader, device placement, flat-buffer
 optimizer, device-side LR schedule, loss accumulation, phase timers, MLPerf epoch events); the
 baseline is ``for batch: zero_grad; loss = mse(model(x), y); backward; torch.optim.SGD.step``.
 Epochs alternate between the two (interleaved, so machine contention hits both); the median epoch
@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from pathlib import Path
 
 
 import torch
@@ -46,11 +45,11 @@ def main() -> None:
         f"model.hidden={args.hidden}", f"train.global_batch_size={args.batch}", f"data.train={args.samples}",
         "optim.schedule=constant", "optim.warmup=0", "optim.lr=0.01"])
     tr = Trainer(ToyWorkload(cfg), env, MLPerfLogger(None), SystemDescription(), progress=False)
-    tr.setup()
+    parts = tr.setup()
     torch.manual_seed(0)
     bare_model = ToyWorkload(cfg).build_model()
     bare_opt = torch.optim.SGD(bare_model.parameters(), lr=0.01, momentum=0.9)
-    loader = tr.train_loader
+    loader = parts.train_loader
 
     def bare_epoch(epoch: int) -> float:
         t0 = time.perf_counter()
@@ -72,7 +71,7 @@ def main() -> None:
         if epoch > 2 and budget.left() < pair_s:
             budget.skip(f"epochs {epoch - 1}-{args.epochs} of {args.epochs} (one pair needs ~{pair_s:.1f} s)")
             break
-        h = tr._train_epoch(epoch)[0]
+        h = tr.train_epoch(parts, epoch)[0]
         b = bare_epoch(epoch)
         pair_s = h + b if epoch == 1 else min(pair_s, h + b)
         if epoch > 1:  # first epoch of each warms caches and the allocator
@@ -82,7 +81,7 @@ def main() -> None:
             f"bare {1000 * b / steps:.3f} ms/step")
     h_ms, b_ms = 1000 * statistics.median(harness) / steps, 1000 * statistics.median(bare) / steps
     say(f"bare loop (torch.optim.SGD)      : {b_ms:.3f} ms/step (median of {len(bare)} epochs)")
-    say(f"harness (Trainer._train_epoch)   : {h_ms:.3f} ms/step (median of {len(harness)} epochs)")
+    say(f"harness (Trainer.train_epoch)   : {h_ms:.3f} ms/step (median of {len(harness)} epochs)")
     say(f"ratio harness/bare = {h_ms / b_ms:.3f}  (goal <= 1.05)")
     budget.done()
     env.close()

@@ -1,135 +1,213 @@
-"""Checkpoints of a training run, written atomically and resumed exactly.
+"""Checkpoints of a training run: the run's stateful parts (:mod:`hpcbench.common.parts`), written
+atomically with a manifest, each rank its own shard, and resumed exactly.
 
-Layout, per instance: ``<checkpoint_dir>/instance_<k>/epoch_<NNNN>/`` holding ``model.pt`` (the
-flat fp32 parameters, written by instance rank 0) and ``rank_<r>.pt`` per rank (its optimizer state
-- only its shard for DistributedLAMB -, its module buffers such as BatchNorm statistics, its RNG
-states and the loss-scaler state), plus ``latest`` naming the newest complete checkpoint; the newest ``KEEP`` are kept.
+Layout, per instance: ``<checkpoint_dir>/instance_<k>/epoch_<NNNN>/`` holding
+
+* ``replicated.pt``: the parts every rank holds the same (the shared parameters, the data position),
+  written by instance rank 0;
+* ``rank_<r>.pt`` per rank: its own parts (optimizer state - only its shard for DistributedLAMB, its
+  rows for sparse Adagrad -, model-parallel and sparse-gradient parameters, buffers, loss scaler, RNG);
+* ``manifest.json``: format, epoch, ranks, the parts in each file, and every file's size and sha256,
+  written last;
+
+plus ``latest`` naming the newest complete checkpoint; the newest ``KEEP`` are kept.
 
 Every file is written to a temporary name, fsynced and renamed; the directory is assembled as
-``epoch_<NNNN>.tmp`` and renamed only when every rank's file is in place, and ``latest`` moves last.
-A crash at any point leaves the previous checkpoint as the latest. Checkpoints are taken at epoch
-boundaries, so the data position is "start of the next epoch": the loaders' per-epoch shuffling
-(``set_epoch``) then replays the same order, and a resumed run continues the same loss curve.
+``epoch_<NNNN>.tmp``, checked against the manifest and renamed only when every rank's file is in place,
+and ``latest`` moves last. A crash at any point leaves the previous checkpoint as the latest. Loading
+checks the manifest (ranks, parts, sizes, checksums) before any part is touched, and names the file
+and what was expected when something does not match.
+
+The manager knows nothing of the trainer: it gets the parts by name and an MPI communicator of the
+instance's ranks (or of the training ranks, with dedicated evaluation ranks).
 """
 from __future__ import annotations
 
+import hashlib
 import io
-import random
+import json
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from .atomic import atomic_write, atomic_write_text
 from .errors import ConfigError, DataError
-from .step import tree_map
+from .parts import Stateful
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .trainer import Trainer
-
-FORMAT = 2  # 2: parameters saved packed (without the flat buffer's alignment gaps)
+FORMAT = 3  # 3: parts by name, one shard per rank, manifest with checksums
 KEEP = 2  # complete checkpoints kept per instance (older ones are removed after a save)
+MANIFEST = "manifest.json"
+REPLICATED = "replicated.pt"
 
 
 def instance_dir(root: str | Path, instance: int) -> Path:
     return Path(root) / f"instance_{instance}"
 
 
-def _rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    try:
-        import numpy as np
-
-        state["numpy"] = np.random.get_state()
-    except ImportError:  # pragma: no cover
-        pass
-    return state
+def _rank_file(rank: int) -> str:
+    return f"rank_{rank}.pt"
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
-    if "numpy" in state:
-        import numpy as np
-
-        np.random.set_state(state["numpy"])
-
-
-def _save(path: Path, obj: Any) -> None:
+def _serialize(obj: Any) -> tuple[bytes, dict[str, Any]]:  # noqa: ANN401
     buf = io.BytesIO()
     torch.save(obj, buf)
+    data = buf.getvalue()
+    return data, {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def _write(path: Path, data: bytes) -> None:
     with atomic_write(path) as fh:
-        fh.write(buf.getvalue())
+        fh.write(data)
 
 
-def _load(path: Path) -> Any:
-    try:
-        return torch.load(path, map_location="cpu", weights_only=False)
-    except FileNotFoundError:
-        raise DataError(f"checkpoint file {path} is missing") from None
-    except Exception as exc:  # noqa: BLE001 - torch raises many types for corrupt files
-        raise DataError(f"checkpoint file {path} cannot be read: {exc}") from None
+class CheckpointManager:
+    """Saves and restores named parts at epoch ends. Collective over ``comm`` (every rank calls it)."""
 
+    def __init__(self, root: Path, comm: Any, replicated: Mapping[str, Stateful],  # noqa: ANN401
+                 per_rank: Mapping[str, Stateful]) -> None:
+        self.root, self.comm = Path(root), comm
+        self.rank, self.world = comm.Get_rank(), comm.Get_size()
+        self.replicated, self.per_rank = dict(replicated), dict(per_rank)
 
-def save(root: Path, epoch: int, tr: "Trainer") -> Path:
-    """Write the checkpoint after ``epoch`` (collective over the instance)."""
-    comm, rank = tr.env.instance_comm, tr.rank
-    final = root / f"epoch_{epoch:04d}"
-    tmp = root / f"epoch_{epoch:04d}.tmp"
-    if rank == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    comm.Barrier()
-    if rank == 0:
-        _save(tmp / "model.pt", {"format": FORMAT, "epoch": epoch, "world": tr.world, "numel": tr.flat.numel,
-                                 "names": tr.flat.names, "params": tr.flat.pack(tr.flat.params).cpu()})
-    _save(tmp / f"rank_{rank}.pt", {
-        "optimizer": tree_map(lambda t: t.cpu(), tr.optimizer.state_dict()),
-        "buffers": {k: v.cpu() for k, v in tr.model.named_buffers()},
-        "precision": {k: v.cpu() for k, v in tr.precision.state_dict().items()},
-        "rng": _rng_state(),
-    })
-    comm.Barrier()
-    if rank == 0:
-        missing = [f"rank_{r}.pt" for r in range(tr.world) if not (tmp / f"rank_{r}.pt").exists()]
-        if missing:
-            raise DataError(f"checkpoint {tmp} is incomplete: {', '.join(missing)} not written")
+    # saving -------------------------------------------------------------------------------------
+    def save(self, epoch: int) -> Path:
+        """Write the checkpoint after ``epoch``; returns its directory."""
+        final = self.root / f"epoch_{epoch:04d}"
+        tmp = self.root / f"epoch_{epoch:04d}.tmp"
+        made = None
+        if self.rank == 0:
+            try:
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir(parents=True)
+            except OSError as exc:
+                made = f"cannot create {tmp}: {exc}"
+        made = self.comm.bcast(made, root=0)  # also the barrier before the ranks write into it
+        if made:
+            raise DataError(f"checkpoint after epoch {epoch} not written: {made}")
+        files: dict[str, dict[str, Any]] = {}
+        try:
+            data, meta = _serialize({k: p.state_dict() for k, p in self.per_rank.items()})
+            _write(tmp / _rank_file(self.rank), data)
+            files[_rank_file(self.rank)] = meta
+            if self.rank == 0:
+                data, meta = _serialize({k: p.state_dict() for k, p in self.replicated.items()})
+                _write(tmp / REPLICATED, data)
+                files[REPLICATED] = meta
+            err = None
+        except OSError as exc:
+            err = f"rank {self.rank}: cannot write its checkpoint file in {tmp}: {exc}"
+        gathered = self.comm.allgather((files, err))
+        errors = [e for _, e in gathered if e]
+        if errors:
+            raise DataError(f"checkpoint after epoch {epoch} not written: {errors[0]}; the previous one stays the latest")
+        failed = None
+        if self.rank == 0:
+            try:
+                self._publish(tmp, final, epoch, [f for f, _ in gathered])
+            except (OSError, DataError) as exc:
+                failed = f"checkpoint after epoch {epoch} not published: {exc}; the previous one stays the latest"
+        failed = self.comm.bcast(failed, root=0)  # the other ranks never wait on a failed rank 0
+        if failed:
+            raise DataError(failed)
+        self.comm.Barrier()
+        return final
+
+    def _publish(self, tmp: Path, final: Path, epoch: int, files: list[dict[str, Any]]) -> None:
+        """Rank 0: check every rank's file, write the manifest, rename, move ``latest``, drop old ones."""
+        listed: dict[str, Any] = {}
+        for f in files:
+            listed.update(f)
+        manifest = {"format": FORMAT, "epoch": epoch, "ranks": self.world,
+                    "replicated": sorted(self.replicated), "per_rank": sorted(self.per_rank), "files": listed}
+        _verify_files(tmp, manifest)
+        atomic_write_text(tmp / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
-        atomic_write_text(root / "latest", final.name + "\n")
-        for old in sorted(root.glob("epoch_[0-9][0-9][0-9][0-9]"))[:-KEEP]:
+        atomic_write_text(self.root / "latest", final.name + "\n")
+        for old in sorted(self.root.glob("epoch_[0-9][0-9][0-9][0-9]"))[:-KEEP]:
             shutil.rmtree(old, ignore_errors=True)
-    comm.Barrier()
-    return final
+
+    # loading ------------------------------------------------------------------------------------
+    def latest(self) -> Path | None:
+        marker = self.root / "latest"
+        if not marker.exists():
+            return None
+        return self.root / marker.read_text().strip()
+
+    def load_latest(self) -> int | None:
+        """Restore the newest complete checkpoint; its epoch, or None when there is none. A checkpoint that
+        does not fit this run (another model, other ranks, a damaged file) is an error on every rank."""
+        path = self.latest()
+        if path is None:
+            return None
+        state: tuple[dict[str, Any], dict[str, Any], int] | None = None
+        try:
+            manifest = self._manifest(path)
+            replicated = _read(path, REPLICATED, manifest)
+            mine = _read(path, _rank_file(self.rank), manifest)
+            state = (replicated, mine, int(manifest["epoch"]))
+            err: BaseException | None = None
+        except (ConfigError, DataError) as exc:
+            err = exc
+        errors = [e for e in self.comm.allgather(None if err is None else (type(err).__name__, str(err))) if e]
+        if errors:
+            kind, msg = errors[0]
+            raise (ConfigError if kind == "ConfigError" else DataError)(msg)
+        assert state is not None
+        replicated, mine, epoch = state
+        for name, part in self.replicated.items():
+            part.load_state_dict(replicated[name])
+        for name, part in self.per_rank.items():
+            part.load_state_dict(mine[name])
+        return epoch
+
+    def _manifest(self, path: Path) -> dict[str, Any]:
+        try:
+            manifest = json.loads((path / MANIFEST).read_text())
+        except FileNotFoundError:
+            raise DataError(f"checkpoint {path} has no {MANIFEST} (written by an older hpcbench, or not a "
+                            "checkpoint); remove it or change train.checkpoint_dir") from None
+        except (OSError, ValueError) as exc:
+            raise DataError(f"checkpoint manifest {path / MANIFEST} cannot be read: {exc}") from None
+        if manifest.get("format") != FORMAT:
+            raise ConfigError(f"checkpoint {path} has format {manifest.get('format')}, this version reads format "
+                              f"{FORMAT}; remove it or change train.checkpoint_dir")
+        if manifest.get("ranks") != self.world:
+            raise ConfigError(f"checkpoint {path} holds per-rank state for {manifest.get('ranks')} ranks, this instance "
+                              f"has {self.world}; resume with the same number of ranks")
+        for kind, have in (("replicated", self.replicated), ("per_rank", self.per_rank)):
+            if manifest.get(kind) != sorted(have):
+                raise ConfigError(f"checkpoint {path} holds {kind} parts {manifest.get(kind)}, this run has "
+                                  f"{sorted(have)}; it was written for a different model or setup")
+        return manifest
 
 
-def load_latest(root: Path, tr: "Trainer") -> int | None:
-    """Restore the newest complete checkpoint under ``root``; its epoch, or None if there is none."""
-    marker = root / "latest"
-    if not marker.exists():
-        return None
-    path = root / marker.read_text().strip()
-    model = _load(path / "model.pt")
-    if model.get("format") != FORMAT:
-        raise ConfigError(f"checkpoint {path} has format {model.get('format')}, this version reads format {FORMAT} "
-                          "(parameters saved packed since 2); remove it or change train.checkpoint_dir")
-    if model["numel"] != tr.flat.numel or model["names"] != tr.flat.names:
-        raise ConfigError(f"checkpoint {path} was written for a different model; remove it or change "
-                          "train.checkpoint_dir")
-    if model["world"] != tr.world:
-        raise ConfigError(f"checkpoint {path} holds per-rank state for {model['world']} ranks, this instance "
-                          f"has {tr.world}; resume with the same number of ranks")
-    tr.flat.unpack(model["params"].to(tr.flat.device), tr.flat.params)
-    state = _load(path / f"rank_{tr.rank}.pt")
-    tr.optimizer.load_state_dict(tree_map(lambda t: t.to(tr.device), state["optimizer"]))
-    buffers = dict(tr.model.named_buffers())
-    for k, v in state["buffers"].items():
-        buffers[k].copy_(v)
-    tr.precision.load_state_dict({k: v.to(tr.device) for k, v in state["precision"].items()})
-    _set_rng_state(state["rng"])
-    return int(model["epoch"])
+def _read(path: Path, name: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    """One file of a checkpoint, checked against its manifest entry before it is unpickled."""
+    meta = manifest["files"].get(name)
+    if meta is None:
+        raise DataError(f"checkpoint {path}: {MANIFEST} lists no {name}")
+    try:
+        data = (path / name).read_bytes()
+    except FileNotFoundError:
+        raise DataError(f"checkpoint file {path / name} is missing") from None
+    if len(data) != meta["bytes"] or hashlib.sha256(data).hexdigest() != meta["sha256"]:
+        raise DataError(f"checkpoint file {path / name} is damaged: {len(data)} bytes with another checksum, "
+                        f"{MANIFEST} expects {meta['bytes']} bytes, sha256 {meta['sha256'][:12]}...")
+    try:
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - torch raises many types for corrupt files
+        raise DataError(f"checkpoint file {path / name} cannot be read: {exc}") from None
+
+
+def _verify_files(tmp: Path, manifest: dict[str, Any]) -> None:
+    """Every file the manifest lists is in place with its size (rank 0, before the rename)."""
+    missing = [f for f, meta in manifest["files"].items()
+               if not (tmp / f).is_file() or (tmp / f).stat().st_size != meta["bytes"]]
+    expected = {REPLICATED, *(_rank_file(r) for r in range(manifest["ranks"]))}
+    missing += sorted(expected - set(manifest["files"]))
+    if missing:
+        raise DataError(f"checkpoint {tmp} is incomplete: {', '.join(missing)} not written")

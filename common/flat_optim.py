@@ -61,11 +61,21 @@ class FlatOptimizer:
 
     # checkpoints (this rank's state; sharded optimizers hold only their shard) ------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step_count.clone(), **{k: v.clone() for k, v in self.state.items()}}
+        out = {"step": self.step_count.clone(), **{k: v.clone() for k, v in self.state.items()}}
+        if self.sparse is not None:
+            out["sparse"] = self.sparse.state_dict()
+        return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if (self.sparse is None) != ("sparse" not in state):
+            raise ConfigError("optimizer state: the checkpoint " + ("has" if "sparse" in state else "lacks")
+                              + " the row-wise (sparse-gradient) part that this run " + ("lacks" if self.sparse is None else "has"))
+        if self.sparse is not None:
+            self.sparse.load_state_dict(state["sparse"])
         self.step_count.copy_(state["step"])
         for k, v in self.state.items():
+            if k not in state:
+                raise ConfigError(f"optimizer state '{k}' is missing from the checkpoint (another optimizer?)")
             if state[k].shape != v.shape:
                 raise ConfigError(f"optimizer state '{k}' has shape {tuple(state[k].shape)}, expected {tuple(v.shape)}")
             v.copy_(state[k])

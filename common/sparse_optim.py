@@ -16,6 +16,8 @@ which is the price of sparse rows.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from collections.abc import Sequence
 
 import torch
@@ -66,3 +68,16 @@ class SparseAdagrad:
 
     def state_numel(self) -> int:
         return sum(s.numel() for s in self.sums)
+
+    # checkpoints: this rank's accumulators (its rows of the tables it holds) -------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"sums": [s.clone() for s in self.sums]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        sums = state["sums"]
+        if len(sums) != len(self.sums) or any(a.shape != b.shape for a, b in zip(sums, self.sums)):
+            raise ConfigError(f"sparse Adagrad state: {len(sums)} accumulators of shapes "
+                              f"{[tuple(a.shape) for a in sums][:4]} saved, {len(self.sums)} of shapes "
+                              f"{[tuple(b.shape) for b in self.sums][:4]} here")
+        for dst, src in zip(self.sums, sums):
+            dst.copy_(src)

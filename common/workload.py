@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from torch import nn
 
     from .data.spec import DatasetSpec, SampleSource
+    from .parallel import Collectives, Degrees, Parallel
 
 C = TypeVar("C", bound=RunConfig)
 
@@ -181,7 +182,7 @@ class Workload(ABC, Generic[C]):
     def loss_count(self, batch: Any) -> "torch.Tensor | None":
         """How many terms :meth:`loss` sums over in this batch, as a device tensor (the harness
         sums it over the instance while the forward pass runs). None: ``loss`` is already a mean.
-        Ranks that share samples (:meth:`data_parallel_shard`) each count them: their gradients are
+        Ranks that share samples (spatial parallelism, :meth:`parallel_degrees`) each count them: their gradients are
         summed, so a loss they each hold in full and differentiate as one program adds up to S copies."""
         return None
 
@@ -199,24 +200,27 @@ class Workload(ABC, Generic[C]):
         batch's samples); the harness concatenates them over the rank's batches."""
         raise NotImplementedError(f"workload '{self.name}' sets eval_kind='samples' but has no eval_samples()")
 
-    def metric_of_samples(self, kept: Mapping[str, "torch.Tensor"], world: int) -> float:
-        """With ``eval_kind = "samples"``: the metric over every rank's samples; each rank of the
-        instance calls it with its own ``kept`` (the instance's torch default group, ``world`` ranks)."""
+    def metric_of_samples(self, kept: Mapping[str, "torch.Tensor"], parallel: "Collectives") -> float:
+        """With ``eval_kind = "samples"``: the metric over every rank's samples; each rank calls it with its
+        own ``kept`` and combines them with the layout object's collective services (``parallel.size``,
+        ``parallel.sum``, ``parallel.gather``), never with torch.distributed itself."""
         raise NotImplementedError(f"workload '{self.name}' sets eval_kind='samples' but has no metric_of_samples()")
 
     # model parallelism ----------------------------------------------------------------------
-    def distribute(self, model: "nn.Module", rank: int, world: int) -> "nn.Module":
-        """The model as this rank of the instance holds it (e.g. embedding tables sharded over the
-        ranks). Called on every rank after the same seeded build and the move to the device."""
-        return model
+    def parallel_degrees(self) -> "Degrees":
+        """What this workload asks of the instance's ranks beyond data parallelism (ranks that share each
+        sample, parameters held per rank, tensor parallelism); the harness adds its own keys
+        (``train.eval_ranks``, ``train.bn_group_size``) and builds the layout object
+        (:class:`hpcbench.common.parallel.Parallel`) from them, once."""
+        from .parallel import Degrees
 
-    def data_parallel_shard(self, rank: int, size: int) -> tuple[int, int]:
-        """(data-parallel rank, data-parallel ranks) of reader ``rank`` of ``size`` (the instance's ranks, or
-        one node's with node-local data). Ranks given the same data-parallel rank read the same samples
-        and the global batch is split over the data-parallel ranks only: a spatial group of S ranks that
-        share each volume returns ``(rank // S, size // S)`` (unet3d ``model.spatial_group``). The
-        gradient sync is unchanged (a sum over all ranks): see :meth:`loss_count` for the averaging."""
-        return rank, size
+        return Degrees()
+
+    def distribute(self, model: "nn.Module", parallel: "Parallel") -> "nn.Module":
+        """The model as this rank of the instance holds it (e.g. embedding tables sharded over the ranks,
+        a spatial group's slab), on the groups of the layout object ``parallel``. Called on every rank after
+        the same seeded build and the move to the device."""
+        return model
 
     def local_parameters(self, model: "nn.Module") -> list["nn.Parameter"]:
         """Parameters that only this rank holds (model parallel): neither broadcast from rank 0 nor

@@ -75,10 +75,10 @@ def test_group_batchnorm_needs_cuda_on_this_box() -> None:
     import pytest
 
     from hpcbench.common.errors import ConfigError
-    from hpcbench.common.trainer import group_batchnorm
+    from hpcbench.common.parallel import Degrees, check_degrees
 
     if torch.cuda.is_available():
         pytest.skip("CUDA present: SyncBatchNorm groups are allowed")
-    model = DeepLabV3Plus(MINI)  # group BatchNorm is the harness option train.bn_group_size
+    # group BatchNorm is the harness option train.bn_group_size, checked by the layout object
     with pytest.raises(ConfigError, match="bn_group_size"):
-        group_batchnorm(model, 2, 2, torch.device("cpu"))
+        check_degrees(Degrees(bn_group=2), 2, False, 1, "cpu")

@@ -12,6 +12,7 @@ from torch import nn
 
 from hpcbench.common.errors import ConfigError
 from hpcbench.common.flat import FlatParams
+from hpcbench.common.parallel import Parallel
 from hpcbench.common.optim import build_optimizer
 from hpcbench.common.runconfig import OptimConfig
 from hpcbench.common.sparse_optim import SparseAdagrad
@@ -78,7 +79,7 @@ def test_sparse_parameters_stay_outside_the_flat_buffer_and_refusals() -> None:
 @pytest.mark.parametrize("sparse", [True, False])
 def test_workload_switch_marks_only_the_large_tables(sparse: bool) -> None:
     wl = DLRMWorkload(DLRMWorkload.load_config("mini", [f"model.sparse_grads={str(sparse).lower()}"]))
-    model = wl.distribute(wl.build_model(), 0, 1)
+    model = wl.distribute(wl.build_model(), Parallel.of_default_group())
     large = [k for k, c in enumerate(wl.cfg.model.cardinalities) if c >= wl.cfg.model.shard_min_rows]
     got = wl.sparse_parameters(model)
     assert [id(p) for p in got] == ([id(model.sparse_arch.bags[k].weight) for k in large] if sparse else [])

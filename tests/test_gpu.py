@@ -118,7 +118,7 @@ def check_bf16_autocast_through_the_harness(env) -> None:  # noqa: ANN001
         wl.dtypes = set()
         tr = Trainer(wl, env, MLPerfLogger(None), SystemDescription(), progress=False)
         result = tr.run()
-        out[precision] = (tr.flat.params.detach().clone(), result.epoch_losses, wl.dtypes)
+        out[precision] = (tr.parts.flat.params.detach().clone(), result.epoch_losses, wl.dtypes)
     (p32, l32, d32), (p16, l16, d16) = out["fp32"], out["bf16"]
     assert d32 == {torch.float32} and d16 == {torch.bfloat16}  # the training steps ran under bf16 autocast
     assert p16.device.type == env.device.type and p16.dtype == torch.float32  # fp32 master weights

@@ -102,7 +102,7 @@ def test_stop_at_the_mid_epoch_evaluation_that_meets_the_target(env, tmp_path: P
     log = tmp_path / "result_0.txt"
     tr, result = _run(env, ToyWorkload, [f"train.target={value!r}", "train.max_epochs=4", "train.eval_every=0.25"], log)
     assert result.status == "success" and result.metrics == full.metrics[: i + 1]
-    assert tr.global_step == round(epoch_num * STEPS) and result.steps == tr.global_step
+    assert tr.parts.position.global_step == round(epoch_num * STEPS) and result.steps == tr.parts.position.global_step
     keys = [x["key"] for x in _lines(log)]
     assert keys[-3:] == ["epoch_stop", "tracked_stats", "run_stop"]  # nothing trained after that evaluation
     assert keys.count("eval_error") == i + 1
@@ -147,7 +147,7 @@ def test_resumed_run_keeps_the_sample_count_of_its_checkpoint(env, tmp_path: Pat
     _run(env, ToyBert, [*ck, "train.max_epochs=1", "train.eval_every_samples=256"], tmp_path / "a.txt")
     tr, result = _run(env, ToyBert, [*ck, "train.max_epochs=2", "train.eval_every_samples=256", "train.resume=true"],
                       tmp_path / "b.txt")
-    assert tr.start_epoch == 2 and tr.global_step == 2 * STEPS
+    assert tr.start_epoch == 2 and tr.parts.position.global_step == 2 * STEPS
     assert [e for e, _ in result.metrics] == [768, 1024]  # samples since the run's start, not the resume's
     starts = [x["metadata"]["epoch_num"] for x in _lines(tmp_path / "b.txt") if x["key"] == "epoch_start"]
     assert starts == [512]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcbench.common.async_eval import check_eval_ranks
+from hpcbench.common.parallel import Degrees, check_degrees
 from hpcbench.common.dist import init_distributed
 from hpcbench.common.errors import ConfigError
 from hpcbench.common.mllog import MLPerfLogger, check_log
@@ -146,10 +146,10 @@ def test_eval_ranks_that_leave_no_training_rank_are_refused(env) -> None:  # noq
     with pytest.raises(ConfigError, match=r"'train.eval_ranks' = 1: the instance has 1 rank\(s\)"):
         tr.setup()
     with pytest.raises(ConfigError, match=r"'train.eval_ranks' = 4: the instance has 4 rank\(s\).*at most 3"):
-        check_eval_ranks(4, 4, False, 1)
+        check_degrees(Degrees(eval_ranks=4), 4, False, 1, "cpu")
     with pytest.raises(ConfigError, match=r"'train.eval_ranks'.*node-local data.*2 nodes"):
-        check_eval_ranks(1, 4, True, 2)
-    check_eval_ranks(1, 4, True, 1)  # one node per instance holds the whole data
+        check_degrees(Degrees(eval_ranks=1), 4, True, 2, "cpu")
+    check_degrees(Degrees(eval_ranks=1), 4, True, 1, "cpu")  # one node per instance holds the whole data
     with pytest.raises(ConfigError, match=r"'train.eval_ranks': must be >= 0"):
         ToyWorkload.load_config("mini", ["train.eval_ranks=-1"])
     with pytest.raises(ConfigError, match=r"'train.eval_timeout_s'"):

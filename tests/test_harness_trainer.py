@@ -128,7 +128,7 @@ def _params_after(env, graph: str, precision: str = "fp32", epochs: int = 1) -> 
     tr = _trainer(env, ["train.target=0.0", f"train.max_epochs={epochs}", f"train.graph={graph}",
                         f"train.precision={precision}", "data.train=128"])
     result = tr.run()
-    return tr.flat.params.clone(), result.epoch_losses
+    return tr.parts.flat.params.clone(), result.epoch_losses
 
 
 @pytest.mark.slow  # inductor compiles C++ kernels: ~30 s with a warm cache, ~2 min cold on 2 shared cores

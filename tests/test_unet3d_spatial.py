@@ -14,6 +14,8 @@ import re
 from pathlib import Path
 
 import pytest
+
+from hpcbench.common.parallel import reader_shard
 import torch
 from torch import nn
 
@@ -134,9 +136,9 @@ def test_spatial_group_config_errors_name_the_key() -> None:
         UNet3DWorkload.load_config("mini", ["model.spatial_axis=time"])
     assert UNet3DWorkload.load_config("mini", ["model.spatial_group=2", "model.spatial_axis=width"]).model.spatial_axis == "width"
     wl = UNet3DWorkload(UNet3DWorkload.load_config("mini", ["model.spatial_group=2"]))
-    assert wl.data_parallel_shard(3, 4) == (1, 2)
+    assert reader_shard(3, 4, wl.parallel_degrees()) == (1, 2)
     with pytest.raises(ConfigError, match="'model.spatial_group': 2 must divide the 3 ranks"):
-        wl.data_parallel_shard(0, 3)
+        reader_shard(0, 3, wl.parallel_degrees())
 
 
 def test_loss_from_partial_sums_is_the_workloads_loss() -> None:

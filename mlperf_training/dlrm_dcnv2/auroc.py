@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:  # pragma: no cover
-    import torch.distributed as dist
+    from hpcbench.common.parallel import Collectives
 
 
 def _check(scores: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -70,34 +70,16 @@ def pair_counts(mine: torch.Tensor, others: torch.Tensor, mine_positive: bool) -
     return wins, ties
 
 
-def _gather_varying(x: torch.Tensor, group: "dist.ProcessGroup | None") -> torch.Tensor:
-    import torch.distributed as dist
-
-    world = dist.get_world_size(group)
-    n = torch.tensor([x.numel()], dtype=torch.int64, device=x.device)
-    sizes = [torch.zeros_like(n) for _ in range(world)]
-    dist.all_gather(sizes, n, group=group)
-    longest = int(max(int(s) for s in sizes))
-    padded = torch.zeros(longest, dtype=x.dtype, device=x.device)
-    padded[: x.numel()] = x
-    parts = [torch.empty_like(padded) for _ in range(world)]
-    dist.all_gather(parts, padded, group=group)
-    return torch.cat([p[: int(s)] for p, s in zip(parts, sizes)])
-
-
-def distributed_auroc(scores: torch.Tensor, labels: torch.Tensor, group: "dist.ProcessGroup | None" = None) -> float:
-    """Exact AUROC of the samples of all ranks of ``group``; each rank passes its own."""
-    import torch.distributed as dist
-
+def distributed_auroc(scores: torch.Tensor, labels: torch.Tensor, coll: "Collectives") -> float:
+    """Exact AUROC of the samples of all ranks that ``coll`` (the harness's layout object, or any object
+    with its ``sum``/``gather``) spans; each rank passes its own."""
     scores, labels = _check(scores, labels)
-    counts = torch.stack([labels.sum(), (1 - labels).sum()]).to(torch.int64)
-    dist.all_reduce(counts, group=group)
+    counts = coll.sum(torch.stack([labels.sum(), (1 - labels).sum()]).to(torch.int64))
     p, n = int(counts[0]), int(counts[1])
     gather_positives = p <= n
     small = scores[labels == (1 if gather_positives else 0)]
-    others = _gather_varying(small, group)
+    others = coll.gather(small)
     mine = scores[labels == (0 if gather_positives else 1)]
     wins, ties = pair_counts(mine, others, mine_positive=not gather_positives)
-    sums = torch.tensor([wins, ties], dtype=torch.int64, device=scores.device)
-    dist.all_reduce(sums, group=group)
+    sums = coll.sum(torch.tensor([wins, ties], dtype=torch.int64, device=scores.device))
     return from_counts(int(sums[0]), int(sums[1]), p, n)

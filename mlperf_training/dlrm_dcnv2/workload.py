@@ -24,6 +24,8 @@ from .dataset import Batch, CriteoData
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
+
+    from hpcbench.common.parallel import Collectives, Degrees, Parallel
     from torch import nn
 
 
@@ -58,10 +60,23 @@ class DLRMWorkload(Workload[DLRMConfig]):
 
         return DLRMDCNv2(self.model_config())
 
-    def distribute(self, model: "nn.Module", rank: int, world: int) -> "nn.Module":
+    def parallel_degrees(self) -> "Degrees":
+        """Model parallel when a table is large enough to shard (``model.shard_min_rows``) or has sparse
+        gradients: those parameters live on one rank (or outside the flat buffer)."""
+        from hpcbench.common.parallel import Degrees
+
+        m = self.cfg.model
+        sharded = any(c >= m.shard_min_rows for c in m.cardinalities) or m.sparse_grads
+        return Degrees(model_parallel=sharded,
+                       model_parallel_what="embedding tables sharded over the ranks or with sparse gradients "
+                                           "(model.shard_min_rows, model.sparse_grads)")
+
+    def distribute(self, model: "nn.Module", parallel: "Parallel") -> "nn.Module":
         """Shard the large tables over the ranks; with ``model.sparse_grads`` the tables this rank owns
         (on one rank: the large ones) get sparse gradients."""
         from .hybrid import ShardingPlan, parallelize, use_sparse_grads
+
+        rank, world = parallel.rank, parallel.size
 
         plan = ShardingPlan.build(self.cfg.model.cardinalities, world, self.cfg.model.shard_min_rows)
         if world > 1 and any(o is not None for o in plan.owners):
@@ -101,12 +116,12 @@ class DLRMWorkload(Workload[DLRMConfig]):
     def eval_samples(self, outputs: "torch.Tensor", batch: Batch) -> Mapping[str, "torch.Tensor"]:
         return {"scores": outputs.float(), "labels": batch[1].to(outputs.device)}
 
-    def metric_of_samples(self, kept: Mapping[str, "torch.Tensor"], world: int) -> float:
+    def metric_of_samples(self, kept: Mapping[str, "torch.Tensor"], parallel: "Collectives") -> float:
         """Exact AUROC of every validation sample of the instance (ties count one half)."""
         from .auroc import auroc, distributed_auroc
 
         scores, labels = kept["scores"], kept["labels"]
-        return auroc(scores, labels) if world == 1 else distributed_auroc(scores, labels)
+        return auroc(scores, labels) if parallel.size == 1 else distributed_auroc(scores, labels, parallel)
 
     def eval_sums(self, outputs: Any, batch: Any) -> Mapping[str, "torch.Tensor"]:
         raise NotImplementedError("dlrm_dcnv2 evaluates from every sample's score (eval_kind = 'samples')")

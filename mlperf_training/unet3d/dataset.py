@@ -20,7 +20,7 @@ import numpy as np
 
 from hpcbench.common.data.layout import FileLayout
 from hpcbench.common.data.spec import DatasetSpec
-from hpcbench.common.errors import DataError
+from hpcbench.common.errors import ConfigError, DataError
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -46,6 +46,18 @@ class TrainCases:
 
     def __len__(self) -> int:
         return len(self.pairs)
+
+    # the read counts are this rank's data position: a resumed run draws the patches the uninterrupted one would
+    def state_dict(self) -> dict[str, Any]:
+        with self._lock:
+            return {"stream": self.stream, "reads": dict(self._reads)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["stream"] != self.stream:
+            raise ConfigError(f"the checkpoint's training patches were drawn by reader {state['stream']}, this rank "
+                              f"reads as {self.stream}; resume with the same ranks")
+        with self._lock:
+            self._reads = {int(k): int(v) for k, v in state["reads"].items()}
 
     def rng(self, i: int) -> np.random.Generator:
         with self._lock:

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hpcbench.common.errors import ConfigError
+from hpcbench.common.parallel import consecutive_groups
 
 from .loss import SMOOTH_DR, SMOOTH_NR
 
@@ -71,15 +72,14 @@ class SpatialGroup:
 
 def new_spatial_groups(size: int, axis: int = DEPTH) -> SpatialGroup:
     """Split the default torch group into consecutive groups of ``size`` ranks (every rank must call
-    this): ranks ``[g*size, (g+1)*size)`` share one volume; this rank's slab index is ``rank % size``."""
-    world, rank = (dist.get_world_size(), dist.get_rank()) if dist.is_initialized() else (1, 0)
-    if size < 1 or world % size:
-        raise ConfigError(f"config key 'model.spatial_group': {size} must be >= 1 and divide the instance's "
-                          f"{world} ranks")
-    if size == 1:
-        return SpatialGroup(None, 1, 0, axis)
-    group, _ = dist.new_subgroups(size)
-    return SpatialGroup(group, size, rank % size, axis)
+    this): ranks ``[g*size, (g+1)*size)`` share one volume; this rank's slab index is ``rank % size``.
+    The harness gets the same group from its layout object (:class:`hpcbench.common.parallel.Parallel`);
+    this is for tools and tests that run the spatial model alone."""
+    try:
+        place = consecutive_groups(size)
+    except ConfigError as exc:
+        raise ConfigError(f"config key 'model.spatial_group': {exc}") from None
+    return SpatialGroup(place.group, place.size, place.index, axis)
 
 
 # ---- volumes <-> slabs ------------------------------------------------------------------------------

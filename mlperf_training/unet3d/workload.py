@@ -24,6 +24,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
     from torch import nn
 
+    from hpcbench.common.parallel import Degrees, Parallel
+
 
 class UNet3DWorkload(Workload[UNetConfig]):
     name: ClassVar[str] = "unet3d"
@@ -59,20 +61,19 @@ class UNet3DWorkload(Workload[UNetConfig]):
 
     # spatial parallelism (model.spatial_group = S > 1, .spatial): S ranks read the same samples, each
     # computes one depth slab; the harness sums the partial gradients (docs/unet3d.md)
-    def data_parallel_shard(self, rank: int, size: int) -> tuple[int, int]:
-        s = self.cfg.model.spatial_group
-        if size % s:
-            raise ConfigError(f"config key 'model.spatial_group': {s} must divide the {size} ranks that read the data")
-        return rank // s, size // s
+    def parallel_degrees(self) -> "Degrees":
+        from hpcbench.common.parallel import Degrees
 
-    def distribute(self, model: "nn.Module", rank: int, world: int) -> "nn.Module":
+        return Degrees(spatial=self.cfg.model.spatial_group, spatial_key="model.spatial_group")
+
+    def distribute(self, model: "nn.Module", parallel: "Parallel") -> "nn.Module":
         if self.cfg.model.spatial_group == 1:
             return model
         from .config import SPATIAL_AXES
-        from .spatial import new_spatial_groups, spatial_parallel
+        from .spatial import SpatialGroup, spatial_parallel
 
-        m = self.cfg.model
-        self._spatial = new_spatial_groups(m.spatial_group, axis=2 + SPATIAL_AXES.index(m.spatial_axis))
+        m, place = self.cfg.model, parallel.spatial
+        self._spatial = SpatialGroup(place.group, place.size, place.index, axis=2 + SPATIAL_AXES.index(m.spatial_axis))
         return spatial_parallel(model, self._spatial)
 
     def _slab(self, t: "torch.Tensor") -> "torch.Tensor":

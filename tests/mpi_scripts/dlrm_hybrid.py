@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from hpcbench.common.dist import init_distributed
+from hpcbench.common.parallel import Parallel
 from hpcbench.workloads.mlperf_training.dlrm_dcnv2.auroc import auroc, distributed_auroc
 from hpcbench.workloads.mlperf_training.dlrm_dcnv2.hybrid import (ShardingPlan, data_parallel_parameters, model_parallel_parameters,
                                                parallelize)
@@ -98,7 +99,7 @@ def main() -> None:
 
     # exact AUROC from this rank's samples vs all samples (scores rounded: ties across ranks)
     scores = torch.round(torch.sigmoid(out2_ref) * 4) / 4
-    diffs["auroc"] = abs(distributed_auroc(scores[rows], labels[rows].long()) - auroc(scores, labels.long()))
+    diffs["auroc"] = abs(distributed_auroc(scores[rows], labels[rows].long(), Parallel.of_default_group()) - auroc(scores, labels.long()))
 
     held = sum(p.numel() for p in model.parameters())
     result = {"rank": rank, "world": world, "diffs": diffs, "moved": moved, "owners": list(plan.owners),

@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from hpcbench.common.dist import init_distributed
 from hpcbench.common.flat import FlatParams
+from hpcbench.common.parallel import Parallel
 from hpcbench.common.optim import build_optimizer
 from hpcbench.common.precision import Precision
 from hpcbench.common.schedule import Schedule
@@ -33,7 +34,7 @@ def build(sparse: bool, rank: int, world: int) -> tuple[DLRMWorkload, torch.nn.M
                  "model.shard_min_rows=100", f"model.sparse_grads={str(sparse).lower()}", "optim.lr=0.05"]
     wl = DLRMWorkload(DLRMWorkload.load_config("mini", overrides))
     torch.manual_seed(0)
-    model = wl.distribute(wl.build_model(), rank, world)
+    model = wl.distribute(wl.build_model(), Parallel.of_default_group())
     flat = FlatParams(model, wl.local_parameters(model), wl.sparse_parameters(model), dtype=torch.float64)
     opt = build_optimizer(flat, wl.cfg.optim, world, rank)
     step = TrainStep(wl, model, flat, opt, Schedule.from_config(wl.cfg.optim, 10, 1),

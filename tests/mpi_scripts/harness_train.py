@@ -34,8 +34,8 @@ def resume(env, root: str) -> dict:  # noqa: ANN001
     second = trainer(env, [*common, "train.max_epochs=4", "train.resume=true"])
     res_second = second.run()
     return {
-        "max_diff": (full.flat.params - second.flat.params).abs().max().item(),
-        "moved": (full.flat.params - first.flat.params).abs().max().item(),
+        "max_diff": (full.parts.flat.params - second.parts.flat.params).abs().max().item(),
+        "moved": (full.parts.flat.params - first.parts.flat.params).abs().max().item(),
         "losses_full": res_full.epoch_losses, "losses_resumed": res_second.epoch_losses,
         "steps": [res_full.steps, res_second.steps], "metric": [res_full.final_metric, res_second.final_metric],
     }
@@ -43,20 +43,21 @@ def resume(env, root: str) -> dict:  # noqa: ANN001
 
 def evaluate(env) -> dict:  # noqa: ANN001
     tr = trainer(env, ["train.max_epochs=1", "data.eval=130"])
-    tr.setup()
-    tr.model.train()
-    torch.manual_seed(10 + tr.rank)  # different BatchNorm statistics on every rank
+    parts = tr.setup()
+    model, rank = parts.model, parts.parallel.rank
+    model.train()
+    torch.manual_seed(10 + rank)  # different BatchNorm statistics on every rank
     with torch.no_grad():
-        tr.model(torch.randn(32, tr.cfg.data.features) * (1 + tr.rank))
-    bn = tr.model[1]
+        model(torch.randn(32, tr.cfg.data.features) * (1 + rank))
+    bn = model[1]
     means = env.instance_comm.allgather(bn.running_mean.clone())
     value = tr.evaluate(1)
     expected_mean = torch.stack(means).mean(0)
     # the same model evaluated alone on the whole validation set
     x, y = make_data(tr.cfg.data, "eval")
-    tr.model.eval()
+    model.eval()
     with torch.no_grad():
-        single = (tr.model(x) - y).abs().mean().item()
+        single = (model(x) - y).abs().mean().item()
     return {"metric": value, "single": single, "bn_diff": (bn.running_mean - expected_mean).abs().max().item()}
 
 
