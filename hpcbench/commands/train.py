@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
 def train(args: argparse.Namespace) -> int:
     from hpcbench.common.dist import init_distributed
+    from hpcbench.common.nodepath import node_path
     from hpcbench.common.system import SystemDescription
     from hpcbench.runner import RunnerOptions, run_instances
 
@@ -88,8 +89,8 @@ def train(args: argparse.Namespace) -> int:
         from hpcbench.staging.marker import require_staged
 
         cls, cfg = resolve_config(args, data_root)
-        if "{node}" in str(cfg.data.root):  # one place: the marker check and the loader read the same folder
-            cfg.data.root = str(cfg.data.root).replace("{node}", str(env.layout.node_index))
+        # one place: the marker check and the loader read the same folder
+        cfg.data.root = node_path(str(cfg.data.root), env.layout.node_index, "data.root")
         require_staged(cfg.data, env.layout, opts.dataset)  # node-local data: completely staged, or refused
         return cls(cfg)
 
