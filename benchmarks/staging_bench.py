@@ -25,16 +25,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 
-from benchmarks.synth_data import cosmo_counts, example, tfrecord_frame
+from benchmarks.staging_common import evict, make_data, phases
 from hpcbench.common.dist import init_distributed
 from hpcbench import registry
 from hpcbench.staging.exchange import barrier
@@ -43,34 +41,6 @@ from hpcbench.staging.stage import StageOptions, stage
 
 MiB = 1 << 20
 FOREVER = 7 * 24 * 3600.0
-
-
-def make_data(raw: Path, gib: float, size: int) -> tuple[int, float]:
-    import numpy as np
-
-    per = size**3 * 4 * 2
-    n_val = max(2, int(gib * (1 << 30) / per * 0.1))  # >= 2: each of 2 nodes per instance needs a shard
-    n_train = max(1, int(np.ceil(gib * (1 << 30) / per)) - n_val + 1)
-    rng = np.random.default_rng(42)
-    t0 = time.perf_counter()
-    for split, count in (("train", n_train), ("validation", n_val)):
-        (raw / split).mkdir(parents=True, exist_ok=True)
-        for i in range(count):
-            p = raw / split / f"univ_{i:05d}.tfrecord"
-            if not p.exists():
-                p.write_bytes(tfrecord_frame(example(cosmo_counts(rng, size).tobytes(), rng.uniform(-1, 1, 4))))
-    return n_train + n_val, time.perf_counter() - t0
-
-
-def evict(root: Path) -> None:
-    for p in root.rglob("*"):
-        if p.is_file():
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
 
 
 def _args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -109,7 +79,7 @@ def main() -> None:
         if a.from_json:
             rereport(a, a.from_json)
         else:
-            drive(a, make_data, evict)
+            drive(a)
         return
     env = init_distributed(a.instances, ranks_per_node=1, torch_backend=None)
     lay = env.layout
@@ -135,7 +105,7 @@ def main() -> None:
     for rep in range(a.repeats):
         for method in methods:
             if lay.local_rank == 0:
-                shutil.rmtree(Path(str(dest / "node{node}").format(node=lay.node_index)), ignore_errors=True)
+                shutil.rmtree(dest / f"node{lay.node_index}", ignore_errors=True)
             if lay.world_rank == 0 and not given:
                 evict(raw)
                 evict(packed)
@@ -153,7 +123,7 @@ def main() -> None:
                       f"{rep_['totals']['read_bytes'] / 1e9:.3f} GB, {rep_['landed_GBps_per_node']:.3f} GB/s landed "
                       f"per node; {phase_line(rep_)}", flush=True)
     if lay.local_rank == 0:
-        shutil.rmtree(Path(str(dest / "node{node}").format(node=lay.node_index)), ignore_errors=True)
+        shutil.rmtree(dest / f"node{lay.node_index}", ignore_errors=True)
     barrier(env.comm, FOREVER, "final cleanup")
     if lay.world_rank == 0:
         if a.json_out:
@@ -169,20 +139,6 @@ def _cpu_s() -> float:
     load than wall time, since a rank waiting for a core is not charged."""
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
-
-
-def phases(rep: dict) -> dict[str, float]:
-    """Per-phase seconds of a run: the slowest node's (plan, read, Allgatherv, drain) and the write
-    threads' busy time summed over the threads of the slowest node."""
-    rows = rep["nodes_detail"]
-
-    def worst(k: str) -> float:
-        return max((r["times"].get(k, 0.0) for r in rows), default=0.0)
-
-    moving = max((sum(v for k, v in r["times"].items() if k.startswith("split_")) for r in rows), default=0.0)
-    return {"plan": worst("plan_s"), "read": worst("read_s"), "allgather": worst("transfer_s"),
-            "drain": worst("drain_s"), "write_threads": worst("write_thread_s"), "moving": moving,
-            "fixed": max(0.0, rep["wall_s"] - moving)}
 
 
 def phase_line(rep: dict) -> str:

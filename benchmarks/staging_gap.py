@@ -8,8 +8,8 @@ with REV's code (before) and this checkout's (after), ``--rounds`` times each, o
 data (``--keep``; each job still evicts the source from the page cache before every run). Prints every
 job's per-run wall and CPU seconds (all ranks' processes, user + system: a rank waiting for a core is
 not charged, so CPU is the steadier figure on a loaded machine) and, per side, the packed/copy ratios
-and the after/before ratios. Both sides run this checkout's ``staging_bench.py`` (only the staging code
-differs). Machine contention hits both sides alike (they alternate); the spread is printed.
+and the after/before ratios. Both sides run this checkout's ``staging_bench.py`` and ``staging_common.py``
+(only the staging code differs). Machine contention hits both sides alike (they alternate); the spread is printed.
 """
 from __future__ import annotations
 
@@ -80,7 +80,8 @@ def main() -> None:
         before = Path(tmp)
         export(a.before, before)
         # the same benchmark harness on both sides: only the staging code differs
-        shutil.copy2(ROOT / "benchmarks" / "staging_bench.py", before / "benchmarks" / "staging_bench.py")
+        for name in ("staging_bench.py", "staging_common.py"):
+            shutil.copy2(ROOT / "benchmarks" / name, before / "benchmarks" / name)
         for r in range(a.rounds):
             if r and time.perf_counter() - t0 > a.budget_s:
                 say(f"time budget {a.budget_s:.0f} s spent: stopping after {r} rounds")

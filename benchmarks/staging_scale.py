@@ -16,10 +16,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from benchmarks.capfs import CappedMount, unavailable
 from benchmarks.machine import describe, header
+from benchmarks.staging_common import evict, make_data, phases
 from hpcbench import registry
 from hpcbench.staging.model import GB, Layout, System, predict
 from hpcbench.staging.pack import Packer
@@ -63,9 +64,7 @@ def _med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
-def drive(a: argparse.Namespace, make_data: Callable[..., tuple[int, float]], evict: Callable[[Path], None]) -> None:
-    from benchmarks.staging_bench import phases
-
+def drive(a: argparse.Namespace) -> None:
     ks = [int(k) for k in a.scale.split(",") if k]
     n = a.nodes_per_instance
     mach = describe()

@@ -1,4 +1,5 @@
-"""Render Slurm batch scripts from ``jobs/templates/*.sbatch.in`` and ``jobs/systems/<name>.toml``.
+"""Render Slurm batch scripts from ``jobs/templates/*.sbatch.in`` and ``jobs/systems/<name>.toml`` (in an
+installed wheel: ``hpcbench/jobs/...``, see :data:`JOBS_DIR`).
 
 Templates use ``{{name}}`` placeholders; every placeholder must be known (a typo is an error, not an
 empty string). Values that reach the shell are quoted with :func:`shlex.quote`.
@@ -14,7 +15,16 @@ from typing import Any
 
 from hpcbench.common.errors import ConfigError
 
-JOBS_DIR = Path(__file__).resolve().parents[1] / "jobs"
+
+def _jobs_dir() -> Path:
+    """``hpcbench/jobs/`` where the wheel put its copy (an installed package), else ``jobs/`` at the top of the
+    source checkout this module runs from (``setup.py`` copies the one to the other)."""
+    here = Path(__file__).resolve().parent
+    installed = here / "jobs"
+    return installed if (installed / "templates").is_dir() else here.parent / "jobs"
+
+
+JOBS_DIR = _jobs_dir()
 TEMPLATES = {"strong": "strong.sbatch.in", "weak": "weak.sbatch.in", "weak-per-instance": "weak_per_instance.sbatch.in"}
 PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 

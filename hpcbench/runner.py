@@ -31,6 +31,7 @@ from hpcbench.common.atomic import atomic_write_text
 from hpcbench.common.dist import DistEnv, mpi
 from hpcbench.common.errors import ConfigError, HpcbenchError
 from hpcbench.common.mllog import MLPerfLogger, result_filename
+from hpcbench.common.nodepath import node_path
 from hpcbench.common.system import SystemDescription
 from hpcbench.common.workload import Workload
 
@@ -147,9 +148,10 @@ def stage_in_job(env: DistEnv, source: Path, dest: str, mllogger: MLPerfLogger, 
                           "installation; stage first with `hpcbench stage` and pass --data") from None
     from . import registry
 
+    root = node_path(dest, env.layout.node_index, "--stage-to")  # a bad placeholder: refused before staging
     layout = registry.layout(dataset) if dataset else None
     stage(env, StageOptions(source=Path(source), dest=dest, layout=layout), mllog=mllogger)
-    return dest.replace("{node}", str(env.layout.node_index))
+    return root
 
 
 def run_instances(env: DistEnv, benchmark: str, make_workload: Callable[[str | None], Workload],

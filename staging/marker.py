@@ -23,6 +23,7 @@ from typing import Any
 
 from hpcbench.common.atomic import atomic_write_text
 from hpcbench.common.errors import DataError
+from hpcbench.common.nodepath import node_path
 
 from .manifest import STATE_DIR, safe_relpath
 from .nodelocal import Journal
@@ -238,5 +239,5 @@ def require_staged(data: Any, layout: Any, dataset: str | None) -> None:
     false. ``layout`` is the rank's :class:`hpcbench.common.dist.Layout`."""
     if not getattr(data, "node_local", False) or not getattr(data, "require_staged", True):
         return
-    root = Path(str(data.root).replace("{node}", str(layout.node_index)))
+    root = Path(node_path(str(data.root), layout.node_index, "data.root"))
     check_staged(root, dataset, layout.instance_node_index, layout.nodes_per_instance)

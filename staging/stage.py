@@ -23,6 +23,7 @@ import numpy as np
 from hpcbench.common.data.layout import GENERIC, REPLICATED, FileLayout
 from hpcbench.common.dist import DistEnv, mpi
 from hpcbench.common.errors import ConfigError, DataError
+from hpcbench.common.nodepath import has_node, node_path
 
 from .copy import copy_files, raw_shards
 from .distribute import Ctx, SplitExchange, Stats
@@ -70,13 +71,10 @@ class StageOptions:
 
 
 def node_dest(template: str, node: int, env: DistEnv) -> Path:
-    if "{node}" not in template and env.layout.num_nodes > 1 and env.layout.host_local_size > env.layout.local_size:
+    if not has_node(template) and env.layout.num_nodes > 1 and env.layout.host_local_size > env.layout.local_size:
         raise ConfigError(f"--dest {template!r}: several emulated nodes share this host; put a {{node}} "
                           "placeholder in --dest (e.g. /tmp/stage/node{node}) so each gets its own folder")
-    try:
-        return Path(template.format(node=node))
-    except (KeyError, IndexError, ValueError) as exc:
-        raise ConfigError(f"--dest {template!r}: only the {{node}} placeholder is allowed ({exc})") from None
+    return Path(node_path(template, node, "--dest"))
 
 
 def _plan_input(opts: StageOptions) -> dict[str, Any]:

@@ -3,6 +3,7 @@ named like a workload in the working directory changes nothing."""
 from __future__ import annotations
 
 import ast
+import os
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,13 @@ def _modules() -> dict[str, Path]:
             parts = [p for p in rel.parts if p != "__init__"]
             out[".".join([name, *parts])] = f
     return out
+
+
+def _benchmark_modules() -> dict[str, Path]:
+    """The benchmark scripts (run as ``python -m benchmarks.NAME``): ``benchmarks.<stem>`` -> file."""
+    bench = ROOT / "benchmarks"
+    return {"benchmarks": bench / "__init__.py",
+            **{f"benchmarks.{f.stem}": f for f in sorted(bench.glob("*.py")) if f.name != "__init__.py"}}
 
 
 def _imports(name: str, path: Path, known: set[str]) -> set[str]:
@@ -68,7 +76,7 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
 
 
 def test_the_product_has_no_import_circle() -> None:
-    mods = _modules()
+    mods = {**_modules(), **_benchmark_modules()}  # the benchmarks too: they import the product and each other
     graph = {n: _imports(n, p, set(mods)) for n, p in mods.items()}
     # Tarjan's strongly connected components
     index: dict[str, int] = {}
@@ -147,3 +155,20 @@ def test_the_wheel_installs_one_top_level_name(tmp_path: Path) -> None:
                      "hpcbench/workloads/cosmoflow/workload.py", "hpcbench/workloads/cosmoflow/configs/mini.toml",
                      "hpcbench/workloads/mlperf_training/bert/workload.py"):
         assert expected in names
+    # the Slurm templates and system files, kept at the repository's top, travel as hpcbench/jobs/...
+    jobs = sorted(f"hpcbench/{p.relative_to(ROOT)}" for pattern in ("jobs/templates/*.in", "jobs/systems/*.toml")
+                  for p in ROOT.glob(pattern))
+    assert "hpcbench/jobs/templates/weak.sbatch.in" in jobs and "hpcbench/jobs/systems/local.toml" in jobs
+    assert sorted(n for n in names if n.startswith("hpcbench/jobs/")) == jobs
+    # and the installed package reads them there: render a job from the unpacked wheel, outside any checkout
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(site)}
+    where = subprocess.run([sys.executable, "-c", "import hpcbench.jobs as j; print(j.__file__, j.JOBS_DIR)"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert where.returncode == 0, where.stderr
+    assert where.stdout.split() == [str(site / "hpcbench" / "jobs.py"), str(site / "hpcbench" / "jobs")]
+    proc = subprocess.run([sys.executable, "-m", "hpcbench", "jobs", "render", "--system", "local", "--workload",
+                           "cosmoflow"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("#!") and "hpcbench train cosmoflow" in proc.stdout

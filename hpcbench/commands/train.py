@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from hpcbench import registry
 
@@ -47,11 +48,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="same as --progress none")
 
 
-def resolve_config(args: argparse.Namespace, data_root: str | None = None):  # noqa: ANN201
+def resolve_config(args: argparse.Namespace):  # noqa: ANN201
+    """The workload class and its config: defaults <- preset/TOML <- the data root <- ``--set``, validated.
+    Resolved once per process: ``run`` passes the result on to ``train``. Staged inside the job
+    (``--stage-from``), the data root is ``--stage-to`` (``{node}`` still in it) and holds this node's part."""
     cls = registry.get(args.workload)
     overrides = list(args.overrides)
-    if data_root:  # staged inside the job: this node's part of the dataset
-        overrides[:0] = [f"data.root={data_root}", "data.node_local=true"]
+    if args.stage_from and args.stage_to:  # staged inside the job: this node's part of the dataset
+        overrides[:0] = [f"data.root={args.stage_to}", "data.node_local=true"]
     elif args.data:
         overrides.insert(0, f"data.root={args.data}")
     return cls, cls.load_config(args.config, overrides)
@@ -64,11 +68,13 @@ def run(args: argparse.Namespace) -> int:
     if args.dump_config:
         print(dumps_toml(cfg), end="")
         return 0
-    return train(args)
+    return train(args, cls, cfg)
 
 
-def train(args: argparse.Namespace) -> int:
+def train(args: argparse.Namespace, cls: Any, cfg: Any) -> int:
+    """Train ``cls(cfg)`` (``cfg``: the config ``resolve_config`` made) on every rank of the job."""
     from hpcbench.common.dist import init_distributed
+    from hpcbench.common.nodepath import node_path
     from hpcbench.common.system import SystemDescription
     from hpcbench.runner import RunnerOptions, run_instances
 
@@ -82,18 +88,18 @@ def train(args: argparse.Namespace) -> int:
                          overwrite=args.overwrite, straggler_grace_s=args.straggler_grace,
                          progress="none" if args.no_progress else args.progress, mode=args.mode,
                          instance_offset=args.instance_offset, system_nodes=args.system_nodes,
-                         suite=registry.get(args.workload).suite)
+                         suite=cls.suite)
 
     def make_workload(data_root: str | None):  # noqa: ANN202
         from hpcbench.staging.marker import require_staged
 
-        cls, cfg = resolve_config(args, data_root)
-        if "{node}" in str(cfg.data.root):  # one place: the marker check and the loader read the same folder
-            cfg.data.root = str(cfg.data.root).replace("{node}", str(env.layout.node_index))
+        # data_root (staged in the job) is --stage-to for this node: cfg.data.root already says so
+        # one place: the marker check and the loader read the same folder
+        cfg.data.root = node_path(str(cfg.data.root), env.layout.node_index, "data.root")
         require_staged(cfg.data, env.layout, opts.dataset)  # node-local data: completely staged, or refused
         return cls(cfg)
 
-    summary = run_instances(env, registry.get(args.workload).benchmark, make_workload, opts)
+    summary = run_instances(env, cls.benchmark, make_workload, opts)
     if summary is None:
         return 0
     failed = [s for s in summary if s["status"] != "success"]
