@@ -52,7 +52,7 @@ from .step import TrainStep, prepare_batch
 from .system import SystemDescription
 from .timing import PhaseTimer, now_ms
 from .data.instance import InstanceData, agree, reader_group
-from .suites import epoch_reporting, suite
+from .suites import suite
 from .cadence import EvalCadence, TrainPoint
 from .async_eval import EvalSide, Roles, TrainSide, check_eval_ranks, send_stop, split_ranks
 from .workload import DataShard, DataSizes, Workload
@@ -153,7 +153,7 @@ class Trainer:
                                  self.precision, tc.graph, world=self.world)
         self.cadence = EvalCadence.from_config(tc.eval_every, tc.eval_every_samples, self.steps_per_epoch,
                                                tc.global_batch_size, tc.max_epochs,
-                                               epoch_reporting(self.workload.benchmark))
+                                               self.workload.record.epoch_reporting)
         self.start_epoch = 1
         self.ckpt_dir = ckpt.instance_dir(tc.checkpoint_dir, self.env.layout.instance) if tc.checkpoint_dir else None
         if tc.resume and self.ckpt_dir is not None:
