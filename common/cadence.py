@@ -13,7 +13,7 @@ Three cadences (``train.eval_every``, ``train.eval_every_samples``):
 The end of the run's last epoch is always evaluated (a run ends with a metric). Every decision is
 made from step counters only, so all ranks of an instance evaluate together without talking.
 
-``epoch_num`` (the MLPerf rules' "epoch reporting", per benchmark; :func:`hpcbench.common.suites.epoch_reporting`):
+``epoch_num`` (the MLPerf rules' "epoch reporting", per benchmark; ``Benchmark.epoch_reporting`` of the record, :mod:`hpcbench.common.benchmark`):
 ``epoch`` = whole epochs (a fraction only for an evaluation inside an epoch), ``fraction`` = epochs
 as a float (DLRM: 0.05, 0.1, ...), ``samples`` = training samples seen (BERT, an integer).
 """

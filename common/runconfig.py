@@ -90,7 +90,9 @@ class DataConfig:
 @dataclass
 class TrainConfig:
     division: Literal["open", "closed"] = "open"
-    target: float = 0.0  # quality target threshold for the workload's metric
+    # quality target threshold for the workload's metric; none: the benchmark's closed target (its record).
+    # A closed run always has that one (Workload.load_config refuses another)
+    target: float | None = None
     seed: int = 1
     global_batch_size: int = 8  # per instance (summed over its ranks)
     max_epochs: int = 10

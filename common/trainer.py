@@ -42,7 +42,7 @@ from .parallel import Parallel
 from .progress import Progress, resolve_mode
 from .result import RunResult, _RunState
 from .step import prepare_batch
-from .suites import epoch_reporting, suite
+from .suites import suite
 from .system import SystemDescription
 from .timing import PhaseTimer, now_ms
 from .workload import Workload
@@ -84,7 +84,7 @@ class Trainer:
         self.steps_per_epoch = parts.sizes.steps_per_epoch
         self.cadence = EvalCadence.from_config(tc.eval_every, tc.eval_every_samples, self.steps_per_epoch,
                                                tc.global_batch_size, tc.max_epochs,
-                                               epoch_reporting(self.workload.benchmark))
+                                               self.workload.record.epoch_reporting)
         if tc.checkpoint_dir:
             replicated, per_rank = parts.checkpointed()
             self.checkpoints = CheckpointManager(instance_dir(tc.checkpoint_dir, self.env.layout.instance),

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
+from .benchmark import Benchmark
 from .config import load_config
 from .runconfig import RunConfig
 
@@ -76,22 +77,34 @@ class QualityTarget:
 
 
 class Workload(ABC, Generic[C]):
-    """One benchmark. Subclasses set the class attributes and implement the abstract methods."""
+    """One benchmark. Subclasses set ``record`` and ``config_cls`` and implement the abstract methods."""
 
-    name: ClassVar[str]  # CLI/registry name, e.g. "cosmoflow"
-    benchmark: ClassVar[str]  # MLPerf submission_benchmark: cosmoflow | deepcam | oc20 | dlrm_dcnv2
-    suite: ClassVar[str] = "hpc"  # hpc | training (common.suites): which rules the log and results follow
-    ruleset: ClassVar[str] = ""  # the suite's ruleset version this benchmark logs for; "" = the suite's default
-    config_cls: ClassVar[type[RunConfig]]
-    metric_key: ClassVar[str]  # eval_error | eval_accuracy
+    # the benchmark's record (:mod:`hpcbench.common.benchmark`), declared once in the workload's package;
+    # ``name``, ``benchmark``, ``suite``, ``ruleset``, ``metric_key`` and ``higher_is_better`` repeat its
+    # fields on the class (set from it by ``__init_subclass__``, never declared)
+    record: ClassVar[Benchmark]
+    name: ClassVar[str]
+    benchmark: ClassVar[str]
+    suite: ClassVar[str]
+    ruleset: ClassVar[str]
+    metric_key: ClassVar[str]
     higher_is_better: ClassVar[bool]
+    config_cls: ClassVar[type[RunConfig]]
     static_shapes: ClassVar[bool] = True  # False: no CUDA graph capture (e.g. variable-size graphs)
     eval_needs_grad: ClassVar[bool] = False  # True: eval runs with autograd on (e.g. forces = -dE/dx)
     # "sums": additive statistics per batch (eval_sums/metric); "samples": the metric needs every
     # sample's outputs (eval_samples/metric_of_samples, e.g. exact AUROC)
     eval_kind: ClassVar[str] = "sums"
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        r = cls.__dict__.get("record")
+        if r is not None:
+            cls.name, cls.benchmark, cls.suite, cls.ruleset = r.name, r.benchmark, r.suite, r.ruleset
+            cls.metric_key, cls.higher_is_better = r.metric_key, r.higher_is_better
+
     def __init__(self, cfg: C) -> None:
+        self.record.check_optimizer(cfg.optim.name)
         self.cfg = cfg
         self.sizes: DataSizes | None = None  # set by the harness once the loaders exist
         self._sources: dict[str, "SampleSource"] = {}
@@ -104,10 +117,18 @@ class Workload(ABC, Generic[C]):
 
     @classmethod
     def load_config(cls, source: str | Path | None = None, overrides: Sequence[str] = ()) -> C:
-        return load_config(cls.config_cls, source, overrides, presets_dir=cls.presets_dir())  # type: ignore[return-value]
+        """The preset or file ``source`` with ``overrides``, checked against the record: the optimizer is
+        one its MLPerf keys describe, and ``train.target`` is the record's closed target in the closed
+        division (left out of a preset) or, in the open division, the preset's own (default: the closed one)."""
+        cfg = load_config(cls.config_cls, source, overrides, presets_dir=cls.presets_dir())
+        cls.record.check_optimizer(cfg.optim.name)  # type: ignore[attr-defined]
+        t = cfg.train  # type: ignore[attr-defined]
+        t.target = cls.record.resolve_target(t.target, t.division)
+        return cfg  # type: ignore[return-value]
 
     def target(self) -> QualityTarget:
-        return QualityTarget(self.metric_key, self.higher_is_better, self.cfg.train.target)
+        t = self.cfg.train
+        return QualityTarget(self.metric_key, self.higher_is_better, self.record.resolve_target(t.target, t.division))
 
     # data ---------------------------------------------------------------------------------
     def dataset(self) -> "DatasetSpec":
@@ -239,9 +260,13 @@ class Workload(ABC, Generic[C]):
         return False
 
     def hyperparameters(self) -> dict[str, Any]:
-        """The benchmark's MLPerf hyperparameter keys (opt_*, scheduler_*, ...) with values;
-        ``self.sizes`` (samples and steps per epoch of the instance) is set when this is called."""
-        return {}
+        """The benchmark's MLPerf hyperparameter keys with values: the optimizer and schedule keys its record
+        names (built by :mod:`hpcbench.common.mlperf_keys`); a workload adds the keys only it logs
+        (``{**super().hyperparameters(), "dropout": ...}``). ``self.sizes`` is set when the harness calls this."""
+        from .mlperf_keys import optimizer_keys
+
+        steps = self.sizes.steps_per_epoch if self.sizes is not None else 0
+        return optimizer_keys(self.record, self.cfg.optim, steps, self.cfg.train.max_epochs)
 
     def batch_size(self, batch: Any) -> int:
         """Number of samples in a batch (for throughput)."""

@@ -1,1 +1,15 @@
-"""CosmoFlow: 3D CNN regression of cosmological parameters (MLPerf HPC)."""
+"""CosmoFlow: 3D CNN regression of cosmological parameters (MLPerf HPC). ``BENCHMARK`` is its record."""
+from hpcbench.common.benchmark import Benchmark, HyperparameterKeys, Target
+
+BENCHMARK = Benchmark(
+    name="cosmoflow", benchmark="cosmoflow", suite="hpc", ruleset="3.0.0",
+    target=Target("eval_error", 0.0, 0.124, False, True),  # v['value'] <= 0.124 and v['value'] > 0.
+    higher_is_better=False, required_runs=10,
+    summary="3D CNN regressing 4 cosmological parameters from dark-matter density cubes",
+    layout="layout", workload="workload:CosmoFlowWorkload",
+    # the reference's SGD keys, logged for whichever optimizer a run uses (the closed rules require sgd)
+    keys=HyperparameterKeys({"*": (
+        "opt_name", "opt_base_learning_rate", "opt_momentum", "opt_learning_rate_warmup_epochs",
+        "opt_learning_rate_warmup_factor", "opt_learning_rate_decay_boundary_epochs",
+        "opt_learning_rate_decay_factor", "opt_weight_decay")}),
+)

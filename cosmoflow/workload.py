@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from hpcbench.common.errors import ConfigError
 from hpcbench.common.workload import Workload
 
+from . import BENCHMARK
 from .config import CosmoFlowConfig
 from .dataset import CosmoFlowData
 
@@ -19,11 +20,8 @@ Batch = tuple["torch.Tensor", "torch.Tensor"]
 
 
 class CosmoFlowWorkload(Workload[CosmoFlowConfig]):
-    name: ClassVar[str] = "cosmoflow"
-    benchmark: ClassVar[str] = "cosmoflow"
+    record = BENCHMARK
     config_cls = CosmoFlowConfig
-    metric_key: ClassVar[str] = "eval_error"
-    higher_is_better: ClassVar[bool] = False
 
     def __init__(self, cfg: CosmoFlowConfig) -> None:
         super().__init__(cfg)
@@ -96,15 +94,4 @@ class CosmoFlowWorkload(Workload[CosmoFlowConfig]):
         return float(sums["abs_error"]) / max(float(sums["count"]), 1.0)
 
     def hyperparameters(self) -> dict[str, Any]:
-        o = self.cfg.optim
-        return {
-            "opt_name": o.name,
-            "opt_base_learning_rate": o.lr,
-            "opt_momentum": o.momentum,
-            "opt_learning_rate_warmup_epochs": o.warmup,
-            "opt_learning_rate_warmup_factor": o.warmup_factor,
-            "opt_learning_rate_decay_boundary_epochs": list(o.milestones),
-            "opt_learning_rate_decay_factor": o.decay_factor,
-            "opt_weight_decay": o.weight_decay,
-            "dropout": self.cfg.model.dropout,
-        }
+        return {**super().hyperparameters(), "dropout": self.cfg.model.dropout}

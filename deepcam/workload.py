@@ -8,10 +8,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from hpcbench.common.errors import HpcbenchError
 from hpcbench.common.workload import Workload
 
-from . import datagen
+from . import BENCHMARK, datagen
 from .config import DeepCAMConfig
 from .data import NUM_CLASSES
 from .dataset import Batch, DeepCAMData
@@ -20,11 +19,8 @@ from .model import OUTPUT_STRIDE, DeepLabV3Plus
 
 
 class DeepCAMWorkload(Workload[DeepCAMConfig]):
-    name = "deepcam"
-    benchmark = "deepcam"
+    record = BENCHMARK
     config_cls = DeepCAMConfig
-    metric_key = "eval_accuracy"
-    higher_is_better = True
 
     def __init__(self, cfg: DeepCAMConfig) -> None:
         super().__init__(cfg)
@@ -66,33 +62,7 @@ class DeepCAMWorkload(Workload[DeepCAMConfig]):
         return float(sums["iou_sum"]) / max(1.0, float(sums["samples"]))
 
     def hyperparameters(self) -> dict[str, Any]:
-        if self.sizes is None:
-            raise HpcbenchError("DeepCAM hyperparameters need the instance's data sizes (set by the harness)")
-        o = self.cfg.optim
-        names = {"lamb": "LAMB", "adam": "Adam", "adamw": "AdamW", "sgd": "SGD"}
-        steps_per_epoch = self.sizes.steps_per_epoch
-        to_steps = steps_per_epoch if o.unit == "epochs" else 1
-        keys: dict[str, Any] = {
-            "batchnorm_group_size": self.cfg.train.bn_group_size,
-            "opt_name": names[o.name],
-            "opt_lr": o.lr,
-            "opt_betas": list(o.betas),
-            "opt_eps": o.eps,
-            "opt_weight_decay": o.weight_decay,
-            "scheduler_type": {"cosine": "cosine_annealing"}.get(o.schedule, o.schedule),
-            "scheduler_lr_warmup_steps": int(round(o.warmup * to_steps)),
-            "scheduler_lr_warmup_factor": max(1.0, o.warmup_factor),
-        }
-        if o.name == "lamb":
-            keys.update(opt_bias_correction=o.bias_correction, opt_grad_averaging=o.grad_averaging,
-                        opt_max_grad_norm=o.max_grad_norm)
-        if o.schedule == "multistep":
-            keys.update(scheduler_milestones=[int(round(m * to_steps)) for m in o.milestones],
-                        scheduler_decay_rate=o.decay_factor)
-        elif o.schedule == "cosine":
-            total = o.total * to_steps if o.total > 0 else self.cfg.train.max_epochs * steps_per_epoch
-            keys.update(scheduler_t_max=int(round(total)), scheduler_eta_min=o.min_lr)
-        return keys
+        return {"batchnorm_group_size": self.cfg.train.bn_group_size, **super().hyperparameters()}
 
     # synthetic data -----------------------------------------------------------------------
     @classmethod

@@ -1,14 +1,17 @@
-"""The one place that knows the list of workloads. Entries are imported only when asked for, so
-importing the CLI never imports torch-geometric, DALI or a workload's model code."""
+"""The one place that knows where each workload lives. Everything else about a workload is its record
+(:class:`hpcbench.common.benchmark.Benchmark`, the ``BENCHMARK`` of its package's ``__init__``), which is
+light to import: reading records never imports torch, torch-geometric, DALI or a workload's model code.
+The workload class, its dataset layout and its converter are imported only when asked for."""
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hpcbench.common.benchmark import Benchmark
 from hpcbench.common.errors import ConfigError, HpcbenchError
+from hpcbench.report.unimplemented import UNIMPLEMENTED_BENCHMARKS
 
 if TYPE_CHECKING:  # pragma: no cover
     from hpcbench.common.data.layout import FileLayout
@@ -17,59 +20,32 @@ if TYPE_CHECKING:  # pragma: no cover
 #: ``hpcbench convert FORMAT``: (src, out, trust_pickle, progress, workers) -> samples converted per split
 Converter = Callable[[Path, Path, bool, bool, int], dict[str, int]]
 
-
-@dataclass(frozen=True)
-class WorkloadEntry:
-    name: str
-    target: str  # "module:Class"
-    benchmark: str  # MLPerf benchmark key
-    summary: str
-    data_module: str = ""  # module with the dataset's LAYOUT (light to import: no torch, no model)
-    required_runs: int = 5  # runs the MLPerf rules require per result (mlperf_logging.benchmark_meta)
-    converter: str = ""  # "module:function" (a Converter) behind `hpcbench convert NAME`; "" for none
-    suite: str = "hpc"  # hpc | training (common.suites): the rules its logs and results follow
-    ruleset: str = "3.0.0"  # the version of the suite's ruleset the logs are written and checked for
-
-
-WORKLOADS: dict[str, WorkloadEntry] = {
-    e.name: e
-    for e in (
-        WorkloadEntry("cosmoflow", "hpcbench.workloads.cosmoflow.workload:CosmoFlowWorkload", "cosmoflow",
-                      "3D CNN regressing 4 cosmological parameters from dark-matter density cubes",
-                      "hpcbench.workloads.cosmoflow.layout", required_runs=10),
-        WorkloadEntry("deepcam", "hpcbench.workloads.deepcam.workload:DeepCAMWorkload", "deepcam",
-                      "DeepLabv3+ segmentation of cyclones and atmospheric rivers in climate fields",
-                      "hpcbench.workloads.deepcam.layout", required_runs=5),
-        WorkloadEntry("oc20", "hpcbench.workloads.opencatalyst.workload:OC20Workload", "oc20",
-                      "DimeNet++ energies and forces of catalyst slabs with adsorbates (OC20 S2EF)",
-                      "hpcbench.workloads.opencatalyst.layout", required_runs=5, converter="hpcbench.workloads.opencatalyst.convert:convert"),
-        # training 5.1.0: the newest training ruleset of the installed mlperf-logging listed for it by
-        # the issue (6.0.0 also has dlrm_dcnv2; the logs pass both)
-        WorkloadEntry("dlrm_dcnv2", "hpcbench.workloads.mlperf_training.dlrm_dcnv2.workload:DLRMWorkload", "dlrm_dcnv2",
-                      "DLRM with a DCNv2 cross network on Criteo multi-hot clicks; exact AUROC; hybrid-parallel embeddings",
-                      "hpcbench.workloads.mlperf_training.dlrm_dcnv2.dataset", required_runs=10, suite="training", ruleset="5.1.0"),
-        # training 5.0.0: 5.1.0 still ships closed_bert.yaml but its common rules no longer accept bert as a
-        # submission_benchmark (see mlperf_training/bert/workload.py); 5.0.0 is the newest that does
-        WorkloadEntry("bert", "hpcbench.workloads.mlperf_training.bert.workload:BertWorkload", "bert",
-                      "BERT-large masked-LM + next-sentence pretraining on packed HDF5 shards; masked-LM accuracy",
-                      "hpcbench.workloads.mlperf_training.bert.dataset", required_runs=10, suite="training", ruleset="5.0.0"),
-        # training 4.0.0: the newest training ruleset of the installed mlperf-logging that lists unet3d
-        WorkloadEntry("unet3d", "hpcbench.workloads.mlperf_training.unet3d.workload:UNet3DWorkload", "unet3d",
-                      "3D U-Net segmentation of kidneys and tumours in KiTS19 CT volumes; sliding-window mean Dice",
-                      "hpcbench.workloads.mlperf_training.unet3d.dataset", required_runs=40, suite="training", ruleset="4.0.0"),
-        # training 4.0.0: the newest training ruleset of the installed mlperf-logging that lists resnet
-        WorkloadEntry("resnet", "hpcbench.workloads.mlperf_training.resnet.workload:ResNetWorkload", "resnet",
-                      "ResNet-50 v1.5 image classification on ImageNet JPEG folders; top-1; LARS; Pillow or DALI loaders",
-                      "hpcbench.workloads.mlperf_training.resnet.dataset", required_runs=5, suite="training", ruleset="4.0.0"),
-    )
+#: workload name -> its package (whose ``BENCHMARK`` is the record)
+WORKLOADS: dict[str, str] = {
+    "cosmoflow": "hpcbench.workloads.cosmoflow",
+    "deepcam": "hpcbench.workloads.deepcam",
+    "oc20": "hpcbench.workloads.opencatalyst",
+    "dlrm_dcnv2": "hpcbench.workloads.mlperf_training.dlrm_dcnv2",
+    "bert": "hpcbench.workloads.mlperf_training.bert",
+    "unet3d": "hpcbench.workloads.mlperf_training.unet3d",
+    "resnet": "hpcbench.workloads.mlperf_training.resnet",
 }
 ALIASES = {"opencatalyst": "oc20", "oc": "oc20"}
 
-#: benchmarks of the MLPerf HPC rules that no workload here implements yet: the runs they require
-UPCOMING_REQUIRED_RUNS = {"openfold": 10}
+
+def _record(name: str, package: str) -> Benchmark:
+    record = importlib.import_module(package).BENCHMARK
+    if record.name != name:
+        raise HpcbenchError(f"{package}.BENCHMARK is named {record.name!r}, registered as {name!r}")
+    return record
+
+
+RECORDS: dict[str, Benchmark] = {name: _record(name, package) for name, package in WORKLOADS.items()}
+_BY_BENCHMARK: dict[str, Benchmark] = {r.benchmark: r for r in RECORDS.values()}
+
 #: runs per benchmark key demanded by the rules (same table as mlperf_logging.benchmark_meta)
-REQUIRED_RUNS: dict[str, int] = {**{e.benchmark: e.required_runs for e in WORKLOADS.values()},
-                                 **UPCOMING_REQUIRED_RUNS}
+REQUIRED_RUNS: dict[str, int] = {**{b: r.required_runs for b, r in _BY_BENCHMARK.items()},
+                                 **{b: f.required_runs for b, f in UNIMPLEMENTED_BENCHMARKS.items()}}
 #: for a benchmark the rules do not list (an out-of-tree workload)
 DEFAULT_REQUIRED_RUNS = 5
 
@@ -78,25 +54,35 @@ def names() -> list[str]:
     return list(WORKLOADS)
 
 
-def entry(name: str) -> WorkloadEntry:
+def entry(name: str) -> Benchmark:
+    """The record of workload ``name`` (or an alias)."""
     key = ALIASES.get(name, name)
-    if key not in WORKLOADS:
+    if key not in RECORDS:
         raise HpcbenchError(f"unknown workload '{name}'; valid workloads: {', '.join(WORKLOADS)}")
-    return WORKLOADS[key]
+    return RECORDS[key]
+
+
+def record_of(benchmark: str) -> Benchmark | None:
+    """The record of the workload that implements MLPerf benchmark ``benchmark``, if one does."""
+    return _BY_BENCHMARK.get(benchmark)
+
+
+def _part(name: str, attr: str) -> str:
+    """``module:attr`` of a light part (``layout``, ``workload``, ``converter``), as an absolute module."""
+    record = entry(name)
+    return f"{WORKLOADS[record.name]}.{getattr(record, attr)}"
 
 
 def get(name: str) -> "type[Workload]":
-    """The workload class, imported now. ``package.module:Class`` names an out-of-tree workload."""
-    if ":" in name:
-        e = WorkloadEntry(name, name, "", "out-of-tree workload")
-    else:
-        e = entry(name)
-    module_name, _, attr = e.target.partition(":")
+    """The workload class, imported now. ``package.module:Class`` names an out-of-tree workload (whose
+    class carries its own record)."""
+    target = name if ":" in name else _part(name, "workload")
+    module_name, _, attr = target.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name == module_name:
-            raise HpcbenchError(f"workload '{e.name}' is registered but not implemented yet ({module_name} is missing)") from None
+            raise HpcbenchError(f"workload '{name}' is registered but not implemented yet ({module_name} is missing)") from None
         raise
     return getattr(module, attr)
 
@@ -108,23 +94,37 @@ def required_runs(benchmark: str) -> int:
 
 def suite_of(benchmark: str) -> tuple[str, str]:
     """(suite, ruleset) of a benchmark key; an unregistered one is taken as hpc 3.0.0."""
-    for e in WORKLOADS.values():
-        if e.benchmark == benchmark:
-            return e.suite, e.ruleset
-    return "hpc", "3.0.0"
+    record = record_of(benchmark)
+    if record is not None:
+        return record.suite, record.ruleset
+    facts = UNIMPLEMENTED_BENCHMARKS.get(benchmark)
+    return (facts.suite, facts.ruleset) if facts else ("hpc", "3.0.0")
+
+
+def epoch_reporting(benchmark: str) -> str:
+    """How ``epoch_num`` counts progress in a log of ``benchmark``: ``epoch``, ``fraction`` or ``samples``."""
+    record = record_of(benchmark)
+    return record.epoch_reporting if record else "epoch"
+
+
+def max_dropped_runs(benchmark: str) -> int:
+    """Fastest and slowest runs dropped by the olympic mean of ``benchmark`` (and the most non-converged
+    runs a valid score allows)."""
+    record = record_of(benchmark)
+    return record.dropped_runs if record else 1
 
 
 def converter_names() -> list[str]:
     """Formats ``hpcbench convert`` accepts: the workloads that have a converter."""
-    return [e.name for e in WORKLOADS.values() if e.converter]
+    return [name for name, r in RECORDS.items() if r.converter]
 
 
 def converter(name: str) -> Converter:
     """The converter of format ``name``, imported now."""
-    e = WORKLOADS.get(ALIASES.get(name, name))
-    if e is None or not e.converter:
+    record = RECORDS.get(ALIASES.get(name, name))
+    if record is None or not record.converter:
         raise ConfigError(f"unknown format {name!r}; expected one of {', '.join(converter_names())}")
-    module_name, _, attr = e.converter.partition(":")
+    module_name, _, attr = _part(record.name, "converter").partition(":")
     return getattr(importlib.import_module(module_name), attr)
 
 
@@ -139,7 +139,6 @@ def layout(name: str) -> "FileLayout":
 
     if name == GENERIC.name:
         return GENERIC
-    key = ALIASES.get(name, name)
-    if key not in WORKLOADS:
+    if ALIASES.get(name, name) not in RECORDS:
         raise ConfigError(f"--dataset: unknown dataset {name!r}; expected one of {', '.join(dataset_names())}")
-    return importlib.import_module(WORKLOADS[key].data_module).LAYOUT
+    return importlib.import_module(_part(name, "layout")).LAYOUT

@@ -12,6 +12,7 @@ from hpcbench.common.errors import ConfigError
 from hpcbench.common.runconfig import DataConfig, RunConfig
 from hpcbench.common.workload import Workload
 
+from . import BENCHMARK
 from .dataset import OC20Data
 from .model import DimeNetPPConfig
 
@@ -43,18 +44,13 @@ class Outputs:
 
 
 class OC20Workload(Workload[OC20Config]):
-    name = "oc20"
-    benchmark = "oc20"
+    record = BENCHMARK
     config_cls = OC20Config
-    metric_key = "eval_error"
-    higher_is_better = False
     static_shapes = False  # graphs change size every batch
     eval_needs_grad = True  # forces are -dE/dpos
 
     def __init__(self, cfg: OC20Config) -> None:
         super().__init__(cfg)
-        if cfg.optim.name != "adamw":
-            raise ConfigError(f"config key 'optim.name': oc20 uses AdamW (MLPerf rule), got {cfg.optim.name!r}")
         self._dataset = OC20Data(cfg.data)
 
     # data ---------------------------------------------------------------------------------
@@ -108,14 +104,7 @@ class OC20Workload(Workload[OC20Config]):
         o = self.cfg.optim
         if o.schedule != "multistep" or o.unit != "steps":
             raise ConfigError("config keys 'optim.schedule'/'optim.unit': oc20 uses warmup + multistep in steps")
-        return {
-            "opt_name": "AdamW",
-            "opt_base_learning_rate": o.lr,
-            "opt_learning_rate_warmup_steps": int(o.warmup),
-            "opt_learning_rate_warmup_factor": o.warmup_factor,
-            "opt_learning_rate_decay_boundary_steps": [int(m) for m in o.milestones],
-            "opt_learning_rate_decay_factor": o.decay_factor,
-        }
+        return super().hyperparameters()
 
     # synthetic data -----------------------------------------------------------------------
     @classmethod

@@ -63,7 +63,7 @@ def test_mini_reaches_target_on_two_ranks_and_passes_the_training_checker(mini_d
 def test_logged_keys_cover_closed_bert_yaml_and_full_preset_is_the_reference_point() -> None:
     import mlperf_logging
 
-    from hpcbench.common.suites import epoch_reporting
+    from hpcbench.registry import epoch_reporting
 
     e = registry.entry("bert")
     assert (e.suite, e.ruleset, e.required_runs) == ("training", "5.0.0", 10)

@@ -12,7 +12,7 @@ from hpcbench.common.cadence import EvalCadence, TrainPoint
 from hpcbench.common.dist import init_distributed
 from hpcbench.common.errors import ConfigError
 from hpcbench.common.mllog import MLPerfLogger, check_log
-from hpcbench.common.suites import epoch_reporting
+from hpcbench.registry import epoch_reporting
 from hpcbench.common.system import SystemDescription
 from hpcbench.common.trainer import Trainer
 from tests.harness_toy import ToyBert, ToyDlrm, ToyWorkload

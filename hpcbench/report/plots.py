@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hpcbench.common.suites import epoch_reporting
+from hpcbench import registry
 
 from .logs import RunLog
 from .scoring import Score
@@ -97,7 +97,7 @@ def quality(score: Score, runs: list[RunLog], path: Path) -> Path:
         ax_t.text(0.01, tgt.threshold, f" target {tgt.describe()}", transform=ax_t.get_yaxis_transform(),
                   va="bottom", fontsize=8)
     ax_t.set_xlabel(f"{unit} since the first run_start")
-    reporting = epoch_reporting(score.benchmark)
+    reporting = registry.epoch_reporting(score.benchmark)
     ax_e.set_xlabel({"samples": "training samples (epoch_num)", "fraction": "epoch (epoch_num, fractional)"}
                     .get(reporting, "epoch"))
     from matplotlib.ticker import MaxNLocator

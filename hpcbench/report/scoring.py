@@ -2,7 +2,7 @@
 
 Strong scaling: score = olympic mean of the runs' time to solution (run_stop - run_start): sort,
 drop the fastest and the slowest, average the rest (unet3d, 40 runs: the 4 fastest and 4 slowest, as the
-training summarizer does; ``hpcbench.common.suites.max_dropped_runs``). A run that did not converge counts as a
+training summarizer does; ``registry.max_dropped_runs``, the record's ``dropped_runs``). A run that did not converge counts as a
 dropped slowest one; more such runs than are dropped means no valid score. The rules ask for a number of
 runs per benchmark (``registry.required_runs``); with fewer the mean is still shown but marked incomplete.
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpcbench.common.suites import max_dropped_runs
 from hpcbench import registry
 
 from .discover import Group
@@ -155,7 +154,7 @@ def score_strong(group: Group) -> Score:
     s.M, s.M_prime = len(runs) + len(group.skipped), len(ok)
     scales = [r.instance_scale for r in runs if r.instance_scale is not None]
     s.S = max(scales) if scales else None
-    dropped = max_dropped_runs(group.benchmark)
+    dropped = registry.max_dropped_runs(group.benchmark)
     mean = olympic_mean([t / 60.0 for t in ok], failed, dropped)  # type: ignore[operator]
     s.score_min = mean
     if failed > dropped:

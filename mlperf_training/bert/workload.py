@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from hpcbench.common.errors import ConfigError, DataError
 from hpcbench.common.workload import Workload
 
+from . import BENCHMARK
 from .config import BertConfig
 from .dataset import BertData
 
@@ -36,13 +37,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class BertWorkload(Workload[BertConfig]):
-    name: ClassVar[str] = "bert"
-    benchmark: ClassVar[str] = "bert"
-    suite: ClassVar[str] = "training"
-    ruleset: ClassVar[str] = "5.0.0"
+    record = BENCHMARK
     config_cls = BertConfig
-    metric_key: ClassVar[str] = "eval_accuracy"  # masked-LM accuracy, as the reference logs it
-    higher_is_better: ClassVar[bool] = True
     static_shapes: ClassVar[bool] = False  # packed batches hold a varying number of real tokens
 
     def __init__(self, cfg: BertConfig) -> None:
@@ -94,27 +90,9 @@ class BertWorkload(Workload[BertConfig]):
         return eval_accuracy([sums["correct"], sums["count"]])  # type: ignore[arg-type]
 
     def hyperparameters(self) -> dict[str, Any]:
-        """The keys training 5.0.0/5.1.0's closed_bert.yaml requires, plus the others the reference logs."""
-        from hpcbench.common.schedule import Schedule
-
-        o = self.cfg.optim
-        steps = self.sizes.steps_per_epoch if self.sizes is not None else 0
-        schedule = Schedule.from_config(o, steps, self.cfg.train.max_epochs)
-        warmup = int(round(schedule.warmup_steps))
-        return {
-            "opt_name": "lamb",
-            "opt_base_learning_rate": o.lr,
-            "opt_lamb_epsilon": o.eps,
-            "opt_lamb_beta_1": o.betas[0],
-            "opt_lamb_beta_2": o.betas[1],
-            "opt_lamb_weight_decay_rate": o.weight_decay,
-            "opt_learning_rate_training_steps": int(round(schedule.total_steps)),
-            "opt_learning_rate_warmup_steps": warmup,
-            "num_warmup_steps": warmup,
-            "start_warmup_step": 0,  # the schedule counts from the first step
-            "opt_lamb_learning_rate_decay_poly_power": o.power if o.schedule == "poly" else 0.0,
-            "max_sequence_length": self.cfg.data.max_seq_len,
-        }
+        """The record's keys (closed_bert.yaml of training 5.0.0/5.1.0 and the others the reference logs), and
+        the sequence length."""
+        return {**super().hyperparameters(), "max_sequence_length": self.cfg.data.max_seq_len}
 
     # synthetic data -------------------------------------------------------------------------
     @classmethod

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from hpcbench.common.errors import ConfigError
 from hpcbench.common.workload import Workload
 
+from . import BENCHMARK
 from .config import DLRMConfig
 from .criteo import CARDINALITIES, MULTI_HOT_SIZES
 from .dataset import Batch, CriteoData
@@ -30,13 +31,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class DLRMWorkload(Workload[DLRMConfig]):
-    name: ClassVar[str] = "dlrm_dcnv2"
-    benchmark: ClassVar[str] = "dlrm_dcnv2"
-    suite: ClassVar[str] = "training"
-    ruleset: ClassVar[str] = "5.1.0"
+    record = BENCHMARK
     config_cls = DLRMConfig
-    metric_key: ClassVar[str] = "eval_accuracy"  # AUROC, as the reference logs it
-    higher_is_better: ClassVar[bool] = True
     eval_kind: ClassVar[str] = "samples"
 
     def __init__(self, cfg: DLRMConfig) -> None:
@@ -128,23 +124,6 @@ class DLRMWorkload(Workload[DLRMConfig]):
 
     def metric(self, sums: Mapping[str, float]) -> float:
         raise NotImplementedError("dlrm_dcnv2 evaluates from every sample's score (eval_kind = 'samples')")
-
-    def hyperparameters(self) -> dict[str, Any]:
-        """The keys training 5.1.0's closed_dlrm_dcnv2.yaml requires (Adagrad; warmup and decay in steps)."""
-        o = self.cfg.optim
-        steps = self.sizes.steps_per_epoch if self.sizes is not None else 0
-        warmup = o.warmup if o.unit == "steps" else o.warmup * steps
-        return {
-            "opt_name": "adagrad",
-            "opt_base_learning_rate": o.lr,
-            "opt_adagrad_learning_rate_decay": o.lr_decay,
-            "opt_weight_decay": o.weight_decay,
-            "opt_adagrad_initial_accumulator_value": o.initial_accumulator,
-            "opt_adagrad_epsilon": o.eps,
-            "opt_learning_rate_warmup_steps": int(round(warmup)),
-            "opt_learning_rate_decay_start_step": 0,  # the constant schedule never decays (config.validate)
-            "opt_learning_rate_decay_steps": 0,
-        }
 
     # synthetic data -------------------------------------------------------------------------
     @classmethod

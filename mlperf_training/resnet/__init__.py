@@ -3,3 +3,23 @@ training 4.0.0): the ImageNet folder layout, a synthetic image generator, Pillow
 the reference augmentation and a decoded-image cache, and the workload on the shared harness. See
 docs/resnet.md.
 """
+from hpcbench.common.benchmark import Benchmark, HyperparameterKeys, Target, upper_bound_only
+
+_POLY = ("opt_base_learning_rate", "opt_end_learning_rate", "opt_learning_rate_decay_poly_power",
+         "opt_learning_rate_decay_steps", "opt_weight_decay", "opt_momentum")
+
+# training 4.0.0: the newest training ruleset of the installed mlperf-logging that lists resnet.
+# closed_resnet.yaml requires opt_name in {sgd, lars} and enqueues closed_resnet_<opt_name>.yaml, whose
+# keys are the optimizer's name before opt_* (hparams.py adds SGD's model_bn_span)
+BENCHMARK = Benchmark(
+    name="resnet", benchmark="resnet", suite="training", ruleset="4.0.0",
+    target=Target("eval_accuracy", 0.759, 1.0, True, False),  # v['value'] >= 0.7590 and v['value'] < 1.0
+    open_target=upper_bound_only("eval_accuracy", 1.0, inclusive=False),
+    higher_is_better=True, required_runs=5,
+    summary="ResNet-50 v1.5 image classification on ImageNet JPEG folders; top-1; LARS; Pillow or DALI loaders",
+    layout="dataset", workload="workload:ResNetWorkload",
+    keys=HyperparameterKeys({
+        "lars": ("opt_name", *(f"lars_{k}" for k in _POLY), "lars_epsilon", "lars_opt_learning_rate_warmup_epochs"),
+        "sgd": ("opt_name", *(f"sgd_{k}" for k in _POLY), "opt_learning_rate_warmup_epochs"),
+    }),
+)

@@ -12,45 +12,31 @@ Training 4.0.0's ``closed_resnet.yaml`` requires ``opt_name`` in {``sgd``, ``lar
   ``sgd_opt_weight_decay`` (1e-4 times a power of two), ``sgd_opt_momentum``, ``model_bn_span``,
   ``opt_learning_rate_warmup_epochs``.
 
-The values describe the poly-with-warmup schedule (``optim.schedule = "poly"``,
-``optim.poly_from_warmup = true``, common/schedule.py); any other schedule is refused rather than
-logged under these names. The decay steps are ``T - W`` as the schedule counts them.
+The record (``BENCHMARK.keys``) names them and :mod:`hpcbench.common.mlperf_keys` computes them from the
+poly-with-warmup schedule (``optim.schedule = "poly"``, ``optim.poly_from_warmup = true``,
+common/schedule.py; any other schedule is refused rather than logged under these names; the decay steps
+are ``T - W`` as the schedule counts them); only ``model_bn_span`` is ResNet's own.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from hpcbench.common.errors import ConfigError
+from hpcbench.common.mlperf_keys import optimizer_keys as record_keys
 from hpcbench.common.runconfig import OptimConfig
-from hpcbench.common.schedule import Schedule
 
-from .config import check_optimizer
+from . import BENCHMARK
+from .config import check_schedule
 
 
 def optimizer_keys(optim: OptimConfig, steps_per_epoch: int, max_epochs: int, bn_span: int) -> dict[str, Any]:
     """The ``opt_name`` and ``lars_*``/``sgd_*`` keys for this run; ``bn_span``: the samples one
     BatchNorm's statistics cover (the per-rank batch times ``train.bn_group_size``), logged for SGD."""
-    check_optimizer(optim)
+    BENCHMARK.check_optimizer(optim.name)
+    check_schedule(optim)
     if steps_per_epoch < 1:
         raise ConfigError(f"optimizer_keys: steps_per_epoch must be >= 1, got {steps_per_epoch}")
-    schedule = Schedule.from_config(optim, steps_per_epoch, max_epochs)
-    warmup_epochs = schedule.warmup_steps / steps_per_epoch
-    if float(warmup_epochs).is_integer():
-        warmup_epochs = int(warmup_epochs)
-    p = optim.name
-    keys: dict[str, Any] = {
-        "opt_name": p,
-        f"{p}_opt_base_learning_rate": optim.lr,
-        f"{p}_opt_end_learning_rate": optim.min_lr,
-        f"{p}_opt_learning_rate_decay_poly_power": optim.power,
-        f"{p}_opt_learning_rate_decay_steps": int(round(schedule.decay_steps)),
-        f"{p}_opt_weight_decay": optim.weight_decay,
-        f"{p}_opt_momentum": optim.momentum,
-    }
-    if p == "lars":
-        keys["lars_epsilon"] = optim.eps
-        keys["lars_opt_learning_rate_warmup_epochs"] = warmup_epochs
-    else:
-        keys["opt_learning_rate_warmup_epochs"] = warmup_epochs
+    keys = record_keys(BENCHMARK, optim, steps_per_epoch, max_epochs)
+    if optim.name == "sgd":
         keys["model_bn_span"] = bn_span
     return keys

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from hpcbench.common.errors import ConfigError
 from hpcbench.common.workload import Workload
 
+from . import BENCHMARK
 from .config import ResNetConfig
 from .dataset import Batch, ImageNetData
 
@@ -29,13 +30,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class ResNetWorkload(Workload[ResNetConfig]):
-    name: ClassVar[str] = "resnet"
-    benchmark: ClassVar[str] = "resnet"
-    suite: ClassVar[str] = "training"
-    ruleset: ClassVar[str] = "4.0.0"
+    record = BENCHMARK
     config_cls = ResNetConfig
-    metric_key: ClassVar[str] = "eval_accuracy"  # top-1, as the reference logs it
-    higher_is_better: ClassVar[bool] = True
 
     def __init__(self, cfg: ResNetConfig) -> None:
         super().__init__(cfg)

@@ -2,3 +2,21 @@
 synthetic generator (kidneys and tumours), the reference model, Dice + cross-entropy loss, sliding-window
 evaluation and the workload spec (``workload.py``, presets in ``configs/``; see ``docs/unet3d.md``).
 """
+import math
+
+from hpcbench.common.benchmark import Benchmark, HyperparameterKeys, Target, upper_bound_only
+
+# training 4.0.0: the newest training ruleset of the installed mlperf-logging that lists unet3d
+BENCHMARK = Benchmark(
+    name="unet3d", benchmark="unet3d", suite="training", ruleset="4.0.0",
+    target=Target("eval_accuracy", 0.908, math.inf, True, True),  # v['value'] >= 0.908 (no upper bound)
+    open_target=upper_bound_only("eval_accuracy", 1.0, inclusive=False),
+    # 40 runs; the training summarizer's olympic mean drops the 4 fastest and 4 slowest
+    higher_is_better=True, required_runs=40, dropped_runs=4,
+    summary="3D U-Net segmentation of kidneys and tumours in KiTS19 CT volumes; sliding-window mean Dice",
+    layout="dataset", workload="workload:UNet3DWorkload",
+    keys=HyperparameterKeys({"sgd": (  # the reference's SGD: warmup and decay boundaries in epochs
+        "opt_name", "opt_base_learning_rate", "opt_momentum", "opt_weight_decay",
+        "opt_learning_rate_warmup_epochs", "opt_learning_rate_decay_boundary_epochs",
+        "opt_learning_rate_decay_factor")}),
+)

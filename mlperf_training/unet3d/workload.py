@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from hpcbench.common.errors import ConfigError
 from hpcbench.common.workload import DataShard, EpochLoader, Workload
 
+from . import BENCHMARK
 from .config import UNetConfig
 from .dataset import Batch, KiTSData
 
@@ -28,13 +29,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class UNet3DWorkload(Workload[UNetConfig]):
-    name: ClassVar[str] = "unet3d"
-    benchmark: ClassVar[str] = "unet3d"
-    suite: ClassVar[str] = "training"
-    ruleset: ClassVar[str] = "4.0.0"
+    record = BENCHMARK
     config_cls = UNetConfig
-    metric_key: ClassVar[str] = "eval_accuracy"  # mean Dice over kidney and tumour, as the reference logs it
-    higher_is_better: ClassVar[bool] = True
 
     def __init__(self, cfg: UNetConfig) -> None:
         super().__init__(cfg)
@@ -136,21 +132,11 @@ class UNet3DWorkload(Workload[UNetConfig]):
         return (sums["dice_kidney"] + sums["dice_tumour"]) / (2.0 * cases)
 
     def hyperparameters(self) -> dict[str, Any]:
-        """The keys training 4.0.0's closed_unet3d.yaml requires (SGD; warmup and decay in epochs)."""
-        o, d = self.cfg.optim, self.cfg.data
-        steps = self.sizes.steps_per_epoch if self.sizes is not None else 0
-        warmup = o.warmup if o.unit == "epochs" else (o.warmup / steps if steps else 0.0)
-        milestones = list(o.milestones) if o.schedule == "multistep" else []
-        if o.unit == "steps":
-            milestones = [m / steps for m in milestones] if steps else []
+        """The keys training 4.0.0's closed_unet3d.yaml requires: the record's (SGD; warmup and decay in
+        epochs) and the data shapes."""
+        d = self.cfg.data
         return {
-            "opt_name": "sgd",
-            "opt_base_learning_rate": o.lr,
-            "opt_momentum": o.momentum,
-            "opt_weight_decay": o.weight_decay,
-            "opt_learning_rate_warmup_epochs": int(round(warmup)),
-            "opt_learning_rate_decay_boundary_epochs": [int(round(m)) for m in milestones],
-            "opt_learning_rate_decay_factor": o.decay_factor if o.schedule == "multistep" else 1.0,
+            **super().hyperparameters(),
             "oversampling": d.oversampling,
             "training_input_shape": list(d.patch),
             "validation_input_shape": list(d.roi),

@@ -1,0 +1,140 @@
+"""The benchmark record: everything the rules and the tools need to know about one workload, declared once.
+
+A workload package declares its :class:`Benchmark` in a module that is light to import (the package's
+``__init__.py``: no torch, no model code), because ``hpcbench report``, ``pack`` and ``stage`` read it through
+:mod:`hpcbench.registry` without training anything. The workload class points at the same record
+(``Workload.record``); an out-of-tree workload (``package.module:Class``) declares its own on the class.
+
+What a record holds: the CLI name, the MLPerf benchmark key, the suite and ruleset its logs are written and
+checked for, the quality target exactly as the official checker's ``closed_<benchmark>.yaml`` writes it
+(the metric key, bounds and inclusivity; the open division's, when it differs), the direction of the metric,
+the runs a result needs, how ``epoch_num`` is reported, how many runs the olympic mean drops, a one-line
+summary, where the light parts live (the dataset layout, a converter) and which MLPerf optimizer and
+schedule keys the benchmark logs (:class:`HyperparameterKeys`, built by :mod:`hpcbench.common.mlperf_keys`).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from .errors import ConfigError
+from .suites import suite
+
+
+@dataclass(frozen=True)
+class Target:
+    """A quality target as the compliance checker's ``ATLEAST_ONE_CHECK`` writes it."""
+
+    key: str  # MLLOG key of the quality metric
+    low: float  # inclusive/exclusive bounds exactly as the checker writes them
+    high: float
+    low_inclusive: bool
+    high_inclusive: bool
+
+    def met(self, value: float) -> bool:
+        above = value >= self.low if self.low_inclusive else value > self.low
+        below = value <= self.high if self.high_inclusive else value < self.high
+        return above and below
+
+    @property
+    def threshold(self) -> float:
+        """The number a plot draws as the target line (the bound that is not 0 or 1)."""
+        return self.high if self.key == "eval_error" else self.low
+
+    def describe(self) -> str:
+        if self.low == -math.inf:
+            return f"{self.key} <= {self.high:g} (no quality threshold)"
+        return f"{self.key} {'<=' if self.key == 'eval_error' else '>='} {self.threshold:g}"
+
+
+def upper_bound_only(key: str, high: float, inclusive: bool) -> Target:
+    """A target that only bounds ``key`` from above: the training rulesets' open division, which sets no
+    quality threshold (every complete log counts)."""
+    return Target(key, -math.inf, high, True, inclusive)
+
+
+EPOCH_REPORTING = ("epoch", "fraction", "samples")
+ANY_OPTIMIZER = "*"
+
+
+@dataclass(frozen=True)
+class HyperparameterKeys:
+    """Which MLPerf optimizer and schedule keys a benchmark's rules name, in the order they are logged.
+
+    ``by_optimizer`` maps each ``optim.name`` the keys can describe to its keys (a config naming another
+    optimizer is refused, naming ``optim.name``; ``"*"``: the keys of any optimizer); ``by_schedule`` adds keys for an ``optim.schedule``;
+    ``names`` is ``opt_name`` as logged where it is not ``optim.name`` (``{"adamw": "AdamW"}``). The values
+    come from :mod:`hpcbench.common.mlperf_keys` (one definition per key name)."""
+
+    by_optimizer: Mapping[str, tuple[str, ...]]
+    by_schedule: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    names: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("by_optimizer", "by_schedule", "names"):  # read-only, as the record is frozen
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+
+    def describes(self, optimizer: str) -> bool:
+        return optimizer in self.by_optimizer or ANY_OPTIMIZER in self.by_optimizer
+
+    def keys_for(self, optimizer: str, schedule: str) -> tuple[str, ...]:
+        keys = self.by_optimizer.get(optimizer, self.by_optimizer.get(ANY_OPTIMIZER, ()))
+        return (*keys, *self.by_schedule.get(schedule, ()))
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str  # CLI/registry name, e.g. "cosmoflow"
+    benchmark: str  # MLPerf submission_benchmark key
+    suite: str  # hpc | training (common.suites)
+    target: Target  # the closed division's quality target, exactly as the checker writes it
+    higher_is_better: bool  # direction of target.key
+    required_runs: int  # runs (or converged models) a result needs (mlperf_logging.benchmark_meta)
+    summary: str  # one line for `hpcbench --help` and the docs
+    ruleset: str = ""  # the suite's ruleset version the logs are written for; "" = the suite's default
+    # the open division's target where the checker's open_<benchmark>.yaml differs (None: the closed one)
+    open_target: Target | None = None
+    epoch_reporting: str = "epoch"  # how epoch_num counts progress: epoch | fraction | samples
+    dropped_runs: int = 1  # fastest and slowest runs the olympic mean drops
+    # light parts, relative to the workload's package: the module with LAYOUT, the workload class,
+    # the converter behind `hpcbench convert NAME` ("module:function"; "" for none)
+    layout: str = ""
+    workload: str = ""
+    converter: str = ""
+    keys: HyperparameterKeys | None = None  # the MLPerf optimizer/schedule keys (None: the workload logs its own)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ruleset", suite(self.suite).ruleset(self.ruleset))
+        if self.epoch_reporting not in EPOCH_REPORTING:
+            raise ValueError(f"{self.name}: epoch_reporting {self.epoch_reporting!r} is not one of {EPOCH_REPORTING}")
+        if self.higher_is_better != (self.target.key != "eval_error"):
+            raise ValueError(f"{self.name}: higher_is_better={self.higher_is_better} contradicts {self.target.key}")
+
+    @property
+    def metric_key(self) -> str:
+        return self.target.key
+
+    def target_in(self, division: str | None) -> Target:
+        """The checker's target in ``division`` (closed when unknown)."""
+        if division == "open" and self.open_target is not None:
+            return self.open_target
+        return self.target
+
+    def resolve_target(self, value: float | None, division: str) -> float:
+        """``train.target`` of a run: a closed run meets the record's threshold (left out of the preset, or
+        the same number); an open run sets its own or takes the closed one."""
+        closed = self.target.threshold
+        if division == "closed" and value is not None and value != closed:
+            raise ConfigError(f"config key 'train.target': the closed division of {self.benchmark} has the target "
+                              f"{self.target.describe()} (the official checker's); got {value:g}. Leave "
+                              f"train.target out of a closed preset, or use the open division")
+        return closed if value is None else value
+
+    def check_optimizer(self, optimizer: str) -> None:
+        """Refuse an optimizer the benchmark's MLPerf keys cannot describe."""
+        if self.keys is not None and not self.keys.describes(optimizer):
+            allowed = " or ".join(repr(o) for o in self.keys.by_optimizer)
+            raise ConfigError(f"config key 'optim.name': {self.name} logs the MLPerf keys of {allowed} (ruleset "
+                              f"{self.suite} {self.ruleset}), got {optimizer!r}")

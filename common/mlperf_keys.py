@@ -1,0 +1,120 @@
+"""The MLPerf optimizer and learning-rate-schedule keys of a run, built in one place.
+
+A benchmark's record names the keys its rules want (:class:`~hpcbench.common.benchmark.HyperparameterKeys`);
+each key name has one definition here, computed from the ``optim`` config and the :class:`Schedule` the
+harness trains with, so a warmup or a decay is converted between epochs and steps exactly as the run uses
+it. Units follow the key's name: ``*_steps`` are whole optimizer steps; ``*_epochs`` are epochs as
+configured in the hpc suite and, in the training suite, integers where whole (the training references
+log ``2``, not ``2.0``). A key ``<optimizer>_opt_*`` (``lars_opt_momentum``) is ``opt_*`` of that optimizer.
+Boundaries and decay factor describe a multistep decay (``[]`` and ``1.0`` for another schedule).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .benchmark import Benchmark
+from .runconfig import OptimConfig
+from .schedule import Schedule
+from .suites import suite
+
+
+@dataclass(frozen=True)
+class _Run:
+    optim: OptimConfig
+    schedule: Schedule
+    steps_per_epoch: int  # 0: not known (a unit test); conversions between units then give 0
+    whole_epochs: bool
+    opt_name: str
+
+    def steps(self, value: float) -> int:
+        return int(round(value))
+
+    def epochs(self, configured: float, in_steps: float) -> float | int:
+        if self.optim.unit == "epochs":
+            value = configured
+        else:
+            value = in_steps / self.steps_per_epoch if self.steps_per_epoch else 0.0
+        return int(value) if self.whole_epochs and float(value).is_integer() else value
+
+    @property
+    def multistep(self) -> bool:
+        return self.schedule.kind == "multistep"
+
+    @property
+    def decays_after_warmup(self) -> bool:  # Schedule.decay_steps counts T - W
+        return self.schedule.kind == "cosine" or self.schedule.poly_from_warmup
+
+    @property
+    def poly_power(self) -> float:
+        return self.optim.power if self.schedule.kind == "poly" else 0.0
+
+
+_VALUES: dict[str, Callable[[_Run], Any]] = {
+    "opt_name": lambda r: r.opt_name,
+    "opt_base_learning_rate": lambda r: r.optim.lr,
+    "opt_lr": lambda r: r.optim.lr,
+    "opt_end_learning_rate": lambda r: r.optim.min_lr,
+    "opt_momentum": lambda r: r.optim.momentum,
+    "opt_weight_decay": lambda r: r.optim.weight_decay,
+    "opt_betas": lambda r: list(r.optim.betas),
+    "opt_eps": lambda r: r.optim.eps,
+    "opt_bias_correction": lambda r: r.optim.bias_correction,
+    "opt_grad_averaging": lambda r: r.optim.grad_averaging,
+    "opt_max_grad_norm": lambda r: r.optim.max_grad_norm,
+    "opt_lamb_epsilon": lambda r: r.optim.eps,
+    "opt_lamb_beta_1": lambda r: r.optim.betas[0],
+    "opt_lamb_beta_2": lambda r: r.optim.betas[1],
+    "opt_lamb_weight_decay_rate": lambda r: r.optim.weight_decay,
+    "opt_lamb_learning_rate_decay_poly_power": lambda r: r.poly_power,
+    "opt_adagrad_learning_rate_decay": lambda r: r.optim.lr_decay,
+    "opt_adagrad_initial_accumulator_value": lambda r: r.optim.initial_accumulator,
+    "opt_adagrad_epsilon": lambda r: r.optim.eps,
+    "lars_epsilon": lambda r: r.optim.eps,
+    # warmup
+    "opt_learning_rate_warmup_factor": lambda r: r.optim.warmup_factor,
+    "opt_learning_rate_warmup_epochs": lambda r: r.epochs(r.optim.warmup, r.schedule.warmup_steps),
+    "opt_learning_rate_warmup_steps": lambda r: r.steps(r.schedule.warmup_steps),
+    "num_warmup_steps": lambda r: r.steps(r.schedule.warmup_steps),
+    "start_warmup_step": lambda r: 0,  # the schedule counts from the first step
+    # decay
+    "opt_learning_rate_decay_boundary_epochs": lambda r: [r.epochs(c, m) for c, m in
+                                                          zip(r.optim.milestones, r.schedule.milestones)]
+    if r.multistep else [],
+    "opt_learning_rate_decay_boundary_steps": lambda r: [r.steps(m) for m in r.schedule.milestones]
+    if r.multistep else [],
+    "opt_learning_rate_decay_factor": lambda r: r.optim.decay_factor if r.multistep else 1.0,
+    "opt_learning_rate_decay_poly_power": lambda r: r.poly_power,
+    "opt_learning_rate_training_steps": lambda r: r.steps(r.schedule.total_steps),
+    "opt_learning_rate_decay_start_step": lambda r: r.steps(r.schedule.warmup_steps) if r.decays_after_warmup else 0,
+    "opt_learning_rate_decay_steps": lambda r: 0 if r.schedule.kind == "constant" else r.steps(r.schedule.decay_steps),
+    # the scheduler_* names (MLPerf HPC DeepCAM's reference), all in steps
+    "scheduler_type": lambda r: {"cosine": "cosine_annealing"}.get(r.schedule.kind, r.schedule.kind),
+    "scheduler_lr_warmup_steps": lambda r: r.steps(r.schedule.warmup_steps),
+    "scheduler_lr_warmup_factor": lambda r: max(1.0, r.optim.warmup_factor),
+    "scheduler_milestones": lambda r: [r.steps(m) for m in r.schedule.milestones],
+    "scheduler_decay_rate": lambda r: r.optim.decay_factor,
+    "scheduler_t_max": lambda r: r.steps(r.schedule.total_steps),
+    "scheduler_eta_min": lambda r: r.optim.min_lr,
+}
+
+
+def _value(key: str, run: _Run) -> Any:
+    prefix = f"{run.optim.name}_"
+    if key not in _VALUES and key.startswith(prefix + "opt_"):
+        key = key[len(prefix):]
+    if key not in _VALUES:
+        raise KeyError(f"no definition of the MLPerf key {key!r} in hpcbench.common.mlperf_keys")
+    return _VALUES[key](run)
+
+
+def optimizer_keys(record: Benchmark, optim: OptimConfig, steps_per_epoch: int, max_epochs: int) -> dict[str, Any]:
+    """The optimizer and schedule keys ``record`` names for a run of ``optim`` (``{}`` if it names none);
+    an optimizer the record's keys cannot describe is a ``ConfigError`` naming ``optim.name``."""
+    if record.keys is None:
+        return {}
+    record.check_optimizer(optim.name)
+    run = _Run(optim, Schedule.from_config(optim, steps_per_epoch, max_epochs), steps_per_epoch,
+               suite(record.suite).whole_epochs, record.keys.names.get(optim.name, optim.name))
+    return {key: _value(key, run) for key in record.keys.keys_for(optim.name, optim.schedule)}
