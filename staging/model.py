@@ -1,4 +1,5 @@
-"""A staging-time model: how long packed, the v1.0 way (``independent``) and ``copy`` take for a layout.
+"""A staging-time model: how long packed, ``independent`` (packed shards, no sharded reads) and ``copy`` (raw
+files: the v1.0 way) take for a layout.
 
 Per job of K instances of n nodes (N = K*n; several instances per node: n = 1 and every node needs
 the whole dataset), for a dataset of R raw bytes that packs into P bytes. Every node needs R/n raw

@@ -87,7 +87,7 @@ def plan_split(split: str, replicate: bool, shards: list[ShardInfo], instances: 
 
 
 def alone(p: SplitPlan, slot: int) -> SplitPlan:
-    """The v1.0 way (``--method independent``): this node reads its whole shard-set from shared
+    """Compression without sharded reads (``--method independent``): this node reads its whole shard-set from shared
     storage itself, a group of one, so a shard needed by K instances is read K times."""
     return SplitPlan(p.split, False, p.shards, [p.sets[p.set_of(slot)]], 1, 1)
 

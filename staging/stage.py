@@ -35,8 +35,9 @@ from .nodelocal import Journal, sweep_temporaries, verify_journal
 from .plan import alone, node_slots, plan_split
 
 MiB = 1 << 20
-# packed: sharded reads + Allgatherv; independent: the v1.0 way, every node reads its whole packed
-# shard-set itself (K x the shared reads, no fabric); copy: every node copies its raw files
+# packed: sharded reads + Allgatherv; independent: compression without sharded reads, every node reads
+# its whole packed shard-set itself (K x the shared reads, no fabric); copy: every node copies its raw
+# files (the v1.0 way)
 METHODS = ("packed", "independent", "copy")
 
 
