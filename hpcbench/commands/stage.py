@@ -13,9 +13,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", choices=sorted(registry.dataset_names()), default=None,
                         help="dataset (checked against the manifest; picks the file layout for --method copy "
                              "(default: every file) and --dry-run)")
-    parser.add_argument("--source", type=Path, help="packed folder (manifest.json), or the raw folder for --method copy")
+    parser.add_argument("--source", type=Path, help="packed folder (manifest.json), or the raw folder for --method "
+                                                    "copy (default: the site's [data] DATASET)")
     parser.add_argument("--dest", help="node-local folder; '{node}' is replaced by the node index "
-                                       "(needed when nodes are emulated on one host, e.g. /tmp/st/node{node})")
+                                       "(needed when nodes are emulated on one host, e.g. /tmp/st/node{node}; "
+                                       "default: the site's [paths] stage_dir + /DATASET)")
+    parser.add_argument("--system", metavar="NAME|FILE",
+                        help="site settings jobs/systems/<NAME>.toml (or a .toml path) that give --source, --dest and, "
+                             "where nodes are emulated, --ranks-per-node for --dataset (default: $HPCBENCH_SYSTEM)")
     parser.add_argument("--splits", default=None, help="comma-separated splits to stage (default: all)")
     parser.add_argument("--replicate", default="", help="comma-separated splits every node gets in full")
     parser.add_argument("--method", choices=["packed", "independent", "copy"], default="packed",
@@ -78,13 +83,10 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpcbench.common.errors import ConfigError
-
     _check_args(args)
     if args.dry_run:
         return _dry_run(args)
-    if args.source is None or args.dest is None:
-        raise ConfigError("stage needs --source and --dest (or --dry-run)")
+    _site_paths(args)
     from hpcbench.common.dist import init_distributed
     from hpcbench.staging.exchange import deadline, end_job
     from hpcbench.staging.report import format_report
@@ -104,6 +106,24 @@ def run(args: argparse.Namespace) -> int:
     if rep is not None:
         print(format_report(rep))
     return 0
+
+
+def _site_paths(args: argparse.Namespace) -> None:
+    """--source/--dest (and --ranks-per-node, where the site emulates nodes) from the site settings when
+    not given (hpcbench.site)."""
+    from hpcbench.common.errors import ConfigError
+    from hpcbench.site import Options, resolve
+
+    command = "stage" + (f" --dataset {args.dataset}" if args.dataset else "")
+    if args.method == "copy" and args.source is None:
+        raise ConfigError(f"{command} --method copy reads the raw dataset: pass --source RAW (a site's [data] "
+                          "entry is the packed folder)")
+    found = resolve(args.dataset, None if args.source is None else str(args.source), args.dest, args.system,
+                    Options(command, "--source", "--dest", "--system",
+                            "pass them, or --dataset NAME to take them from the site settings (--system or HPCBENCH_SYSTEM)"))
+    args.source, args.dest = Path(found.source), found.dest
+    if args.ranks_per_node is None:
+        args.ranks_per_node = found.ranks_per_node
 
 
 def _dry_run(args: argparse.Namespace) -> int:
