@@ -6,7 +6,9 @@ import math
 from pathlib import Path
 
 from hpcbench import registry
-from hpcbench.commands._common import add_layout_args
+from hpcbench.commands._common import MAX_THREADS, add_layout_args, check_range, mib_bytes
+
+MAX_CHUNK_MB = 2047  # MiB per member per Allgatherv round: below MPI's int count limit (2**31 - 1 bytes)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,6 +77,16 @@ def _check_args(args: argparse.Namespace) -> None:
             raise ConfigError(f"{key} must be a finite number > 0, got {v:g}")
     if not (args.reserve_mb >= 0 and math.isfinite(args.reserve_mb)):
         raise ConfigError(f"--reserve-mb must be a finite number >= 0, got {args.reserve_mb:g}")
+    # upper bounds and the byte counts the MiB options become (the checks above name the lower bounds)
+    check_range("--chunk-mb", args.chunk_mb, 1, MAX_CHUNK_MB, "one Allgatherv round must stay below MPI's 2**31 "
+                "bytes")
+    check_range("--threads", args.threads, 1, MAX_THREADS)
+    mib_bytes("--shard-mb", args.shard_mb)
+    for name in ("fs_GBps", "fabric_GBps", "write_GBps", "decompress_GBps", "client_GBps"):
+        v = getattr(args, name)
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            raise ConfigError(f"--{name.replace('_GBps', '-GBps').replace('_', '-')} must be a finite number > 0, "
+                              f"got {v:g}")
     if args.report is not None and not args.dry_run:
         if args.report.is_dir():
             raise ConfigError(f"--report {args.report}: is a folder; give the path of the JSON file to write")
@@ -159,15 +171,11 @@ def _dry_run(args: argparse.Namespace) -> int:
 
 def _model(args: argparse.Namespace, nodes: int, raw: int, packed: int) -> str:
     """The staging model's prediction (staging.model) with rates given or probed on this machine."""
-    from hpcbench.common.errors import ConfigError
     from hpcbench.staging.model import Layout, System, format_table, predict_all, weak_scaling
     from hpcbench.staging.probe import node_rates, probe
 
     given = {"fs_GBps": args.fs_GBps, "fabric_GBps": args.fabric_GBps, "write_GBps": args.write_GBps,
-             "decompress_GBps": args.decompress_GBps}
-    for k, v in list(given.items()) + [("client_GBps", args.client_GBps)]:
-        if v is not None and not (v > 0 and math.isfinite(v)):
-            raise ConfigError(f"--{k.replace('_GBps', '-GBps').replace('_', '-')} must be a finite number > 0, got {v:g}")
+             "decompress_GBps": args.decompress_GBps}  # range-checked in _check_args
     pr = probe(refresh=args.probe) if args.probe or None in given.values() else {}
     # a probed node stands in for a cluster node with this machine's cores (its own, not shared)
     probed = {"fs_GBps": pr.get("fs_GBps")} | (node_rates(pr, args.threads, pr["cores_effective"]) if pr else {})
