@@ -41,7 +41,7 @@ class JobSpec:
     results: str | None = None
     data: str | None = None  # an already staged / shared dataset (--data)
     stage_from: str | None = None  # packed dataset to stage inside the job (default: the system file's)
-    stage_to: str | None = None  # node-local staging folder (default: the system file's paths.stage_dir)
+    stage_to: str | None = None  # node-local staging folder (default: <the system file's paths.stage_dir>/<dataset>)
     no_stage: bool = False
     time: str | None = None
     seed: int = 1
