@@ -8,23 +8,14 @@ from __future__ import annotations
 
 import re
 import shlex
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hpcbench.common.errors import ConfigError
+from hpcbench.site import JOBS_DIR, dest_rule, packed_source, read_system, system_path
 
 
-def _jobs_dir() -> Path:
-    """``hpcbench/jobs/`` where the wheel put its copy (an installed package), else ``jobs/`` at the top of the
-    source checkout this module runs from (``setup.py`` copies the one to the other)."""
-    here = Path(__file__).resolve().parent
-    installed = here / "jobs"
-    return installed if (installed / "templates").is_dir() else here.parent / "jobs"
-
-
-JOBS_DIR = _jobs_dir()
 TEMPLATES = {"strong": "strong.sbatch.in", "weak": "weak.sbatch.in", "weak-per-instance": "weak_per_instance.sbatch.in"}
 PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
@@ -48,26 +39,6 @@ class JobSpec:
     overrides: list[str] = field(default_factory=list)
     device: str | None = None  # --device for train (default: the system file's node.device, else auto)
     command: str = ""  # the command line that rendered the script (for the header)
-
-
-def system_path(name: str, jobs_dir: Path = JOBS_DIR) -> Path:
-    """``jobs/systems/<name>.toml``, or ``name`` itself when it is a ``.toml`` path."""
-    return Path(name) if name.endswith(".toml") else jobs_dir / "systems" / f"{name}.toml"
-
-
-def read_system(name: str, jobs_dir: Path = JOBS_DIR) -> tuple[Path, dict[str, Any]]:
-    """The system settings file ``name`` (see :func:`system_path`) and its TOML, unchecked; a missing
-    file or bad TOML is a :class:`ConfigError` naming the file."""
-    path = system_path(name, jobs_dir)
-    if not path.is_file():
-        known = sorted(p.stem for p in (jobs_dir / "systems").glob("*.toml"))
-        raise ConfigError(f"system settings {path} not found; known systems: {', '.join(known) or 'none'}")
-    try:
-        return path, tomllib.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"system settings {path}: unreadable: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"system settings {path}: invalid TOML: {exc}") from None
 
 
 def load_system(name: str, jobs_dir: Path = JOBS_DIR) -> dict[str, Any]:
@@ -144,8 +115,6 @@ def _values(spec: JobSpec, sysd: dict[str, Any]) -> dict[str, str]:
         raise ConfigError(f"system settings: node.tasks_per_node = {tpn} ranks per node but node.gpus_per_node = "
                           f"{gpus} GPUs; NCCL needs one GPU per rank: use tasks_per_node <= {gpus}, "
                           "or --device cpu")
-    from hpcbench.site import dest_rule, packed_source
-
     dataset = spec.workload if ":" in spec.workload else _dataset(spec.workload)
     packed = spec.stage_from or packed_source(sysd, dataset)
     if spec.data:

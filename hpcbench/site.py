@@ -2,7 +2,7 @@
 node, so that ``mpirun hpcbench stage --dataset cosmoflow`` and ``hpcbench train cosmoflow --stage`` need
 no paths on a cluster.
 
-A site is a system settings file, ``jobs/systems/<name>.toml`` (the file ``hpcbench jobs render --system``
+A site is a system settings file (read here for ``hpcbench.jobs`` too), ``jobs/systems/<name>.toml`` (the file ``hpcbench jobs render --system``
 renders jobs from), chosen by ``hpcbench stage --system NAME|FILE``, ``hpcbench train --site NAME|FILE``
 or the environment variable ``HPCBENCH_SYSTEM`` (which every rendered job exports). Staging reads::
 
@@ -21,6 +21,7 @@ default applies too); with both paths given, ``$HPCBENCH_SYSTEM`` is not read.
 from __future__ import annotations
 
 import os
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,38 @@ from hpcbench.common.nodepath import has_node
 ENV = "HPCBENCH_SYSTEM"
 SOURCE_HINT = '"/shared/{d}-packed"'
 DEST_HINT = '"/node-local/hpcbench/stage"'
+
+
+def _jobs_dir() -> Path:
+    """``hpcbench/jobs/`` where the wheel put its copy (an installed package), else ``jobs/`` at the top of the
+    source checkout this module runs from (``setup.py`` copies the one to the other)."""
+    here = Path(__file__).resolve().parent
+    installed = here / "jobs"
+    return installed if (installed / "templates").is_dir() else here.parent / "jobs"
+
+
+#: the job templates and system settings (``templates/``, ``systems/``)
+JOBS_DIR = _jobs_dir()
+
+
+def system_path(name: str, jobs_dir: Path = JOBS_DIR) -> Path:
+    """``jobs/systems/<name>.toml``, or ``name`` itself when it is a ``.toml`` path."""
+    return Path(name) if name.endswith(".toml") else jobs_dir / "systems" / f"{name}.toml"
+
+
+def read_system(name: str, jobs_dir: Path = JOBS_DIR) -> tuple[Path, dict[str, Any]]:
+    """The system settings file ``name`` (see :func:`system_path`) and its TOML, unchecked; a missing
+    file or bad TOML is a :class:`ConfigError` naming the file."""
+    path = system_path(name, jobs_dir)
+    if not path.is_file():
+        known = sorted(p.stem for p in (jobs_dir / "systems").glob("*.toml"))
+        raise ConfigError(f"system settings {path} not found; known systems: {', '.join(known) or 'none'}")
+    try:
+        return path, tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"system settings {path}: unreadable: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"system settings {path}: invalid TOML: {exc}") from None
 
 
 @dataclass
@@ -80,8 +113,6 @@ def resolve(dataset: str | None, source: str | None, dest: str | None, site: str
     """``source`` and ``dest`` where given, else the site's entries for ``dataset``. The site is ``site``
     (an option's value) or ``$HPCBENCH_SYSTEM``; a missing site, file or key is a :class:`ConfigError`
     that names the file and the exact keys to add."""
-    from hpcbench.jobs import read_system
-
     if source and dest and not site:  # nothing to look up ($HPCBENCH_SYSTEM is not read)
         return StagePaths(source, dest, None, None)
     origin = opts.site if site else ENV
