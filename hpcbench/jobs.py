@@ -8,23 +8,14 @@ from __future__ import annotations
 
 import re
 import shlex
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hpcbench.common.errors import ConfigError
+from hpcbench.site import JOBS_DIR, dest_rule, packed_source, read_system, system_path
 
 
-def _jobs_dir() -> Path:
-    """``hpcbench/jobs/`` where the wheel put its copy (an installed package), else ``jobs/`` at the top of the
-    source checkout this module runs from (``setup.py`` copies the one to the other)."""
-    here = Path(__file__).resolve().parent
-    installed = here / "jobs"
-    return installed if (installed / "templates").is_dir() else here.parent / "jobs"
-
-
-JOBS_DIR = _jobs_dir()
 TEMPLATES = {"strong": "strong.sbatch.in", "weak": "weak.sbatch.in", "weak-per-instance": "weak_per_instance.sbatch.in"}
 PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
@@ -41,7 +32,7 @@ class JobSpec:
     results: str | None = None
     data: str | None = None  # an already staged / shared dataset (--data)
     stage_from: str | None = None  # packed dataset to stage inside the job (default: the system file's)
-    stage_to: str | None = None  # node-local staging folder (default: the system file's paths.stage_dir)
+    stage_to: str | None = None  # node-local staging folder (default: <the system file's paths.stage_dir>/<dataset>)
     no_stage: bool = False
     time: str | None = None
     seed: int = 1
@@ -51,14 +42,8 @@ class JobSpec:
 
 
 def load_system(name: str, jobs_dir: Path = JOBS_DIR) -> dict[str, Any]:
-    path = Path(name) if name.endswith(".toml") else jobs_dir / "systems" / f"{name}.toml"
-    if not path.exists():
-        known = sorted(p.stem for p in (jobs_dir / "systems").glob("*.toml"))
-        raise ConfigError(f"system settings {path} not found; known systems: {', '.join(known) or 'none'}")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"system settings {path}: invalid TOML: {exc}") from None
+    """The system settings for rendering a job: :func:`read_system` with every key a job needs."""
+    path, data = read_system(name, jobs_dir)
     for section, keys in {"slurm": ("time", "srun_flags"), "node": ("tasks_per_node", "emulate_nodes"),
                           "paths": ("results", "stage_dir"), "env": ("python", "setup", "cache_drop")}.items():
         for key in keys:
@@ -74,6 +59,12 @@ def _benchmark(workload: str) -> str:
     if ":" not in workload:
         return registry.entry(workload).benchmark
     return str(getattr(registry.get(workload), "benchmark", workload))
+
+
+def _dataset(workload: str) -> str:
+    from hpcbench import registry
+
+    return registry.entry(workload).name
 
 
 def _dq(text: str) -> str:
@@ -124,11 +115,12 @@ def _values(spec: JobSpec, sysd: dict[str, Any]) -> dict[str, str]:
         raise ConfigError(f"system settings: node.tasks_per_node = {tpn} ranks per node but node.gpus_per_node = "
                           f"{gpus} GPUs; NCCL needs one GPU per rank: use tasks_per_node <= {gpus}, "
                           "or --device cpu")
-    packed = spec.stage_from or sysd.get("data", {}).get(spec.workload, "")
+    dataset = spec.workload if ":" in spec.workload else _dataset(spec.workload)
+    packed = spec.stage_from or packed_source(sysd, dataset)
     if spec.data:
         train += ["--data", spec.data]
-    elif packed and not spec.no_stage:
-        train += ["--stage-from", packed, "--stage-to", spec.stage_to or paths["stage_dir"]]
+    elif packed and not spec.no_stage:  # the same rule as `hpcbench stage --dataset D` with this site
+        train += ["--stage-from", packed, "--stage-to", spec.stage_to or dest_rule(paths["stage_dir"], dataset)]
     for o in spec.overrides:
         train += ["--set", o]
     if spec.mode == "weak" and spec.launch == "one-srun":
@@ -155,6 +147,8 @@ def render(spec: JobSpec, jobs_dir: Path = JOBS_DIR) -> str:
     key = "strong" if spec.mode == "strong" else ("weak" if spec.launch == "one-srun" else "weak-per-instance")
     template = (jobs_dir / "templates" / TEMPLATES[key]).read_text()
     values = _values(spec, sysd)
+    # the job's $HPCBENCH_SYSTEM: the very file it was rendered from (the job runs in another folder)
+    values["site"] = shlex.quote(str(system_path(spec.system, jobs_dir).resolve()))
     unknown = sorted(set(PLACEHOLDER.findall(template)) - set(values))
     if unknown:
         raise ConfigError(f"template {TEMPLATES[key]} uses unknown placeholders: {', '.join(unknown)}")

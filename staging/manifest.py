@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -133,9 +133,10 @@ class Manifest:
             raise DataError(f"{path}: corrupt manifest: its content does not match its sha256 "
                             "(a changed byte, or edited by hand); repack or restore it")
         try:
-            splits = {n: SplitInfo(_bool(s["replicate"]), [_shard(x) for x in s["shards"]])
-                      for n, s in d["splits"].items()}
+            splits = {n: _split(n, s) for n, s in d["splits"].items()}
             return cls(d["dataset"], splits, d["chunk_bytes"], d.get("level", 3), d.get("source", ""))
+        except DataError as exc:
+            raise DataError(f"{path}: malformed manifest: {exc}") from None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise DataError(f"{path}: malformed manifest ({exc!r})") from None
 
@@ -148,18 +149,28 @@ def content_hash(d: dict[str, Any]) -> str:
 
 def _bool(x: Any) -> bool:
     if not isinstance(x, bool):
-        raise ValueError(f"'replicate' must be true or false, got {x!r}")
+        raise DataError(f"'replicate' must be true or false, got {x!r}")
     return x
 
 
-def _shard(x: Any) -> ShardInfo:
-    s = ShardInfo(**x)
-    for k in ("bytes", "raw_bytes", "files", "header_bytes", "crc32c", "header_crc32c"):
-        v = getattr(s, k)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise ValueError(f"shard {s.name!r}: {k!r} must be an integer >= 0, got {v!r}")
-    if not isinstance(s.name, str):
-        raise ValueError(f"shard name must be a string, got {s.name!r}")
+def _split(name: str, s: Any) -> SplitInfo:
+    """One split of the manifest; its recorded totals must be the sums over its shards."""
+    if not isinstance(s, dict) or not isinstance(s.get("shards"), list):
+        raise DataError(f"split {name!r} has no 'shards' list")
+    info = SplitInfo(_bool(s.get("replicate")), [_shard(x, f"split {name!r} shard {i}")
+                                                 for i, x in enumerate(s["shards"])])
+    for key in ("files", "raw_bytes", "bytes"):
+        if key not in s:
+            raise DataError(f"split {name!r} has no key {key!r}")
+        if s[key] != getattr(info, key):
+            raise DataError(f"split {name!r} lists {s[key]!r} {key.replace('_', ' ')} but its {len(info.shards)} "
+                            f"shards hold {getattr(info, key)} (a hand edit, or a manifest stitched from two packs): "
+                            "repack it with `hpcbench pack`")
+    return info
+
+
+def _shard(x: Any, what: str) -> ShardInfo:
+    s = ShardInfo(**_fields(ShardInfo, x, what))
     safe_relpath(s.name, "manifest")
     return s
 
@@ -171,6 +182,10 @@ def safe_relpath(name: str, where: str) -> PurePosixPath:
     p = PurePosixPath(name)
     if not name or p.is_absolute() or ".." in p.parts or "\\" in name or "\x00" in name:
         raise DataError(f"{where}: refusing member name {name!r}: absolute paths and '..' are not allowed")
+    if any(part in ("", ".") for part in name.split("/")):  # 'train/./x', 'train//x', 'train/': not one spelling
+        normal = "/".join(part for part in name.split("/") if part not in ("", "."))
+        raise DataError(f"{where}: refusing member name {name!r}: not a normal relative path (an empty or '.' "
+                        f"part; {f'write {normal!r}' if normal else 'it names no file'}): one file must have one name")
     if p.parts[0] == STATE_DIR or (p.name.startswith(".") and p.name.endswith(".tmp")):
         raise DataError(f"{where}: refusing member name {name!r}: {STATE_DIR}/ and '.*.tmp' names are reserved "
                         "for staging's own state and temporary files")
@@ -210,15 +225,47 @@ def decode_header(data: bytes | memoryview, where: str, crc: int | None = None) 
         raise DataError(f"{where}: truncated shard header (need {n} bytes, have {len(data)})")
     try:
         d = json.loads(bytes(data[_HDR.size: n]))
-        files = [FileEntry(f["name"], f["size"], f["crc32c"], [Frame(**fr) for fr in f["frames"]])
-                 for f in d["files"]]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise DataError(f"{where}: corrupt shard header ({exc!r})") from None
+    except ValueError as exc:
+        raise DataError(f"{where}: corrupt shard header (not JSON: {exc})") from None
+    if not isinstance(d, dict) or not isinstance(d.get("files"), list):
+        raise DataError(f"corrupt {where}: its header has no 'files' list")
+    files = [_entry(f, i, where) for i, f in enumerate(d["files"])]
     for f in files:
         safe_relpath(f.name, where)
         if sum(fr.raw_length for fr in f.frames) != f.size:
             raise DataError(f"corrupt {where}: member {f.name}: frames do not add up to its size")
     return files
+
+
+def _fields(cls: type, d: Any, what: str) -> dict[str, Any]:
+    """``d``'s values for dataclass ``cls``: exactly its keys, integers >= 0 but for ``name`` (a string).
+    A renamed, missing or extra key or a wrong type is a :class:`DataError` naming ``what`` and the key."""
+    names = [f.name for f in fields(cls)]
+    if not isinstance(d, dict):
+        raise DataError(f"{what} is not a JSON object ({type(d).__name__})")
+    required = [k for k in names if k not in d and not (cls is ShardInfo and k == "header_crc32c")]
+    if required:
+        raise DataError(f"{what} has no key {required[0]!r}")
+    extra = [k for k in d if k not in names]
+    if extra:
+        raise DataError(f"{what} has an unknown key {extra[0]!r} (expected {', '.join(names)})")
+    for k, v in d.items():
+        if k == "name":
+            if not isinstance(v, str):
+                raise DataError(f"{what}: key 'name' must be a string, got {v!r}")
+        elif k != "frames" and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            raise DataError(f"{what}: key {k!r} must be an integer >= 0, got {v!r}")
+    return d
+
+
+def _entry(f: Any, i: int, where: str) -> FileEntry:
+    what = f"corrupt {where}: header member {i}" + (f" ({f['name']!r})" if isinstance(f, dict)
+                                                    and isinstance(f.get("name"), str) else "")
+    d = _fields(FileEntry, f, what)
+    if not isinstance(d["frames"], list):
+        raise DataError(f"{what}: key 'frames' must be a list, got {d['frames']!r}")
+    frames = [Frame(**_fields(Frame, fr, f"{what} frame {j}")) for j, fr in enumerate(d["frames"])]
+    return FileEntry(d["name"], d["size"], d["crc32c"], frames)
 
 
 def file_crc(path: Path) -> int:
@@ -247,7 +294,11 @@ def member_index(source: Path, shards: list[ShardInfo], threads: int = 8) -> dic
             raise DataError(f"shard {s.name}: cannot read its header in {source}: {exc}") from None
         if len(data) < s.header_bytes:
             return None  # truncated: the transfer's preflight names it with the sizes
-        return [f.name for f in decode_header(data, f"shard {s.name}", crc=s.header_crc32c)]
+        files = decode_header(data, f"shard {s.name}", crc=s.header_crc32c)
+        if len(files) != s.files:
+            raise DataError(f"corrupt packed dataset {source}: shard {s.name}'s header lists {len(files)} members, "
+                            f"the manifest says {s.files}: repack it with `hpcbench pack`")
+        return [f.name for f in files]
 
     with ThreadPoolExecutor(max(1, threads)) as pool:
         got = list(pool.map(names, shards))

@@ -3,8 +3,9 @@
 Files are grouped per split in sorted order into shards of about ``shard_bytes`` raw bytes (a file
 never spans shards; a big file gets a shard of its own and is cut into ``chunk_bytes`` frames).
 Frames are compressed by a thread pool (zstd and file reads release the GIL). Each shard is written
-atomically and followed by a small ``.done`` record of its source files' sizes and mtimes, so a rerun
-skips shards that are already complete (resume); ``manifest.json`` is written last.
+atomically and followed by a small ``.done`` record of its source files' sizes and mtimes and the shard's
+size and crc32c, so a rerun skips shards that are already complete and intact (resume: a reused shard is
+read once and checked against its crc32c; a damaged one is packed again); ``manifest.json`` is written last.
 """
 from __future__ import annotations
 
@@ -77,6 +78,7 @@ class Packer:
         self.progress = progress
         self.reused = 0
         self.written = 0
+        self.damaged: list[str] = []  # shards of an earlier run that failed their crc32c and were packed again
 
     def _frames(self, name: str, size: int) -> list[tuple[int, int]]:
         if size == 0:
@@ -166,6 +168,10 @@ class Packer:
     def _resume(self, plan, splits, bar) -> Iterator[tuple[str, str, list[tuple[str, int]]]]:
         for sp, rel, g in plan:
             info = _load_done(self._done(rel), self.dest / rel, _signature(self.source, g))
+            if info is not None and file_crc(self.dest / rel) != info.crc32c:
+                # right size, wrong bytes (a flipped bit, a same-size overwrite): never reuse it
+                self.damaged.append(rel)
+                info = None
             if info is None:
                 yield sp, rel, g
             else:

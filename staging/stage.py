@@ -182,10 +182,13 @@ def _prepare(opts: StageOptions, info: dict[str, Any], node: NodeLayout, dest: P
             p = plan_split(sp, replicate or sp in opts.replicate, shards, node.instances, node.nodes_per_instance)
             empty = [j for j, st_ in enumerate(p.sets) if not st_]
             if empty:  # that node of every instance would train without this split
+                least = f"at least {node.nodes_per_instance} shards per split"
+                smaller = (f"stage it with a smaller `hpcbench stage --shard-mb` ({least}; --method copy groups the "
+                           "raw files into shards like pack does)" if opts.method == "copy" else
+                           f"repack it with a smaller `hpcbench pack --shard-mb` ({least})")
                 raise DataError(f"split {sp} has {len(shards)} shards, too few for instances of "
                                 f"{node.nodes_per_instance} nodes (node {empty[0]} of each instance would get none of "
-                                f"it): pack it with a smaller --shard-mb (at least {node.nodes_per_instance} shards "
-                                f"per split), or pass --replicate {sp}")
+                                f"it): {smaller}, or pass --replicate {sp}")
             plans.append((p, p.sets[p.set_of(node.slot)], groups))
         needed = {p.shards[i].name for p, mine, _ in plans for i in mine}
         old = [f[0] for s, rec in journal.done.items() if s not in needed for f in rec["files"]]

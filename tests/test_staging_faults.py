@@ -437,6 +437,60 @@ CASES: list[Case] = [
 ]
 
 
+
+# -- messages (staging issue, item 5): each names what is wrong and what to do ----------------------
+def reseal_header(edit: Callable[[bytes], bytes], i: int = 1) -> Callable[[Path, Data], None]:
+    """Shard i's header edited (same length) and every checksum recomputed (header crc, shard crc,
+    manifest sha256): only the header's own checks can find it."""
+    def setup(case: Path, d: Data) -> None:
+        import crc32c
+
+        from hpcbench.staging.manifest import content_hash
+
+        src = _copy(case, d)
+        m = json.loads((src / MANIFEST).read_text())
+        sh = m["splits"]["train"]["shards"][i]
+        path = src / sh["name"]
+        data = bytearray(path.read_bytes())
+        hdr = edit(bytes(data[: sh["header_bytes"]]))
+        assert len(hdr) == sh["header_bytes"]
+        data[: sh["header_bytes"]] = hdr
+        path.write_bytes(bytes(data))
+        sh["header_crc32c"], sh["crc32c"] = crc32c.crc32c(hdr), crc32c.crc32c(bytes(data))
+        m["sha256"] = content_hash(m)
+        (src / MANIFEST).write_text(json.dumps(m))
+    return setup
+
+
+def _more_files(m: dict) -> dict:
+    m["splits"]["train"]["files"] += 1
+    return m
+
+
+def _shard_more_files(m: dict) -> dict:
+    m["splits"]["train"]["shards"][1]["files"] += 1
+    m["splits"]["train"]["files"] += 1
+    return m
+
+
+CASES += [
+    Case("member named train/./x (not a normal path)", BASE, "refusing member name 'train/./x.tfrecord': not a "
+         "normal relative path", setup=evil_member("train/./x.tfrecord")),
+    Case("header key renamed (resealed)", BASE,
+         "corrupt shard train/shard-00001.zst: header member 0 ('train/univ_",
+         setup=reseal_header(lambda h: h.replace(b'"raw_offset"', b'"raw_offzet"', 1))),
+    Case("split file count edited (resealed)", BASE, "split 'train' lists 13 files but its",
+         setup=edit_manifest(_more_files, reseal=True)),
+    Case("shard file count edited with its split's (resealed)", BASE,
+         "shard train/shard-00001.zst's header lists", setup=edit_manifest(_shard_more_files, reseal=True)),
+    Case("--method copy, too few shards: stage --shard-mb", ["--instances", "1", "--ranks-per-node", "1", "--method",
+                                                             "copy", "--dataset", "cosmoflow"],
+         "stage it with a smaller `hpcbench stage --shard-mb`", source="raw"),
+    Case("--threads 100000", BASE + ["--threads", "100000"], "--threads must be from 1 to 1024"),
+    Case("--chunk-mb 4096", BASE[:-2] + ["--chunk-mb", "4096"], "--chunk-mb must be from 1 to 2047"),
+    Case("--shard-mb 1e-9", BASE + ["--shard-mb", "1e-9"], "--shard-mb must be a finite number of MiB > 0"),
+]
+
 def _mpi(n: int, args: list[str], fault: str | None, umask: int | None) -> subprocess.CompletedProcess[str]:
     entry = [str(Path(__file__).with_name("stage_fault_job.py")), fault] if fault else ["-m", "hpcbench"]
     cmd = [mpiexec_path(), "-n", str(n), sys.executable, *entry, *args]

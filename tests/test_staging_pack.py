@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -265,3 +266,122 @@ def test_batched_durability_renames_only_after_the_shards_fsync(tmp_path: Path) 
     with pytest.raises(DataError, match="cannot write .*b.tfrecord"):
         sync_all([lost])
     assert sorted(p.name for p in (tmp_path / "train").iterdir()) == ["a.tfrecord"]
+
+
+# ---- messages (staging issue, item 5) -------------------------------------------------------------
+@pytest.mark.parametrize("name,normal", [("train/./x.tfrecord", "train/x.tfrecord"), ("train//x", "train/x"),
+                                         ("./x", "x"), ("train/", "train"), (".", None)])
+def test_member_names_not_in_normal_form_are_refused(name: str, normal: str | None) -> None:
+    """'train/./x' would be written as train/x and then reported as a file that "appeared during
+    staging": such a name is refused where the header is read, naming the spelling to use."""
+    hint = f"write '{normal}'" if normal else "it names no file"
+    with pytest.raises(DataError, match=f"not a normal relative path .*{hint}"):
+        safe_relpath(name, "shard s")
+
+
+def _header(entries: list[dict]) -> bytes:
+    from hpcbench.staging.manifest import MAGIC, _HDR
+
+    body = json.dumps({"shard": "train/shard-00000.zst", "files": entries}).encode()
+    return _HDR.pack(MAGIC, len(body)) + body
+
+
+def test_header_key_edits_are_named_errors() -> None:
+    good = {"name": "train/a", "size": 3, "crc32c": 7, "frames": [{"offset": 90, "length": 5, "raw_offset": 0,
+                                                                   "raw_length": 3, "crc32c": 7}]}
+    assert decode_header(_header([good]), "shard S")[0].frames[0].offset == 90
+    frame = good["frames"][0]
+    cases = [
+        ({**good, "frames": [{"offzet" if k == "offset" else k: v for k, v in frame.items()}]},
+         "corrupt shard S: header member 0 ('train/a') frame 0 has no key 'offset'"),
+        ({**good, "frames": [{**frame, "extra": 1}]}, "frame 0 has an unknown key 'extra'"),
+        ({"nmae" if k == "name" else k: v for k, v in good.items()}, "header member 0 has no key 'name'"),
+        ({**good, "size": "3"}, "key 'size' must be an integer >= 0, got '3'"),
+        ({**good, "frames": [{**frame, "length": -1}]}, "key 'length' must be an integer >= 0, got -1"),
+        ({**good, "frames": 5}, "key 'frames' must be a list"),
+        ([1], "header member 0 is not a JSON object"),
+    ]
+    for entry, msg in cases:
+        with pytest.raises(DataError, match=re.escape(msg)) as exc:
+            decode_header(_header([entry]), "shard S")
+        assert "TypeError" not in str(exc.value) and "KeyError" not in str(exc.value)
+
+
+def test_manifest_totals_and_shard_keys_are_cross_checked(tmp_path: Path) -> None:
+    from hpcbench.staging.manifest import content_hash
+
+    write_cosmoflow(tmp_path / "raw", 4, 1, size=8)
+    pack(tmp_path / "raw", tmp_path / "packed", "cosmoflow", shard_mb=0.01)
+    path = tmp_path / "packed" / MANIFEST
+    good = json.loads(path.read_text())
+
+    def load_edited(edit) -> None:  # noqa: ANN001
+        d = json.loads(json.dumps(good))
+        edit(d)
+        d["sha256"] = content_hash(d)  # resealed: only the cross-checks can find it
+        path.write_text(json.dumps(d))
+        Manifest.load(path)
+
+    def files_plus_one(d: dict) -> None:
+        d["splits"]["train"]["files"] += 1
+
+    with pytest.raises(DataError, match=r"malformed manifest: split 'train' lists 5 files but its \d+ shards hold 4"):
+        load_edited(files_plus_one)
+    with pytest.raises(DataError, match="split 'train' lists .* raw bytes but"):
+        load_edited(lambda d: d["splits"]["train"].update(raw_bytes=1))
+    with pytest.raises(DataError, match="split 'train' shard 0 has no key 'bytes'"):
+        load_edited(lambda d: d["splits"]["train"]["shards"][0].update(bytez=d["splits"]["train"]["shards"][0].pop("bytes")))
+    with pytest.raises(DataError, match="split 'train' shard 1 has an unknown key 'note'"):
+        load_edited(lambda d: d["splits"]["train"]["shards"][1].update(note=1))
+    path.write_text(json.dumps(good))
+    assert Manifest.load(path).splits["train"].files == 4
+
+
+def test_pack_resume_repacks_a_damaged_shard(tmp_path: Path) -> None:
+    """A shard of an earlier run with the right size but a changed byte is packed again, not reused."""
+    write_cosmoflow(tmp_path / "raw", 6, 0, size=16)
+    first = pack(tmp_path / "raw", tmp_path / "packed", "cosmoflow")
+    man = Manifest.load(tmp_path / "packed" / MANIFEST)
+    victim = man.splits["train"].shards[1]
+    data = bytearray((tmp_path / "packed" / victim.name).read_bytes())
+    data[-5] ^= 0x20
+    (tmp_path / "packed" / victim.name).write_bytes(bytes(data))
+    again = pack(tmp_path / "raw", tmp_path / "packed", "cosmoflow")
+    assert again.damaged == [victim.name] and again.written == 1 and again.reused == first.written - 1
+    assert Manifest.load(tmp_path / "packed" / MANIFEST).sha256 == man.sha256
+    raw = {p.relative_to(tmp_path / "raw").as_posix(): p.read_bytes() for p in (tmp_path / "raw").rglob("*.tfrecord")}
+    assert unpack_all(tmp_path / "packed") == raw
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--shard-mb", "nan"], "--shard-mb must be a finite number of MiB > 0"),
+    (["--shard-mb", "1e-9"], "--shard-mb must be a finite number of MiB > 0 (at least one byte), got 1e-09"),
+    (["--chunk-mb", "inf"], "--chunk-mb must be a finite number of MiB > 0"),
+    (["--chunk-mb", "-1"], "--chunk-mb must be a finite number of MiB > 0"),
+    (["--level", "23"], "--level must be from -131072 to 22"),
+    (["--threads", "0"], "--threads must be from 1 to 1024 (leave it out for all CPUs), got 0"),
+])
+def test_pack_numeric_options_are_range_checked(tmp_path: Path, args: list[str], msg: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from hpcbench.cli import main
+
+    rc = main(["pack", "--dataset", "cosmoflow", "--source", str(tmp_path / "raw"), "--dest", str(tmp_path / "p"),
+               "--no-progress", *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and msg in err and "Traceback" not in err
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--chunk-mb", "4096"], "--chunk-mb must be from 1 to 2047"),
+    (["--threads", "100000"], "--threads must be from 1 to 1024"),
+    (["--shard-mb", "1e-9"], "--shard-mb must be a finite number of MiB > 0 (at least one byte)"),
+    (["--fs-GBps", "-1"], "--fs-GBps must be a finite number > 0"),  # checked without --dry-run too
+])
+def test_stage_numeric_options_are_range_checked(tmp_path: Path, args: list[str], msg: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from hpcbench.cli import main
+
+    rc = main(["stage", "--source", str(tmp_path / "p"), "--dest", str(tmp_path / "d"), *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and msg in err and "Traceback" not in err

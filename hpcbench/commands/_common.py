@@ -2,6 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import math
+
+MiB = 1 << 20
+#: the most threads a --threads option takes (a typo such as 10000 would start them all)
+MAX_THREADS = 1024
 
 
 def add_layout_args(parser: argparse.ArgumentParser) -> None:
@@ -28,3 +33,20 @@ def add_device_arg(parser: argparse.ArgumentParser) -> None:
                              "fails clearly without one; cpu uses gloo, also on a GPU node. On CUDA each rank "
                              "takes its own GPU by node-local rank (CUDA_VISIBLE_DEVICES respected), and more "
                              "ranks of one instance per node than GPUs is refused before any work")
+
+
+def mib_bytes(option: str, value: float) -> int:
+    """``value`` MiB as bytes; a value that is not finite or gives less than one byte is a named error."""
+    from hpcbench.common.errors import ConfigError
+
+    if not (math.isfinite(value) and value > 0 and int(value * MiB) >= 1):
+        raise ConfigError(f"{option} must be a finite number of MiB > 0 (at least one byte), got {value:g}")
+    return int(value * MiB)
+
+
+def check_range(option: str, value: float, low: float, high: float, why: str = "") -> None:
+    """``low <= value <= high`` (and finite), else a named error (``why`` says where the bounds come from)."""
+    from hpcbench.common.errors import ConfigError
+
+    if not (math.isfinite(value) and low <= value <= high):
+        raise ConfigError(f"{option} must be from {low:g} to {high:g}{f' ({why})' if why else ''}, got {value:g}")

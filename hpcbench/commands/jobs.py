@@ -21,7 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--results", help="submission folder (default: the system's; weak jobs add weak-$SLURM_JOB_ID)")
     r.add_argument("--data", help="train from this dataset directly (no staging)")
     r.add_argument("--stage-from", help="packed dataset to stage in the job (default: the system file's [data])")
-    r.add_argument("--stage-to", help="node-local staging folder, {node} = node index (default: the system file's)")
+    r.add_argument("--stage-to", help="node-local staging folder, {node} = node index (default: the system file's "
+                   "[paths] stage_dir + /DATASET, as `hpcbench stage --dataset`)")
     r.add_argument("--no-stage", action="store_true", help="do not stage even if the system file names a dataset")
     r.add_argument("--time", help="Slurm time limit (default: the system file's)")
     r.add_argument("--device", choices=("auto", "cpu", "cuda"),

@@ -6,6 +6,9 @@ import time
 from pathlib import Path
 
 from hpcbench import registry
+from hpcbench.commands._common import MAX_THREADS, check_range, mib_bytes
+
+MIN_LEVEL = -(1 << 17)  # zstd's fastest level (ZSTD_minCLevel)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,15 +25,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpcbench.common.errors import ConfigError
+    import zstandard
+
     from hpcbench.staging.pack import Packer
 
-    if args.shard_mb <= 0 or (args.chunk_mb is not None and args.chunk_mb <= 0):
-        raise ConfigError("--shard-mb and --chunk-mb must be positive")
+    shard_bytes = mib_bytes("--shard-mb", args.shard_mb)
+    chunk_bytes = None if args.chunk_mb is None else mib_bytes("--chunk-mb", args.chunk_mb)
+    check_range("--level", args.level, MIN_LEVEL, zstandard.MAX_COMPRESSION_LEVEL,
+                "zstd: negative levels are faster, 22 compresses most")
+    if args.threads is not None:
+        check_range("--threads", args.threads, 1, MAX_THREADS, "leave it out for all CPUs")
     layout = registry.layout(args.dataset)
     t0 = time.perf_counter()
-    packer = Packer(args.source, args.dest, layout, int(args.shard_mb * 2**20), args.level,
-                    args.threads, int(args.chunk_mb * 2**20) if args.chunk_mb else None,
+    packer = Packer(args.source, args.dest, layout, shard_bytes, args.level, args.threads, chunk_bytes,
                     progress=not args.no_progress)
     man = packer.run()
     dt = time.perf_counter() - t0
@@ -39,5 +46,7 @@ def run(args: argparse.Namespace) -> int:
               f"{sp.bytes / 1e6:,.1f} MB ({sp.bytes / max(1, sp.raw_bytes):.1%})")
     raw = sum(s.raw_bytes for s in man.splits.values())
     print(f"packed {args.source} -> {args.dest} in {dt:.1f} s ({raw / 1e6 / max(dt, 1e-9):,.0f} MB/s raw); "
-          f"{packer.written} shards written, {packer.reused} reused from an earlier run")
+          f"{packer.written} shards written, {packer.reused} reused from an earlier run"
+          + (f" ({len(packer.damaged)} damaged shards of an earlier run packed again: "
+             f"{', '.join(packer.damaged[:3])}{', ...' if len(packer.damaged) > 3 else ''})" if packer.damaged else ""))
     return 0

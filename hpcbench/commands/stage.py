@@ -6,16 +6,23 @@ import math
 from pathlib import Path
 
 from hpcbench import registry
-from hpcbench.commands._common import add_layout_args
+from hpcbench.commands._common import MAX_THREADS, add_layout_args, check_range, mib_bytes
+
+MAX_CHUNK_MB = 2047  # MiB per member per Allgatherv round: below MPI's int count limit (2**31 - 1 bytes)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", choices=sorted(registry.dataset_names()), default=None,
                         help="dataset (checked against the manifest; picks the file layout for --method copy "
                              "(default: every file) and --dry-run)")
-    parser.add_argument("--source", type=Path, help="packed folder (manifest.json), or the raw folder for --method copy")
+    parser.add_argument("--source", type=Path, help="packed folder (manifest.json), or the raw folder for --method "
+                                                    "copy (default: the site's [data] DATASET)")
     parser.add_argument("--dest", help="node-local folder; '{node}' is replaced by the node index "
-                                       "(needed when nodes are emulated on one host, e.g. /tmp/st/node{node})")
+                                       "(needed when nodes are emulated on one host, e.g. /tmp/st/node{node}; "
+                                       "default: the site's [paths] stage_dir + /DATASET)")
+    parser.add_argument("--system", metavar="NAME|FILE",
+                        help="site settings jobs/systems/<NAME>.toml (or a .toml path) that give --source, --dest and, "
+                             "where nodes are emulated, --ranks-per-node for --dataset (default: $HPCBENCH_SYSTEM)")
     parser.add_argument("--splits", default=None, help="comma-separated splits to stage (default: all)")
     parser.add_argument("--replicate", default="", help="comma-separated splits every node gets in full")
     parser.add_argument("--method", choices=["packed", "independent", "copy"], default="packed",
@@ -70,6 +77,16 @@ def _check_args(args: argparse.Namespace) -> None:
             raise ConfigError(f"{key} must be a finite number > 0, got {v:g}")
     if not (args.reserve_mb >= 0 and math.isfinite(args.reserve_mb)):
         raise ConfigError(f"--reserve-mb must be a finite number >= 0, got {args.reserve_mb:g}")
+    # upper bounds and the byte counts the MiB options become (the checks above name the lower bounds)
+    check_range("--chunk-mb", args.chunk_mb, 1, MAX_CHUNK_MB, "one Allgatherv round must stay below MPI's 2**31 "
+                "bytes")
+    check_range("--threads", args.threads, 1, MAX_THREADS)
+    mib_bytes("--shard-mb", args.shard_mb)
+    for name in ("fs_GBps", "fabric_GBps", "write_GBps", "decompress_GBps", "client_GBps"):
+        v = getattr(args, name)
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            raise ConfigError(f"--{name.replace('_GBps', '-GBps').replace('_', '-')} must be a finite number > 0, "
+                              f"got {v:g}")
     if args.report is not None and not args.dry_run:
         if args.report.is_dir():
             raise ConfigError(f"--report {args.report}: is a folder; give the path of the JSON file to write")
@@ -78,13 +95,10 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpcbench.common.errors import ConfigError
-
     _check_args(args)
     if args.dry_run:
         return _dry_run(args)
-    if args.source is None or args.dest is None:
-        raise ConfigError("stage needs --source and --dest (or --dry-run)")
+    _site_paths(args)
     from hpcbench.common.dist import init_distributed
     from hpcbench.staging.exchange import deadline, end_job
     from hpcbench.staging.report import format_report
@@ -104,6 +118,24 @@ def run(args: argparse.Namespace) -> int:
     if rep is not None:
         print(format_report(rep))
     return 0
+
+
+def _site_paths(args: argparse.Namespace) -> None:
+    """--source/--dest (and --ranks-per-node, where the site emulates nodes) from the site settings when
+    not given (hpcbench.site)."""
+    from hpcbench.common.errors import ConfigError
+    from hpcbench.site import Options, resolve
+
+    command = "stage" + (f" --dataset {args.dataset}" if args.dataset else "")
+    if args.method == "copy" and args.source is None:
+        raise ConfigError(f"{command} --method copy reads the raw dataset: pass --source RAW (a site's [data] "
+                          "entry is the packed folder)")
+    found = resolve(args.dataset, None if args.source is None else str(args.source), args.dest, args.system,
+                    Options(command, "--source", "--dest", "--system",
+                            "pass them, or --dataset NAME to take them from the site settings (--system or HPCBENCH_SYSTEM)"))
+    args.source, args.dest = Path(found.source), found.dest
+    if args.ranks_per_node is None:
+        args.ranks_per_node = found.ranks_per_node
 
 
 def _dry_run(args: argparse.Namespace) -> int:
@@ -139,15 +171,11 @@ def _dry_run(args: argparse.Namespace) -> int:
 
 def _model(args: argparse.Namespace, nodes: int, raw: int, packed: int) -> str:
     """The staging model's prediction (staging.model) with rates given or probed on this machine."""
-    from hpcbench.common.errors import ConfigError
     from hpcbench.staging.model import Layout, System, format_table, predict_all, weak_scaling
     from hpcbench.staging.probe import node_rates, probe
 
     given = {"fs_GBps": args.fs_GBps, "fabric_GBps": args.fabric_GBps, "write_GBps": args.write_GBps,
-             "decompress_GBps": args.decompress_GBps}
-    for k, v in list(given.items()) + [("client_GBps", args.client_GBps)]:
-        if v is not None and not (v > 0 and math.isfinite(v)):
-            raise ConfigError(f"--{k.replace('_GBps', '-GBps').replace('_', '-')} must be a finite number > 0, got {v:g}")
+             "decompress_GBps": args.decompress_GBps}  # range-checked in _check_args
     pr = probe(refresh=args.probe) if args.probe or None in given.values() else {}
     # a probed node stands in for a cluster node with this machine's cores (its own, not shared)
     probed = {"fs_GBps": pr.get("fs_GBps")} | (node_rates(pr, args.threads, pr["cores_effective"]) if pr else {})

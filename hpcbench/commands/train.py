@@ -30,9 +30,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--system", metavar="FILE", help="system description JSON (systems/<name>.json)")
     parser.add_argument("--system-name", metavar="NAME", help="system name for the results folder "
                         "(default: the system file's system_name, else this host's name)")
-    parser.add_argument("--stage-from", metavar="PACKED", help="stage this packed dataset inside the job first")
-    parser.add_argument("--stage-to", metavar="LOCAL", help="node-local staging folder ({node} = node index); "
-                        "training then reads from it")
+    parser.add_argument("--stage-from", metavar="PACKED", nargs="?", const="",
+                        help="stage this packed dataset inside the job first (without a value: the site's "
+                             "[data] entry for the workload's dataset)")
+    parser.add_argument("--stage-to", metavar="LOCAL", nargs="?", const="",
+                        help="node-local staging folder ({node} = node index); training then reads from it "
+                             "(without a value: the site's [paths] stage_dir + /DATASET)")
+    parser.add_argument("--stage", action="store_true",
+                        help="stage the workload's dataset inside the job from the site's entries (same as "
+                             "--stage-from --stage-to without values; explicit values win)")
+    parser.add_argument("--site", metavar="NAME|FILE",
+                        help="site settings jobs/systems/<NAME>.toml (or a .toml path) for --stage, as in "
+                             "`hpcbench stage --system` (default: $HPCBENCH_SYSTEM)")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier weak-scaling job's logs")
     parser.add_argument("--straggler-grace", type=float, default=120.0, metavar="S",
                         help="seconds to wait for the other ranks of a failed instance before ending the job")
@@ -53,12 +62,29 @@ def resolve_config(args: argparse.Namespace):  # noqa: ANN201
     Resolved once per process: ``run`` passes the result on to ``train``. Staged inside the job
     (``--stage-from``), the data root is ``--stage-to`` (``{node}`` still in it) and holds this node's part."""
     cls = registry.get(args.workload)
+    _site_staging(args)
     overrides = list(args.overrides)
     if args.stage_from and args.stage_to:  # staged inside the job: this node's part of the dataset
         overrides[:0] = [f"data.root={args.stage_to}", "data.node_local=true"]
     elif args.data:
         overrides.insert(0, f"data.root={args.data}")
     return cls, cls.load_config(args.config, overrides)
+
+
+def _site_staging(args: argparse.Namespace) -> None:
+    """--stage, or --stage-from/--stage-to given without a value (or one without the other): the missing
+    paths, and --ranks-per-node where the site emulates nodes, from the site settings (hpcbench.site)."""
+    from hpcbench.site import Options, resolve
+
+    if not (args.stage or args.stage_from is not None or args.stage_to is not None):
+        return
+    dataset = None if ":" in args.workload else registry.entry(args.workload).name
+    found = resolve(dataset, args.stage_from, args.stage_to, args.site,
+                    Options(f"train {args.workload} --stage", "--stage-from", "--stage-to", "--site",
+                            "an out-of-tree workload names no dataset to look up in the site settings"))
+    args.stage_from, args.stage_to = found.source, found.dest
+    if args.ranks_per_node is None:
+        args.ranks_per_node = found.ranks_per_node
 
 
 def run(args: argparse.Namespace) -> int:
