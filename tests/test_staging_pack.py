@@ -123,6 +123,19 @@ def test_dry_run_full_scale_cosmoflow_is_fast() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "512 nodes = 128 instances x 4 nodes" in proc.stdout
     assert "524,288 files" in proc.stdout and "job total" in proc.stdout
+    # no rates: the plan, and the model refuses to predict the cluster from this box's probe
+    assert "model (staging.model): not run" in proc.stdout and "--fs-GBps" in proc.stdout
+    assert "total s" not in proc.stdout and "WARNING" not in proc.stdout
+
+
+def test_dry_run_model_from_this_boxs_probe_says_so_loudly() -> None:
+    rates = ["--fabric-GBps", "200", "--write-GBps", "6", "--decompress-GBps", "24"]
+    proc = run_cli(["stage", "--dry-run", "--nodes", "8", "--instances", "2", "--dataset", "cosmoflow", *rates,
+                    "--rates-from-probe"], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    first = proc.stdout.split("model (staging.model)")[0]
+    assert "WARNING: fs_GBps measured on THIS machine" in first and "not on the 8-node cluster" in first
+    assert "fs_GBps" in proc.stdout and "(probe)" in proc.stdout and "write_GBps 6 (given)" in proc.stdout
 
 
 def test_dry_run_model_with_given_rates_and_plot(tmp_path: Path) -> None:

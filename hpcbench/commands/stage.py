@@ -26,8 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--splits", default=None, help="comma-separated splits to stage (default: all)")
     parser.add_argument("--replicate", default="", help="comma-separated splits every node gets in full")
     parser.add_argument("--method", choices=["packed", "independent", "copy"], default="packed",
-                        help="packed: sharded reads + Allgatherv (default); independent: the v1.0 way, each node "
-                             "reads its whole packed shard-set itself; copy: baseline, each node copies raw files")
+                        help="packed: sharded reads + Allgatherv (default); independent: compression without sharded "
+                             "reads, each node reads its whole packed shard-set itself; copy: baseline and the v1.0 "
+                             "way, each node copies raw files")
     parser.add_argument("--verify", action="store_true", help="re-check staged files' crc32c (before and after)")
     parser.add_argument("--clean", action="store_true",
                         help="the dest holds another dataset: remove that dataset's staged files (never other files)")
@@ -42,16 +43,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--dry-run", action="store_true", help="print the plan for --nodes/--instances and exit")
     g.add_argument("--nodes", type=int, default=None, help="dry run: cluster nodes")
     g.add_argument("--fs-GBps", type=float, default=None,
-                   help="model: shared filesystem read bandwidth, all readers together (default: probe of this disk)")
-    g.add_argument("--fabric-GBps", type=float, default=None, help="model: fabric bandwidth into a node (default: probe)")
+                   help="model: shared filesystem read bandwidth, all readers together (the cluster's; without "
+                        "the four rates the model is not run, unless --rates-from-probe)")
+    g.add_argument("--fabric-GBps", type=float, default=None, help="model: fabric bandwidth into a node")
     g.add_argument("--write-GBps", type=float, default=None,
-                   help="model: node-local write rate per node (default: probe of copy's write path x --threads, "
-                        "up to this machine's cores)")
+                   help="model: node-local write rate per node (--rates-from-probe: copy's write path on this "
+                        "machine x --threads, up to its cores)")
     g.add_argument("--decompress-GBps", type=float, default=None,
                    help="model: decompression rate per node, output bytes (default: what the probed packed write "
                         "path costs beyond copy's, x --threads up to the cores)")
     g.add_argument("--client-GBps", type=float, default=None, help="model: per-node read limit from the shared FS")
-    g.add_argument("--probe", action="store_true", help="model: measure this machine again (else the cached probe)")
+    g.add_argument("--rates-from-probe", action="store_true",
+                   help="model: take the rates not given from a probe of THIS machine (a stand-in that predicts this "
+                        "box, not a cluster; said so in the output)")
+    g.add_argument("--probe", action="store_true", help="model: measure this machine again (implies --rates-from-probe)")
     g.add_argument("--plot", type=Path, default=None, help="model: write the scaling curve (PNG) here")
     add_layout_args(parser)
 
@@ -176,13 +181,21 @@ def _model(args: argparse.Namespace, nodes: int, raw: int, packed: int) -> str:
 
     given = {"fs_GBps": args.fs_GBps, "fabric_GBps": args.fabric_GBps, "write_GBps": args.write_GBps,
              "decompress_GBps": args.decompress_GBps}  # range-checked in _check_args
-    pr = probe(refresh=args.probe) if args.probe or None in given.values() else {}
+    missing = [k for k, v in given.items() if v is None]
+    if missing and not (args.rates_from_probe or args.probe):
+        flags = ", ".join("--" + k.replace("_GBps", "-GBps").replace("_", "-") for k in missing)
+        return (f"model (staging.model): not run: predicting {nodes} nodes needs the cluster's rates, and {flags} "
+                "not given. Pass them (docs/staging.md: what each one means, and the published points' values), "
+                "or --rates-from-probe to use this machine's probe as a stand-in (it predicts this box, not a cluster).")
+    pr = probe(refresh=args.probe) if missing or args.probe else {}
     # a probed node stands in for a cluster node with this machine's cores (its own, not shared)
     probed = {"fs_GBps": pr.get("fs_GBps")} | (node_rates(pr, args.threads, pr["cores_effective"]) if pr else {})
     rates = {k: v if v is not None else probed[k] for k, v in given.items()}
     sys_ = System(**rates, client_GBps=args.client_GBps or math.inf, chunk_bytes=args.chunk_mb * 2**20)
     src = ", ".join(f"{k} {v:.3g} ({'given' if given[k] is not None else 'probe'})" for k, v in rates.items())
-    lines = [f"model (staging.model): {src}; client limit "
+    lines = ([f"WARNING: {', '.join(missing)} measured on THIS machine ({pr.get('cpu')} x{pr.get('cores')}), not on "
+              f"the {nodes}-node cluster: the prediction below is a stand-in (--rates-from-probe)"] if missing else []) + [
+             f"model (staging.model): {src}; client limit "
              f"{'none' if args.client_GBps is None else format(args.client_GBps, 'g') + ' GB/s'}"
              + (f"; probe {'cached' if pr.get('cached') else 'measured'} on {pr.get('cpu')} x{pr.get('cores')}"
                 if pr else ""),
