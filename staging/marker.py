@@ -7,8 +7,12 @@
   refused; files staging did not write are never removed.
 * ``.hpcbench/staged_manifest.json``: the completion marker. Removed first by every stager, written
   atomically last, after every file was verified; it records the dataset, its manifest hash, the
-  layout (which shard-set of which node) and every file with size and crc32c. Training from a
-  node-local folder calls :func:`check_staged` and refuses a folder without a complete marker.
+  layout (which shard-set of which node) and every file with size and crc32c.
+* ``.hpcbench/staged.jsonl``: the journal (:class:`hpcbench.staging.nodelocal.Journal`).
+
+Training calls :func:`require_staged` where it opens the data root: a node-local root
+(``data.node_local``), and any root that carries staging's state (:func:`stage_state`) whatever
+option led there, must be completely staged; a folder made by hand trains as it is.
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ from hpcbench.common.errors import DataError
 from hpcbench.common.nodepath import node_path
 
 from .manifest import STATE_DIR, safe_relpath
-from .nodelocal import Journal
+from .nodelocal import JOURNAL, Journal
 
 MARKER = "staged_manifest.json"
 OWNER = "owner.json"
@@ -48,6 +52,15 @@ class NodeLayout:
 
 def state(dest: Path, name: str) -> Path:
     return dest / STATE_DIR / name
+
+
+def stage_state(root: Path) -> list[str]:
+    """What ``hpcbench stage`` left in ``root`` (its state folder and the files in it, relative
+    names); empty for a folder staging never touched (made by hand, a shared dataset)."""
+    d = root / STATE_DIR
+    if not (d.is_dir() or d.is_symlink()):
+        return []
+    return [f"{STATE_DIR}/{n}" for n in (MARKER, JOURNAL, OWNER, LOCK) if (d / n).exists()] or [f"{STATE_DIR}/"]
 
 
 class DestLock:
@@ -193,18 +206,22 @@ def write_marker(dest: Path, dataset: str, sha: str, layout: NodeLayout, splits:
 
 
 def check_staged(root: Path, dataset: str | None = None, slot: int | None = None,
-                 nodes_per_instance: int | None = None) -> dict[str, Any]:
-    """Refuse a node-local folder that is not completely staged: no marker (never staged, being
-    staged, or a failed run), another dataset, another layout (this node would train on another
-    node's share), or a listed file missing or of the wrong size. Returns the marker."""
-    hint = ("stage it again with `hpcbench stage` (or set data.require_staged=false for a folder "
-            "made by hand)")
+                 nodes_per_instance: int | None = None, whole: bool = False) -> dict[str, Any]:
+    """Refuse a staged folder that is not completely staged: no marker (never staged, being staged, or
+    a failed run), another dataset, another layout (this node would train on another node's share; with
+    ``whole``, the root is read as the whole dataset), a listed file missing or of the wrong size, or a
+    file in the split folders the marker does not list. Every message names the folder, what is missing
+    or extra, and the fixes. Returns the marker."""
+    hint = ("stage it again with `hpcbench stage` (or pass --set data.require_staged=false to train on the "
+            "folder as it is)")
     path = state(root, MARKER)
     try:
         m = json.loads(path.read_text())
     except FileNotFoundError:
+        found = [n for n in stage_state(root) if not n.endswith(MARKER)]
+        has = f"; it holds {', '.join(found)}" if found else ""
         raise DataError(f"{root}: not a completely staged folder (no {STATE_DIR}/{MARKER}: never staged, still "
-                        f"being staged, or the last staging failed); {hint}") from None
+                        f"being staged, the last staging failed, or the marker was removed{has}); {hint}") from None
     except (OSError, ValueError) as exc:
         raise DataError(f"{path}: unreadable completion marker ({exc}); {hint}") from None
     if not isinstance(m, dict) or m.get("format") != MARKER_FORMAT or m.get("version") != MARKER_VERSION \
@@ -213,6 +230,11 @@ def check_staged(root: Path, dataset: str | None = None, slot: int | None = None
     if dataset is not None and m.get("dataset") != dataset:
         raise DataError(f"{root}: staged with dataset {m.get('dataset')!r}, not {dataset!r}; {hint}")
     lay = m.get("layout") or {}
+    if whole and lay.get("nodes_per_instance", 1) != 1:
+        raise DataError(f"{root}: holds only shard-set {lay.get('slot')} of {lay.get('nodes_per_instance')} (staged "
+                        "for node-local training), but the data root is read as the whole dataset: pass --set "
+                        "data.node_local=true (each node trains on its part), or stage the whole dataset to "
+                        f"every node (--instances = nodes); or {hint}")
     if nodes_per_instance is not None and nodes_per_instance > 1 and (
             lay.get("nodes_per_instance") != nodes_per_instance or lay.get("slot") != slot):
         raise DataError(f"{root}: staged for shard-set {lay.get('slot')} of {lay.get('nodes_per_instance')} nodes "
@@ -221,23 +243,39 @@ def check_staged(root: Path, dataset: str | None = None, slot: int | None = None
         raise DataError(f"{root}: holds only part of the dataset (shard-set {lay.get('slot')} of "
                         f"{lay.get('nodes_per_instance')}), but this instance runs on one node; {hint}")
     entries = m.get("entries", [])
+    missing, changed = [], []
     for e in entries:
         p = root / safe_relpath(e["name"], str(path))
-        if not p.is_file() or p.stat().st_size != e["size"]:
-            raise DataError(f"{root}: staged file {e['name']} is missing or changed since staging; {hint}")
+        if not p.is_file():
+            missing.append(e["name"])
+        elif p.stat().st_size != e["size"]:
+            changed.append(e["name"])
+    if missing or changed:
+        what = "; ".join(f"{len(x)} {kind} ({_few(x)})" for kind, x in (("missing", missing),
+                                                                      ("of another size", changed)) if x)
+        raise DataError(f"{root}: staged files are missing or changed since staging: {what}; {hint}")
     extra = unlisted(root, [e["name"] for e in entries], list(m.get("splits") or []))
     if extra:
         raise DataError(f"{root}: {len(extra)} files in the staged folders are not in the completion marker "
-                        f"({', '.join(extra[:3])}{', ...' if len(extra) > 3 else ''}); the loader would read them "
-                        f"too: remove them or {hint}")
+                        f"({_few(extra)}); the loader would read them too: remove them or {hint}")
     return m
 
 
+def _few(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
 def require_staged(data: Any, layout: Any, dataset: str | None) -> None:
-    """The training entry's check: a node-local data root (``data.node_local``) must be completely
-    staged for this dataset and this rank's place in the layout, unless ``data.require_staged`` is
-    false. ``layout`` is the rank's :class:`hpcbench.common.dist.Layout`."""
-    if not getattr(data, "node_local", False) or not getattr(data, "require_staged", True):
+    """The training entry's check, where ``hpcbench train`` opens the data root (``{node}`` already
+    replaced), unless ``data.require_staged`` is false. A node-local root (``data.node_local``) must be
+    completely staged for this dataset and this rank's place in the layout; any other root that carries
+    staging's state (:func:`stage_state`: ``--data`` naming a staged folder) must be completely staged
+    with the whole dataset. A folder without staging's state (made by hand, a shared dataset) is used
+    as it is. ``layout`` is the rank's :class:`hpcbench.common.dist.Layout`."""
+    if not getattr(data, "require_staged", True):
         return
     root = Path(node_path(str(data.root), layout.node_index, "data.root"))
-    check_staged(root, dataset, layout.instance_node_index, layout.nodes_per_instance)
+    if getattr(data, "node_local", False):
+        check_staged(root, dataset, layout.instance_node_index, layout.nodes_per_instance)
+    elif stage_state(root):
+        check_staged(root, dataset, whole=True)

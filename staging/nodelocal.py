@@ -213,8 +213,13 @@ class Journal:
                 return False
         return True
 
-    def record(self, shard: ShardInfo, files: list[FileEntry]) -> None:
-        rec = {"shard": shard.name, "crc32c": shard.crc32c, "files": [[f.name, f.size, f.crc32c] for f in files]}
+    def record(self, shard: ShardInfo, files: list[FileEntry], source: dict[str, list[int]] | None = None) -> None:
+        """Journal a staged shard. ``source`` (``--method copy``): per file the source's [size, mtime_ns,
+        ctime_ns] it was copied from, so a restage can tell a changed source from an unchanged one."""
+        rec: dict[str, Any] = {"shard": shard.name, "crc32c": shard.crc32c,
+                               "files": [[f.name, f.size, f.crc32c] for f in files]}
+        if source is not None:
+            rec["source"] = source
         with self.lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "a") as fh:
@@ -223,14 +228,29 @@ class Journal:
                 os.fsync(fh.fileno())
             self.done[shard.name] = rec
 
-    def record_raw(self, shard: ShardInfo, files: list[tuple[str, int]]) -> None:
-        """Journal a shard staged by ``--method copy`` (no checksum known: -1)."""
-        self.record(shard, [FileEntry(n, size, -1, []) for n, size in files])
+    def sources(self) -> dict[str, tuple[list[int], int]]:
+        """``--method copy``: per journaled file, (the source stat it was copied from, its crc32c)."""
+        out = {}
+        for rec in self.done.values():
+            src = rec.get("source")
+            if isinstance(src, dict):
+                for name, _, crc in rec["files"]:
+                    if isinstance(src.get(name), list):
+                        out[name] = (src[name], crc)
+        return out
 
-    def rewrite(self, keep: set[str]) -> None:
-        """Keep only the records of the shards in ``keep`` (atomically)."""
+    def rewrite(self, keep: set[str], files: set[str] | None = None) -> None:
+        """Keep only the records of the shards in ``keep`` (atomically); with ``files``, only those files
+        of them (a shard left with fewer files no longer counts as complete: see :meth:`complete`)."""
         with self.lock:
-            self.done = {k: v for k, v in self.done.items() if k in keep}
+            done = {}
+            for k, v in self.done.items():
+                if k not in keep:
+                    continue
+                if files is not None and any(f[0] not in files for f in v["files"]):
+                    v = dict(v, crc32c=None, files=[f for f in v["files"] if f[0] in files])
+                done[k] = v
+            self.done = done
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with atomic_write(self.path, "w") as fh:
                 for rec in self.done.values():
@@ -251,9 +271,11 @@ def sweep_temporaries(dest: Path) -> int:
     return n
 
 
-def verify_journal(j: Journal, threads: int = 2) -> tuple[int, int, list[str]]:
-    """Re-check every journaled file's size and crc32c: (files, bytes, problems). Shards with a bad
-    file are dropped from the journal's in-memory record, so a following stage re-transfers them."""
+def verify_journal(j: Journal, threads: int = 2, source: Path | None = None) -> tuple[int, int, list[str]]:
+    """Re-check every journaled file's size and crc32c: (files, bytes, problems). With ``source``
+    (``--method copy``), every file is also compared with the source it was copied from, re-read now:
+    a source edited since it was copied is a problem too. Shards with a bad file are dropped from the
+    journal's in-memory record, so a following stage re-transfers them."""
     from concurrent.futures import ThreadPoolExecutor
 
     def check(f: list) -> str | None:
@@ -262,9 +284,17 @@ def verify_journal(j: Journal, threads: int = 2) -> tuple[int, int, list[str]]:
             return f"{p}: missing"
         if p.stat().st_size != f[1]:
             return f"{p}: size {p.stat().st_size}, expected {f[1]}"
-        if f[2] >= 0 and file_crc(p) != f[2]:
+        if source is None:
+            return f"{p}: crc32c mismatch" if f[2] >= 0 and file_crc(p) != f[2] else None
+        crc = file_crc(p)
+        if f[2] >= 0 and crc != f[2]:
             return f"{p}: crc32c mismatch"
-        return None
+        src = source / f[0]
+        try:
+            same = src.stat().st_size == f[1] and file_crc(src) == crc
+        except OSError as exc:
+            return f"{p}: its source {src} cannot be read ({exc.strerror})"
+        return None if same else f"{p}: differs from its source {src}"
 
     items = [(rec["shard"], f) for rec in j.done.values() for f in rec["files"]]
     with ThreadPoolExecutor(threads) as pool:

@@ -90,9 +90,10 @@ def _plan_input(opts: StageOptions) -> dict[str, Any]:
                 "splits": {n: (s.replicate, s.shards, None) for n, s in man.splits.items()}}
     layout = opts.layout or GENERIC
     raw = raw_shards(opts.source, layout, opts.shard_bytes)
-    listing = sorted((f, n) for _, groups in raw.values() for g in groups for f, n in g)
-    sha = "raw-" + hashlib.sha256(json.dumps([str(opts.source.resolve()), listing]).encode()).hexdigest()
-    members = {info.name: [f for f, _ in g] for infos, groups in raw.values() for info, g in zip(infos, groups)}
+    # a raw dataset is named by its folder and layout, not its content: a changed, added or removed
+    # source file is restaged in place (the shards' fingerprints tell which), never "another dataset"
+    sha = "raw-" + hashlib.sha256(json.dumps(["raw-v2", str(opts.source.resolve()), layout.name]).encode()).hexdigest()
+    members = {info.name: [f[0] for f in g] for infos, groups in raw.values() for info, g in zip(infos, groups)}
     return {"dataset": layout.name, "sha256": sha, "members": members,
             "splits": {n: (n == REPLICATED, infos, groups) for n, (infos, groups) in raw.items()}}
 
@@ -191,11 +192,15 @@ def _prepare(opts: StageOptions, info: dict[str, Any], node: NodeLayout, dest: P
                                 f"it): {smaller}, or pass --replicate {sp}")
             plans.append((p, p.sets[p.set_of(node.slot)], groups))
         needed = {p.shards[i].name for p, mine, _ in plans for i in mine}
-        old = [f[0] for s, rec in journal.done.items() if s not in needed for f in rec["files"]]
-        if old:  # staged before for another layout or other splits: training must not read them
-            st.removed_files += remove_files(dest, old)
-            journal.rewrite(needed)
         listed = _listed(info, plans)
+        keep = set(listed)
+        # staged before for another layout or other splits, or (--method copy) a source file since
+        # deleted: training must not read them. Files of a shard no longer needed that this node still
+        # needs elsewhere (copy's regrouping) stay; they are copied again.
+        old = [f[0] for rec in journal.done.values() for f in rec["files"] if f[0] not in keep]
+        if old or set(journal.done) - needed:
+            st.removed_files += remove_files(dest, old)
+            journal.rewrite(needed, keep)
         extra = unlisted(dest, listed, [sp for sp in info["splits"]])
         if extra and not opts.clean:  # a journal lost or cut short, or files placed by hand
             raise DataError(f"node {node.node}: {dest} holds {len(extra)} files in its split folders that this "
@@ -204,7 +209,8 @@ def _prepare(opts: StageOptions, info: dict[str, Any], node: NodeLayout, dest: P
         st.removed_files += remove_files(dest, extra)
         problems: list[str] = []
         if opts.verify:
-            _, _, problems = verify_journal(journal, opts.threads)
+            # copy: against the source files as they are now, not only the journal's checksums
+            _, _, problems = verify_journal(journal, opts.threads, opts.source if opts.method == "copy" else None)
         work = []
         for p, mine, groups in plans:
             todo = [i for i in mine if not journal.complete(p.shards[i])]
@@ -272,9 +278,8 @@ def _move(env: DistEnv, opts: StageOptions, leaders: Any, node: NodeLayout, dest
             err = None
             try:
                 if comm is None:
-                    copy_files(opts.source, dest, [f for i in todo for f in groups[i]], node.node, opts.threads, st)
-                    for i in todo:
-                        journal.record_raw(p.shards[i], groups[i])
+                    copy_files(opts.source, dest, [(p.shards[i], groups[i]) for i in todo], journal, node.node,
+                               opts.threads, st)
                 else:
                     if opts.method == "independent":
                         p = alone(p, node.slot)
