@@ -29,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="packed: sharded reads + Allgatherv (default); independent: compression without sharded "
                              "reads, each node reads its whole packed shard-set itself; copy: baseline and the v1.0 "
                              "way, each node copies raw files")
-    parser.add_argument("--verify", action="store_true", help="re-check staged files' crc32c (before and after)")
+    parser.add_argument("--verify", action="store_true", help="re-check staged files' crc32c (before and after); "
+                        "with --method copy, against the source files as they are now (changed ones restaged)")
     parser.add_argument("--clean", action="store_true",
                         help="the dest holds another dataset: remove that dataset's staged files (never other files)")
     parser.add_argument("--chunk-mb", type=int, default=64, help="bytes per member per Allgatherv round (MiB)")
