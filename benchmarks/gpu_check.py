@@ -143,7 +143,7 @@ def end_to_end(name: str, root: Path, mode: str, epochs: int) -> tuple[float, li
             cmd += ["--set", kv]
         proc = run(cmd, 3600)
         logs = sorted(Path(tmp).glob("results/**/result_*.txt"))
-        rates = parse_log(logs[0]).tracked_throughput if logs else []
+        rates = [tp for tp, _ms in parse_log(logs[0]).tracked_throughput] if logs else []
         # exit 4 = the run stopped at max_epochs without reaching the target: expected here
         if proc.returncode not in (0, 4) or not rates:
             why = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:]

@@ -96,3 +96,12 @@ def test_resnet_loader_benchmark_prints_every_loader_and_its_ratio(tmp_path: Pat
                     "pillow cache=host threads=2"]
     assert all(any(ln.strip().startswith(k) and "x" in ln for ln in lines) for k in res["results"])
     assert lines[-1].startswith("# done in ") and "of --budget-s 60" in lines[-1]
+
+
+def test_gpu_check_smoke_runs_end_to_end_on_the_cpu() -> None:
+    """benchmarks/gpu_check.py --smoke (mini preset, CPU allowed) gets through its end-to-end figure (it
+    crashed there once: the log parser's tracked throughput became (samples/s, epoch ms) pairs)."""
+    proc = bench(["-m", "benchmarks.gpu_check", "--smoke", "--workloads", "cosmoflow", "--budget-s", "90"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if "end to end" in ln)
+    assert "samples/s after epoch 1" in line and "; ok)" in line and "Traceback" not in proc.stderr
