@@ -616,3 +616,81 @@ def test_marker_check_refuses_unlisted_files(tmp_path: Path) -> None:
     (tmp_path / "train" / "b.tfrecord").write_bytes(b"stale")
     with pytest.raises(DataError, match=r"not in the completion marker \(train/b.tfrecord\)"):
         check_staged(tmp_path, "cosmoflow")
+
+
+def _rank_pids(tag: str) -> dict[int, int]:
+    """World rank -> pid of the job's rank processes (their watchers inherit the environment, PMI_RANK
+    included: they are told apart by their command line)."""
+    out = {}
+    for pid in tagged(tag):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if b"PMI_RANK" in env and b"guard.py" not in cmd:
+            out[int(env[b"PMI_RANK"])] = pid
+    return out
+
+
+def _has_guard(tag: str, pid: int) -> bool:
+    for p in tagged(tag):
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b"guard.py") for a in argv) and str(pid).encode() in argv:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("when", ["report", "init"])
+def test_external_sigstop_ends_the_job(data: Data, tmp_path: Path, when: str) -> None:
+    """The issue's reproduction: a real `hpcbench stage` (no injected fault), one rank stopped from
+    outside with SIGSTOP when "staging report" appears (or, for MPI_Init, as soon as its watcher runs,
+    before MPI is up). The job must end within a real bound (--timeout 10: under 60 s), leave no
+    process behind, and, when it fails, name the stopped rank. A stop at the report may land after
+    that rank already exited (then the job succeeds)."""
+    import select
+
+    tag = uuid.uuid4().hex
+    victim = 3 if when == "report" else 1
+    cmd = [mpiexec_path(), "-n", "4", sys.executable, "-m", "hpcbench", "stage", "--source", str(data.root / "packed"),
+           "--dest", f"{tmp_path}/st/node{{node}}", *BASE, "--timeout", "10"]
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, env=project_env(**{TAG_VAR: tag}), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    out, stopped, pids, scanned = b"", None, {}, 0.0
+    try:
+        assert proc.stdout is not None
+        while time.monotonic() - t0 < 90:
+            if stopped is None and time.monotonic() - scanned > 0.05:  # /proc scans cost CPU: not too often
+                pids, scanned = _rank_pids(tag), time.monotonic()
+            if stopped is None and victim in pids and (
+                    (when == "report" and b"staging report" in out) or (when == "init" and _has_guard(tag, pids[victim]))):
+                os.kill(pids[victim], signal.SIGSTOP)
+                stopped = time.monotonic() - t0
+            ready, _, _ = select.select([proc.stdout], [], [], 0.005)
+            if ready:
+                chunk = os.read(proc.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                out += chunk
+        proc.wait(timeout=max(1.0, 90 - (time.monotonic() - t0)))
+        took = time.monotonic() - t0
+    finally:
+        left = reap(tag, LEFT_S)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = out.decode(errors="replace")
+    print(f"\nstopped rank {victim} at {stopped}s; rc {proc.returncode} after {took:.1f}s")
+    assert stopped is not None, f"rank {victim} was never stopped: {text[-800:]}"
+    assert not left, f"{len(left)} processes left behind: {text[-800:]}"
+    assert took - stopped < 50, f"the job ended {took - stopped:.0f}s after the stop: {text[-800:]}"
+    if when == "init" or proc.returncode != 0:
+        assert proc.returncode != 0, text[-800:]
+        assert f"rank {victim} " in text and "Traceback" not in text, text[-800:]
