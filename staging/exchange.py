@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
 from hpcbench.common.dist import mpi
-from hpcbench.common.errors import DataError, HpcbenchError
+from hpcbench.common.errors import ConfigError, DataError, HpcbenchError
 
 T = TypeVar("T")
 FOREVER = 7 * 24 * 3600.0
@@ -28,7 +30,13 @@ BEAT_S = 0.5  # seconds between heartbeats while a long step runs
 ABORT_DRAIN_S = 1.0  # seconds between writing the message and MPI_Abort (which kills the launcher's forwarding)
 ABORT_STAGGER_RANKS = 4
 ABORT_STAGGER_S = 2.5  # > ABORT_DRAIN_S plus the spread of the moments the ranks' waits started
+# --timeout's range: below the heartbeat it means nothing; above a week it is "never" (and past
+# threading.TIMEOUT_MAX a timer cannot take it at all)
+TIMEOUT_MIN_S = 1.0
+TIMEOUT_MAX_S = FOREVER
+ROLL_TAG = 7461  # point-to-point tag of the roll call (staging sends no other point-to-point messages)
 _ABORTING = threading.Lock()
+_GUARD: list[subprocess.Popen[bytes]] = []
 #: called (best effort) just before MPI_Abort, e.g. to remove this node's temporary files
 ON_ABORT: list[Callable[[], object]] = []
 
@@ -51,9 +59,42 @@ class AgreedError(DataError):
                 time.sleep(1e-3)
 
 
-def abort(timeout_s: float, what: str) -> None:
-    """Print why, give the launcher time to forward it, then end the whole job (MPI_Abort kills the
-    stopped or hung peer too). Without the pause the message is often lost in the abort's race."""
+def check_timeout(timeout_s: float) -> None:
+    """``--timeout``'s range, checked before any MPI work (and by ``StageOptions.validate``)."""
+    if not TIMEOUT_MIN_S <= timeout_s <= TIMEOUT_MAX_S:  # nan fails too
+        raise ConfigError(f"--timeout must be between {TIMEOUT_MIN_S:g} and {TIMEOUT_MAX_S:g} seconds (7 days), "
+                          f"got {timeout_s:g}")
+
+
+def start_guard(timeout_s: float) -> None:
+    """Start this rank's watcher process (``hpcbench.staging.guard``) before MPI starts: it ends a rank
+    stopped inside ``MPI_Init`` or after the job's last barrier, where no peer can. Only under a
+    launcher, on Linux."""
+    from hpcbench.common.dist import launched_by_mpi
+
+    if _GUARD or not launched_by_mpi() or not Path("/proc/self/stat").exists():
+        return
+    rank = next((os.environ[v] for v in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+                 if v in os.environ), "?")
+    with contextlib.suppress(OSError):
+        _GUARD.append(subprocess.Popen(
+            [sys.executable, "-I", "-S", str(Path(__file__).with_name("guard.py")), str(os.getpid()), rank,
+             repr(float(timeout_s))], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, close_fds=True))
+
+
+def tell_guard(phase: str) -> None:
+    """Tell the watcher which phase this rank is in (see ``hpcbench.staging.guard``)."""
+    for proc in _GUARD:
+        with contextlib.suppress(OSError, ValueError):
+            assert proc.stdin is not None
+            proc.stdin.write(phase.encode() + b"\n")
+            proc.stdin.flush()
+
+
+def abort(timeout_s: float, what: str, who: str | None = None) -> None:
+    """Print why (``who``: the ranks found missing, if known), give the launcher time to forward it,
+    then end the whole job (MPI_Abort kills the stopped or hung peer too). Without the pause the
+    message is often lost in the abort's race."""
     MPI = mpi()
     rank = MPI.COMM_WORLD.Get_rank()
     if not _ABORTING.acquire(blocking=False):  # another thread of this rank is already aborting
@@ -65,7 +106,7 @@ def abort(timeout_s: float, what: str) -> None:
     # the others before they print (ranks 0-3 stagger; from rank 4 on they share the last slot)
     time.sleep(min(rank, ABORT_STAGGER_RANKS) * ABORT_STAGGER_S)
     sys.stderr.write(f"hpcbench stage: error: rank {rank}: no progress for {timeout_s:g}s while {what}; "
-                     "a peer rank died, hangs or was stopped; aborting the job (MPI_Abort)\n")
+                     f"{who or 'a peer rank died, hangs or was stopped'}; aborting the job (MPI_Abort)\n")
     sys.stderr.flush()
     for fn in list(ON_ABORT):
         with contextlib.suppress(Exception):
@@ -102,21 +143,82 @@ def deadline(timeout_s: float, what: str) -> Iterator[None]:
 
 
 def end_job(rc: int, timeout_s: float) -> None:
-    """Before this rank exits: a bounded barrier (a peer that never gets here, e.g. stopped after the
-    report, makes this rank abort the job), then a watchdog over ``MPI_Finalize``, which waits for
-    every peer without a bound: if a peer stops in the short gap after the barrier, faulthandler's C
-    thread (it needs no GIL, which Finalize holds) ends this rank after ``timeout_s`` and the launcher
-    then ends the others. A rank must not skip Finalize: the launcher kills a job whose rank does."""
+    """Before this rank exits: a roll call (every rank confirms every other's arrival under the
+    watchdog; a rank that does not come, e.g. stopped after the report, makes the others abort the job
+    naming it), then ``MPI_Finalize`` and an immediate exit. The watcher process
+    (``hpcbench.staging.guard``) covers what no peer can see: a rank stopped after the roll call (in
+    ``MPI_Finalize``, or after it while the others already left and the launcher waits for it) is
+    killed after ``timeout_s`` + a grace, and the launcher ends the job. Without a watcher (not Linux), faulthandler's C thread (it
+    needs no GIL, which Finalize holds) bounds ``MPI_Finalize``. A rank must not skip Finalize: the
+    launcher kills a job whose rank does."""
     import faulthandler
 
     MPI = mpi()
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
-    sys.stderr.flush()
-    wait(MPI.COMM_WORLD.Ibarrier(), timeout_s, "exiting (waiting for every rank to finish)")
-    faulthandler.dump_traceback_later(timeout_s, exit=True)  # prints "Timeout" and the stack, then exits 1
-    MPI.Finalize()  # here, not at interpreter exit: faulthandler's watchdog is cancelled during shutdown
+    _flush()
+    tell_guard("final")
+    roll_call(MPI.COMM_WORLD, timeout_s, "exiting (waiting for every rank to finish)")
+    tell_guard("finalizing")
+    if not _GUARD:  # prints "Timeout" and the stack, then exits 1
+        faulthandler.dump_traceback_later(timeout_s, exit=True)
+    _finalize(MPI)  # here, not at interpreter exit: faulthandler's watchdog is cancelled during shutdown
     faulthandler.cancel_dump_traceback_later()
+    # no os._exit here to shorten the last window: MPICH's launcher takes an exit right after
+    # MPI_Finalize for a rank that died before finalizing, and kills the others (measured: 3 of 5 runs)
+
+
+def _flush() -> None:
+    for f in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            f.flush()
+
+
+def _finalize(MPI: Any) -> None:
+    MPI.Finalize()
+
+
+def roll_call(comm: Any, timeout_s: float, what: str) -> None:
+    """A barrier that knows who is missing: every rank sends rank 0 an empty message, rank 0 answers
+    every rank once all came. After ``timeout_s`` rank 0 aborts naming the ranks that did not come
+    (world ranks); the others wait 5 s longer (rank 0 may come last: it prints the report) and then
+    name rank 0."""
+    MPI = mpi()
+    n, me = comm.Get_size(), comm.Get_rank()
+    if n == 1:
+        return
+    box = np.zeros(n, dtype=np.uint8)
+    t0 = time.monotonic()
+    if me == 0:
+        pending = {r: comm.Irecv([box[r:r + 1], MPI.BYTE], source=r, tag=ROLL_TAG) for r in range(1, n)}
+        _poll(pending, t0, timeout_s)
+        if pending:
+            world = MPI.Group.Translate_ranks(comm.Get_group(), sorted(pending), MPI.COMM_WORLD.Get_group())
+            names = ", ".join(str(r) for r in world)
+            abort(timeout_s, what, f"rank{'s' if len(world) > 1 else ''} {names} did not arrive "
+                                   "(died, hangs or was stopped)")
+        sends = {r: comm.Isend([box[r:r + 1], MPI.BYTE], dest=r, tag=ROLL_TAG) for r in range(1, n)}
+        _poll(sends, t0, timeout_s)
+        if sends:
+            abort(timeout_s, what, f"ranks {', '.join(map(str, sorted(sends)))} did not take rank 0's answer")
+        return
+    reqs = {0: comm.Isend([box[0:1], MPI.BYTE], dest=0, tag=ROLL_TAG),
+            1: comm.Irecv([box[1:2], MPI.BYTE], source=0, tag=ROLL_TAG)}
+    # later than rank 0, which may come last (it prints the report) and, alive, names who is missing
+    _poll(reqs, t0, timeout_s + 2 * ABORT_STAGGER_S)
+    if reqs:
+        root = MPI.Group.Translate_ranks(comm.Get_group(), [0], MPI.COMM_WORLD.Get_group())[0]
+        abort(timeout_s + 2 * ABORT_STAGGER_S, what, f"rank {root} did not confirm that every rank arrived (rank {root}, or a rank it "
+                               "waits for, died, hangs or was stopped)")
+
+
+def _poll(reqs: dict[int, Any], t0: float, timeout_s: float) -> None:
+    """Test the requests until all completed (removed from ``reqs``) or ``timeout_s`` passed since ``t0``."""
+    pause = 0.0
+    while reqs and time.monotonic() - t0 <= timeout_s:
+        for r in [r for r, q in reqs.items() if q.Test()]:
+            del reqs[r]
+        if reqs:
+            time.sleep(pause)
+            pause = min(1e-2 if len(reqs) > 64 else 1e-3, pause * 2 or 1e-5)
 
 
 def wait(req: Any, timeout_s: float, what: str, max_pause: float = 1e-3) -> None:

@@ -27,7 +27,7 @@ from hpcbench.common.nodepath import has_node, node_path
 
 from .copy import copy_files, raw_shards
 from .distribute import Ctx, SplitExchange, Stats
-from .exchange import FOREVER, agree, barrier, deadline, describe, supervised, wait
+from .exchange import FOREVER, agree, barrier, check_timeout, deadline, describe, supervised, wait
 from .manifest import MANIFEST, Manifest, member_index, refuse_overlap
 from .marker import (DestLock, NodeLayout, claim, refuse_links, remove_files, remove_marker, unlisted,
                      write_marker)
@@ -67,6 +67,7 @@ class StageOptions:
                        ("--shard-mb", self.shard_bytes)):
             if not v > 0:
                 raise ConfigError(f"{key} must be > 0, got {v}")
+        check_timeout(self.timeout_s)
         if self.reserve_bytes < 0:
             raise ConfigError(f"--reserve-mb must be >= 0, got {self.reserve_bytes / MiB:g}")
 

@@ -8,7 +8,10 @@ world rank RANK when its shared-storage reader (``hpcbench.staging.distribute._R
 Allgatherv round) reads round ROUND of a split. ``exit-wait`` and ``stop-wait`` hit any rank (a
 non-stager too) at its ROUND-th supervised step (``hpcbench.staging.exchange.supervised``: 1 = reading the
 manifest, 2 = staging). ``stop-exit`` stops rank RANK after the report was printed, as it enters
-``hpcbench.staging.exchange.end_job`` (ROUND is ignored). ``stop-deadline`` stops rank RANK as it enters its
+``hpcbench.staging.exchange.end_job`` (ROUND is ignored); ``stop-final`` stops it once the job's last barrier
+(``roll_call``) passed, before ``MPI_Finalize``; ``stop-gone`` after ``MPI_Finalize`` returned (its peers
+are gone: only the rank's watcher, ``hpcbench.staging.guard``, can end it); ``stop-init`` before MPI
+starts (its peers wait in ``MPI_Init``). ``stop-deadline`` stops rank RANK as it enters its
 ROUND-th blocking call bounded by ``hpcbench.staging.stage``'s ``deadline`` (1 = the manifest's bcast, 2 = the
 stagers' Split, 3 = the reports' gather). Every other rank runs the real code. The remaining arguments go to
 ``hpcbench.cli.main``.
@@ -25,7 +28,8 @@ from hpcbench.cli import main
 from hpcbench.staging import distribute
 from hpcbench.staging import stage as stage_mod
 
-KINDS = ("exit", "hang", "stop", "exit-wait", "stop-wait", "stop-exit", "stop-deadline")
+KINDS = ("exit", "hang", "stop", "exit-wait", "stop-wait", "stop-exit", "stop-final", "stop-gone", "stop-init",
+         "stop-deadline")
 
 
 def _hit(kind: str, rank: int, stage_round: int) -> None:
@@ -49,8 +53,37 @@ def parse_fault(spec: str) -> tuple[str, int, int]:
                          f"{', '.join(KINDS)}") from None
 
 
+def _launcher_rank() -> int:
+    return int(os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "-1")))
+
+
 def inject(kind: str, rank: int, stage_round: int) -> None:
     """Wrap the per-round reader (or the supervised steps) so that ``rank`` dies, hangs or stops."""
+    if kind == "stop-init":  # before MPI starts (mpi4py is imported, and MPI_Init runs, in init_distributed)
+        from hpcbench.common import dist
+
+        real_init = dist.init_distributed
+
+        def init_distributed(*a, **kw):  # noqa: ANN002, ANN003, ANN202
+            if _launcher_rank() == rank:
+                _hit(kind, rank, stage_round)
+            return real_init(*a, **kw)
+
+        dist.init_distributed = init_distributed  # type: ignore[assignment]
+        return
+    if kind in ("stop-final", "stop-gone"):
+        from hpcbench.staging import exchange
+
+        name = "roll_call" if kind == "stop-final" else "_finalize"
+        real = getattr(exchange, name)
+
+        def after(*a, **kw):  # noqa: ANN002, ANN003, ANN202
+            real(*a, **kw)
+            if _launcher_rank() == rank:
+                _hit(kind, rank, stage_round)
+
+        setattr(exchange, name, after)
+        return
     if kind == "stop-exit":
         from hpcbench.staging import exchange
 

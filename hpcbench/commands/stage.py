@@ -81,6 +81,9 @@ def _check_args(args: argparse.Namespace) -> None:
                    ("--shard-mb", args.shard_mb)):
         if not (v > 0 and math.isfinite(v)):  # --timeout inf would turn the watchdog off
             raise ConfigError(f"{key} must be a finite number > 0, got {v:g}")
+    from hpcbench.staging.exchange import check_timeout
+
+    check_timeout(args.timeout)  # the watchdog's range (a timer cannot take 1e10 s)
     if not (args.reserve_mb >= 0 and math.isfinite(args.reserve_mb)):
         raise ConfigError(f"--reserve-mb must be a finite number >= 0, got {args.reserve_mb:g}")
     # upper bounds and the byte counts the MiB options become (the checks above name the lower bounds)
@@ -105,17 +108,31 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(args)
     _site_paths(args)
+    import faulthandler
+
     from hpcbench.common.dist import init_distributed
-    from hpcbench.staging.exchange import deadline, end_job
+    from hpcbench.staging.exchange import deadline, end_job, start_guard, tell_guard
+    from hpcbench.staging.guard import STOP_GRACE_S
     from hpcbench.staging.report import format_report
     from hpcbench.staging.stage import StageOptions, stage
 
+    # before MPI starts: a watcher process ends this rank if it is stopped inside MPI_Init, where its
+    # peers wait without a bound (and after the job's last barrier; hpcbench.staging.guard)
+    start_guard(args.timeout)
     layout = registry.layout(args.dataset) if args.dataset else None
-    # a peer stopped during MPI_Init itself cannot be detected from here (docs/staging.md)
-    with deadline(args.timeout, "setting up MPI (init_distributed)"):
-        env = init_distributed(args.instances, args.ranks_per_node, torch_backend=None)
-    # hpcbench.cli calls this with the exit status: a bounded barrier, then a watched MPI_Finalize
-    # (unbounded otherwise: a peer stopped after the report would keep the job alive forever)
+    # a peer stopped before its watcher started leaves this rank in MPI_Init, where no Python runs
+    # (the deadline's thread cannot): faulthandler's C thread ends it (exit 1, its stack printed) after
+    # the watchers' own bound, and the launcher ends the job
+    faulthandler.dump_traceback_later(args.timeout + 2 * STOP_GRACE_S, exit=True)
+    try:
+        with deadline(args.timeout, "setting up MPI (init_distributed)"):
+            env = init_distributed(args.instances, args.ranks_per_node, torch_backend=None)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    tell_guard("up")  # every peer is through MPI_Init: from here on they watch this rank
+    # hpcbench.cli calls this with the exit status: a roll call under the watchdog (naming a rank that
+    # does not come), then MPI_Finalize with the watcher armed (a peer stopped after the report would
+    # otherwise keep the job alive forever)
     args.on_exit = lambda rc: end_job(rc, args.timeout)
     opts = StageOptions(args.source, args.dest, layout, _csv(args.splits) or None, _csv(args.replicate),
                         args.method, args.verify, args.chunk_mb, args.threads, args.timeout,
