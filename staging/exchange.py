@@ -34,8 +34,15 @@ ABORT_STAGGER_S = 2.5  # > ABORT_DRAIN_S plus the spread of the moments the rank
 # threading.TIMEOUT_MAX a timer cannot take it at all)
 TIMEOUT_MIN_S = 1.0
 TIMEOUT_MAX_S = FOREVER
-ROLL_TAG = 7461  # point-to-point tag of the roll call (staging sends no other point-to-point messages)
+ROLL_TAG = 7461  # point-to-point tag of the roll call
+PING_TAG, PONG_TAG = 7462, 7463  # "who is alive?" of an aborting rank, and its answers (world communicator)
+PING_WAIT_S = 3.0  # how long an aborting rank waits for the others' answers before it names the silent ones
+ANSWER_EVERY_S = 0.01  # how often a polling loop answers such questions
 _ABORTING = threading.Lock()
+_ANSWERS: list[Any] = []  # pong sends in flight (kept referenced until the job ends)
+_PING_BUF = np.zeros(1, dtype=np.uint8)
+_LAST_ANSWER = [0.0]
+_ANSWERING = threading.Lock()  # one thread answers at a time (probe and receive must pair up)
 _GUARD: list[subprocess.Popen[bytes]] = []
 #: called (best effort) just before MPI_Abort, e.g. to remove this node's temporary files
 ON_ABORT: list[Callable[[], object]] = []
@@ -91,10 +98,57 @@ def tell_guard(phase: str) -> None:
             proc.stdin.flush()
 
 
+def answer_pings(force: bool = False) -> None:
+    """Answer every rank that asks whether this one is alive (an aborting rank naming the silent ones).
+    Called from every polling loop at most each ``ANSWER_EVERY_S`` (``force``: now) and while aborting."""
+    now = time.monotonic()
+    if not force and now - _LAST_ANSWER[0] < ANSWER_EVERY_S:
+        return
+    _LAST_ANSWER[0] = now
+    MPI = sys.modules.get("mpi4py.MPI")
+    if MPI is None or not MPI.Is_initialized() or MPI.Is_finalized() or MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+        return
+    if not _ANSWERING.acquire(blocking=False):
+        return
+    try:
+        world, st = MPI.COMM_WORLD, MPI.Status()
+        while world.Iprobe(source=MPI.ANY_SOURCE, tag=PING_TAG, status=st):
+            src = st.Get_source()
+            world.Recv([np.zeros(1, dtype=np.uint8), MPI.BYTE], source=src, tag=PING_TAG)
+            _ANSWERS.append(world.Isend([_PING_BUF, MPI.BYTE], dest=src, tag=PONG_TAG))
+    finally:
+        _ANSWERING.release()
+
+
+def silent_ranks(wait_s: float = PING_WAIT_S) -> list[int] | None:
+    """World ranks that do not answer within ``wait_s`` (dead, hung or stopped: the live ones answer from
+    their polling loops or their own abort); None when MPI cannot ask (no thread support)."""
+    MPI = sys.modules.get("mpi4py.MPI")
+    if MPI is None or not MPI.Is_initialized() or MPI.Is_finalized() or MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+        return None
+    world = MPI.COMM_WORLD
+    me, n = world.Get_rank(), world.Get_size()
+    box = np.zeros(n, dtype=np.uint8)
+    try:
+        pings = [world.Isend([_PING_BUF, MPI.BYTE], dest=r, tag=PING_TAG) for r in range(n) if r != me]
+        pongs = {r: world.Irecv([box[r:r + 1], MPI.BYTE], source=r, tag=PONG_TAG) for r in range(n) if r != me}
+    except Exception:  # noqa: BLE001 - best effort: the abort goes on without names
+        return None
+    t0 = time.monotonic()
+    while pongs and time.monotonic() - t0 < wait_s:
+        for r in [r for r, q in pongs.items() if q.Test()]:
+            del pongs[r]
+        answer_pings(force=True)
+        time.sleep(1e-3)
+    _ANSWERS.extend(pings)
+    return sorted(pongs)
+
+
 def abort(timeout_s: float, what: str, who: str | None = None) -> None:
-    """Print why (``who``: the ranks found missing, if known), give the launcher time to forward it,
-    then end the whole job (MPI_Abort kills the stopped or hung peer too). Without the pause the
-    message is often lost in the abort's race."""
+    """Print why (``who``: the ranks found missing; if not given, the ranks that do not answer a "who is
+    alive?" within ``PING_WAIT_S``), give the launcher time to forward it, then end the whole job
+    (MPI_Abort kills the stopped or hung peer too). Without the pause the message is often lost in the
+    abort's race."""
     MPI = mpi()
     rank = MPI.COMM_WORLD.Get_rank()
     if not _ABORTING.acquire(blocking=False):  # another thread of this rank is already aborting
@@ -102,9 +156,22 @@ def abort(timeout_s: float, what: str, who: str | None = None) -> None:
             time.sleep(60)
     with contextlib.suppress(Exception):
         sys.stdout.flush()
+    if who is None:
+        silent = silent_ranks()
+        if silent:
+            who = (f"rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))} did not answer within "
+                   f"{PING_WAIT_S:g}s (died, hung or stopped)")
+        elif silent is not None:
+            who = ("every rank answered: one is alive but its work is stuck (a hang in a thread, or I/O that "
+                   "never returns), not a dead or stopped process")
     # every live rank times out at about the same moment: the lowest speaks first and its abort ends
-    # the others before they print (ranks 0-3 stagger; from rank 4 on they share the last slot)
-    time.sleep(min(rank, ABORT_STAGGER_RANKS) * ABORT_STAGGER_S)
+    # the others before they print (ranks 0-3 stagger; from rank 4 on they share the last slot); they
+    # keep answering "who is alive?" meanwhile
+    t_end = time.monotonic() + min(rank, ABORT_STAGGER_RANKS) * ABORT_STAGGER_S
+    while time.monotonic() < t_end:
+        with contextlib.suppress(Exception):
+            answer_pings(force=True)
+        time.sleep(5e-3)
     sys.stderr.write(f"hpcbench stage: error: rank {rank}: no progress for {timeout_s:g}s while {what}; "
                      f"{who or 'a peer rank died, hangs or was stopped'}; aborting the job (MPI_Abort)\n")
     sys.stderr.flush()
@@ -216,6 +283,7 @@ def _poll(reqs: dict[int, Any], t0: float, timeout_s: float) -> None:
     while reqs and time.monotonic() - t0 <= timeout_s:
         for r in [r for r, q in reqs.items() if q.Test()]:
             del reqs[r]
+        answer_pings()
         if reqs:
             time.sleep(pause)
             pause = min(1e-2 if len(reqs) > 64 else 1e-3, pause * 2 or 1e-5)
@@ -229,6 +297,7 @@ def wait(req: Any, timeout_s: float, what: str, max_pause: float = 1e-3) -> None
     t0 = time.monotonic()
     pause = 0.0
     while not req.Test():
+        answer_pings()
         if time.monotonic() - t0 > timeout_s:
             abort(timeout_s, what)
         time.sleep(pause)

@@ -426,11 +426,12 @@ CASES: list[Case] = [
     Case("ok 3 instances x 2 nodes (-n 6)", ["--instances", "3", "--ranks-per-node", "1"], n=6),
     # -- dead, hung and stopped ranks -----------------------------------------------------------
     Case("a stager dies mid-transfer", BASE, "injected fault", fault="exit:1:0", once=False),
-    Case("a stager hangs mid-transfer", BASE, "no progress for 3s", fault="hang:1:0"),
-    Case("a stager is stopped (SIGSTOP)", BASE, "no progress for 3s", fault="stop:2:0"),
-    Case("a non-stager is stopped while waiting", R2, "no progress for 3s", fault="stop-wait:1:2",
+    Case("a stager hangs mid-transfer", BASE, "every rank answered: one is alive but its work is stuck",
+         fault="hang:1:0"),
+    Case("a stager is stopped (SIGSTOP)", BASE, "rank 2 did not answer", fault="stop:2:0"),
+    Case("a non-stager is stopped while waiting", R2, "rank 1 did not answer", fault="stop-wait:1:2",
          marker_ok=True),  # the stagers finished: their nodes are completely staged
-    Case("rank 0 is stopped reading the manifest", R2, "no progress for 3s", fault="stop-wait:0:1"),
+    Case("rank 0 is stopped reading the manifest", R2, "rank 0 did not answer", fault="stop-wait:0:1"),
     Case("a non-stager dies while waiting", R2, "injected fault", fault="exit-wait:3:2", once=False),
     Case("a rank is stopped before the manifest's bcast", R2, "no progress for 3s while receiving the manifest",
          fault="stop-deadline:0:1"),
