@@ -119,6 +119,9 @@ class TrainConfig:
     # epochs between evaluations: a whole number, or a fraction below 1 to evaluate inside each epoch
     # every floor(eval_every x steps per epoch) steps (DLRM: 0.05); common/cadence.py
     eval_every: float = 1
+    # with a whole-epoch eval_every = N: evaluate after the epochs e with e % N == eval_offset % N, i.e. first
+    # after eval_offset epochs (0: after N); MLPerf ResNet: every 4 epochs "with offset 0 or 1 or 2 or 3"
+    eval_offset: int = 0
     # > 0: evaluate after the step at which the training samples seen (steps x global batch) cross
     # each multiple of this (BERT); replaces eval_every
     eval_every_samples: int = 0
@@ -147,6 +150,12 @@ class TrainConfig:
         if not (0 < self.eval_every < 1 or (self.eval_every >= 1 and float(self.eval_every).is_integer())):
             raise ConfigError(f"config key 'train.eval_every': expected a whole number of epochs (1, 2, ...) or a "
                               f"fraction of an epoch between 0 and 1 (e.g. 0.05), got {self.eval_every}")
+        if self.eval_offset and not (self.eval_every >= 1 and not self.eval_every_samples):
+            raise ConfigError(f"config key 'train.eval_offset': applies to a whole-epoch train.eval_every only, got "
+                              f"eval_every {self.eval_every:g} and eval_every_samples {self.eval_every_samples}")
+        if self.eval_offset and not 0 <= self.eval_offset < self.eval_every:
+            raise ConfigError(f"config key 'train.eval_offset': must be in [0, train.eval_every) = "
+                              f"[0, {self.eval_every:g}), got {self.eval_offset}")
         if self.eval_every_samples < 0:
             raise ConfigError(f"config key 'train.eval_every_samples': must be >= 0 (0: off), got "
                               f"{self.eval_every_samples}")
