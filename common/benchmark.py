@@ -8,9 +8,10 @@ A workload package declares its :class:`Benchmark` in a module that is light to 
 What a record holds: the CLI name, the MLPerf benchmark key, the suite and ruleset its logs are written and
 checked for, the quality target exactly as the official checker's ``closed_<benchmark>.yaml`` writes it
 (the metric key, bounds and inclusivity; the open division's, when it differs), the direction of the metric,
-the runs a result needs, how ``epoch_num`` is reported, how many runs the olympic mean drops, a one-line
-summary, where the light parts live (the dataset layout, a converter) and which MLPerf optimizer and
-schedule keys the benchmark logs (:class:`HyperparameterKeys`, built by :mod:`hpcbench.common.mlperf_keys`).
+the runs a result needs, how ``epoch_num`` is reported, whether a closed run evaluates on the cadence only,
+how many runs the olympic mean drops, a one-line summary, where the light parts live (the dataset layout, a
+converter) and which MLPerf optimizer and schedule keys the benchmark logs (:class:`HyperparameterKeys`, built
+by :mod:`hpcbench.common.mlperf_keys`).
 """
 from __future__ import annotations
 
@@ -97,6 +98,9 @@ class Benchmark:
     # the open division's target where the checker's open_<benchmark>.yaml differs (None: the closed one)
     open_target: Target | None = None
     epoch_reporting: str = "epoch"  # how epoch_num counts progress: epoch | fraction | samples
+    # True: a closed run evaluates on the rules' cadence only; the harness's extra evaluation at the end of
+    # the last epoch (a run ends with a metric) is for the open division (common/cadence.py; ResNet)
+    closed_cadence_only: bool = False
     dropped_runs: int = 1  # fastest and slowest runs the olympic mean drops
     # light parts, relative to the workload's package: the module with LAYOUT, the workload class,
     # the converter behind `hpcbench convert NAME` ("module:function"; "" for none)

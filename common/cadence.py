@@ -10,8 +10,14 @@ Three cadences (``train.eval_every``, ``train.eval_every_samples``):
   since the run's start (steps x global batch) cross a multiple of N, as the reference BERT
   evaluates (N rounded up to the step that passes it).
 
-The end of the run's last epoch is always evaluated (a run ends with a metric). Every decision is
-made from step counters only, so all ranks of an instance evaluate together without talking.
+With whole epochs, ``train.eval_offset = k`` (``0 <= k < eval_every``) moves the evaluations to the epochs
+``k, k + N, k + 2N, ...`` (``k = 0``: ``N, 2N, ...``), MLPerf ResNet's "every 4 epochs with offset 0, 1,
+2 or 3".
+
+The end of the run's last epoch is evaluated too, off the cadence if need be (a run ends with a metric),
+except in a closed run of a benchmark whose record says ``closed_cadence_only`` (ResNet: the rules'
+cadence, nothing else; :attr:`EvalCadence.final`). Every decision is made from step counters only, so all
+ranks of an instance evaluate together without talking.
 
 ``epoch_num`` (the MLPerf rules' "epoch reporting", per benchmark; ``Benchmark.epoch_reporting`` of the record, :mod:`hpcbench.common.benchmark`):
 ``epoch`` = whole epochs (a fraction only for an evaluation inside an epoch), ``fraction`` = epochs
@@ -20,8 +26,13 @@ as a float (DLRM: 0.05, 0.1, ...), ``samples`` = training samples seen (BERT, an
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .benchmark import Benchmark
+    from .runconfig import TrainConfig
 
 REPORTING: tuple[str, ...] = ("epoch", "fraction", "samples")
 
@@ -44,10 +55,12 @@ class EvalCadence:
     global_batch: int
     max_epochs: int
     reporting: str
+    offset: int = 0  # whole-epoch cadence: evaluate the epochs e with e % every_epochs == offset
+    final: bool = True  # also evaluate the end of the run's last epoch when the cadence does not
 
     @classmethod
     def from_config(cls, eval_every: float, eval_every_samples: int, steps_per_epoch: int, global_batch: int,
-                    max_epochs: int, reporting: str) -> EvalCadence:
+                    max_epochs: int, reporting: str, offset: int = 0, final: bool = True) -> EvalCadence:
         if reporting not in REPORTING:
             raise ConfigError(f"epoch reporting {reporting!r}: expected one of {', '.join(REPORTING)}")
         every_epochs = every_steps = 0
@@ -56,8 +69,12 @@ class EvalCadence:
                 every_epochs = int(eval_every)
             else:
                 every_steps = max(1, int(eval_every * steps_per_epoch))
+        if offset and not (every_epochs and 0 <= offset < every_epochs):
+            raise ConfigError(f"config key 'train.eval_offset': must be in [0, train.eval_every) with a whole-epoch "
+                              f"cadence, got {offset} (eval_every {eval_every:g}, eval_every_samples "
+                              f"{eval_every_samples})")
         return cls(every_epochs, every_steps, max(0, eval_every_samples), steps_per_epoch, global_batch,
-                   max_epochs, reporting)
+                   max_epochs, reporting, offset, final)
 
     @property
     def within_epoch(self) -> bool:
@@ -75,9 +92,16 @@ class EvalCadence:
 
     def at_epoch_end(self, epoch: int) -> bool:
         """Evaluate at the end of ``epoch`` (when the last step did not already)?"""
+        last = self.final and epoch == self.max_epochs
         if self.every_epochs:
-            return epoch % self.every_epochs == 0 or epoch == self.max_epochs
-        return epoch == self.max_epochs
+            return epoch % self.every_epochs == self.offset or last
+        return last
+
+    def epochs(self) -> list[int]:
+        """The epochs whose end is evaluated over a whole run (``[]`` for a cadence inside epochs)."""
+        if self.within_epoch:
+            return [self.max_epochs] if self.final else []
+        return [e for e in range(1, self.max_epochs + 1) if self.at_epoch_end(e)]
 
     def samples(self, p: TrainPoint) -> int:
         return p.global_step * self.global_batch
@@ -96,3 +120,12 @@ class EvalCadence:
         if self.reporting == "samples":
             return global_step * self.global_batch
         return epoch
+
+
+def cadence_of(record: Benchmark, train: TrainConfig, steps_per_epoch: int) -> EvalCadence:
+    """The cadence of a run of ``record``'s benchmark with the ``train`` section: a closed run of a benchmark
+    whose record sets ``closed_cadence_only`` evaluates on the cadence only (no extra evaluation at the end)."""
+    final = not (train.division == "closed" and record.closed_cadence_only)
+    return EvalCadence.from_config(train.eval_every, train.eval_every_samples, steps_per_epoch,
+                                   train.global_batch_size, train.max_epochs, record.epoch_reporting,
+                                   train.eval_offset, final)

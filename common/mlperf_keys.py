@@ -6,7 +6,10 @@ harness trains with, so a warmup or a decay is converted between epochs and step
 it. Units follow the key's name: ``*_steps`` are whole optimizer steps; ``*_epochs`` are epochs as
 configured in the hpc suite and, in the training suite, integers where whole (the training references
 log ``2``, not ``2.0``). A key ``<optimizer>_opt_*`` (``lars_opt_momentum``) is ``opt_*`` of that optimizer.
-Boundaries and decay factor describe a multistep decay (``[]`` and ``1.0`` for another schedule).
+Boundaries and decay factor describe a multistep decay (``[]`` and ``1.0`` for another schedule); with
+``optim.decay_factors`` (absolute factors of the peak, one per boundary) the decay factor is their list,
+as the MLPerf HPC rules allow for CosmoFlow ("you may use a different value for each decay") and NVIDIA's
+CosmoFlow logs write it (``[0.25, 0.0625]`` for a rate that went ``lr``, ``lr/4``, ``lr/16``).
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .benchmark import Benchmark
+from .errors import ConfigError
 from .runconfig import OptimConfig
 from .schedule import Schedule
 from .suites import suite
@@ -51,6 +55,19 @@ class _Run:
         return self.optim.power if self.schedule.kind == "poly" else 0.0
 
 
+def _decay_factor(r: _Run) -> float | list[float]:
+    if not r.multistep:
+        return 1.0
+    return list(r.optim.decay_factors) if r.optim.decay_factors else r.optim.decay_factor
+
+
+def _one_decay_rate(r: _Run) -> float:
+    if r.optim.decay_factors:  # the key names one rate applied at every milestone
+        raise ConfigError(f"config key 'optim.decay_factors': scheduler_decay_rate is one rate multiplied in at "
+                          f"each milestone; give optim.decay_factor instead of {list(r.optim.decay_factors)}")
+    return r.optim.decay_factor
+
+
 _VALUES: dict[str, Callable[[_Run], Any]] = {
     "opt_name": lambda r: r.opt_name,
     "opt_base_learning_rate": lambda r: r.optim.lr,
@@ -84,7 +101,7 @@ _VALUES: dict[str, Callable[[_Run], Any]] = {
     if r.multistep else [],
     "opt_learning_rate_decay_boundary_steps": lambda r: [r.steps(m) for m in r.schedule.milestones]
     if r.multistep else [],
-    "opt_learning_rate_decay_factor": lambda r: r.optim.decay_factor if r.multistep else 1.0,
+    "opt_learning_rate_decay_factor": lambda r: _decay_factor(r),
     "opt_learning_rate_decay_poly_power": lambda r: r.poly_power,
     "opt_learning_rate_training_steps": lambda r: r.steps(r.schedule.total_steps),
     "opt_learning_rate_decay_start_step": lambda r: r.steps(r.schedule.warmup_steps) if r.decays_after_warmup else 0,
@@ -94,7 +111,7 @@ _VALUES: dict[str, Callable[[_Run], Any]] = {
     "scheduler_lr_warmup_steps": lambda r: r.steps(r.schedule.warmup_steps),
     "scheduler_lr_warmup_factor": lambda r: max(1.0, r.optim.warmup_factor),
     "scheduler_milestones": lambda r: [r.steps(m) for m in r.schedule.milestones],
-    "scheduler_decay_rate": lambda r: r.optim.decay_factor,
+    "scheduler_decay_rate": lambda r: _one_decay_rate(r),
     "scheduler_t_max": lambda r: r.steps(r.schedule.total_steps),
     "scheduler_eta_min": lambda r: r.optim.min_lr,
 }

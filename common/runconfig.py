@@ -34,7 +34,13 @@ class OptimConfig:
     warmup: float = 0.0  # length of linear warmup in ``unit``
     warmup_factor: float = 1.0  # lr at warmup start = lr * warmup_factor / ... see schedule docs
     milestones: tuple[float, ...] = ()  # multistep boundaries in ``unit``
-    decay_factor: float = 0.1  # multistep multiplier per boundary
+    decay_factor: float = 0.1  # multistep multiplier per boundary (cumulative: decay_factor ** boundaries passed)
+    # multistep: absolute factors of the peak lr, one per milestone (the rate after milestone i is
+    # lr * decay_factors[i], not a product; the reference CosmoFlow's decay_schedule); replaces decay_factor
+    decay_factors: tuple[float, ...] = ()
+    # the rate is set once per epoch from its 0-based index e, as a Keras LearningRateScheduler callback
+    # (the reference CosmoFlow's) computes it: warmup at e, a milestone m passed when m < e; common/schedule.py
+    lr_per_epoch: bool = False
     min_lr: float = 0.0  # cosine floor
     total: float = 0.0  # cosine/poly length in ``unit`` (0: the run's max length)
     power: float = 1.0  # poly: exponent of the polynomial decay (BERT: 1, linear; ResNet: 2)
@@ -51,6 +57,20 @@ class OptimConfig:
             raise ConfigError(f"config key 'optim.betas': expected 2 values, got {list(self.betas)}")
         if list(self.milestones) != sorted(self.milestones):
             raise ConfigError(f"config key 'optim.milestones': must be increasing, got {list(self.milestones)}")
+        if self.decay_factors:
+            if self.schedule != "multistep":
+                raise ConfigError(f"config key 'optim.decay_factors': applies to the multistep schedule only, got "
+                                  f"schedule {self.schedule!r}")
+            if len(self.decay_factors) != len(self.milestones):
+                raise ConfigError(f"config key 'optim.decay_factors': one factor per milestone, got "
+                                  f"{len(self.decay_factors)} for {len(self.milestones)} milestone(s) "
+                                  f"{list(self.milestones)}")
+            if any(not f > 0 for f in self.decay_factors):
+                raise ConfigError(f"config key 'optim.decay_factors': factors of the peak lr must be > 0, got "
+                                  f"{list(self.decay_factors)}")
+        if self.lr_per_epoch and (self.unit != "epochs" or self.schedule not in ("constant", "multistep")):
+            raise ConfigError(f"config key 'optim.lr_per_epoch': needs unit 'epochs' and the constant or multistep "
+                              f"schedule, got unit {self.unit!r} and schedule {self.schedule!r}")
 
 
 @dataclass
@@ -99,6 +119,9 @@ class TrainConfig:
     # epochs between evaluations: a whole number, or a fraction below 1 to evaluate inside each epoch
     # every floor(eval_every x steps per epoch) steps (DLRM: 0.05); common/cadence.py
     eval_every: float = 1
+    # with a whole-epoch eval_every = N: evaluate after the epochs e with e % N == eval_offset % N, i.e. first
+    # after eval_offset epochs (0: after N); MLPerf ResNet: every 4 epochs "with offset 0 or 1 or 2 or 3"
+    eval_offset: int = 0
     # > 0: evaluate after the step at which the training samples seen (steps x global batch) cross
     # each multiple of this (BERT); replaces eval_every
     eval_every_samples: int = 0
@@ -127,6 +150,12 @@ class TrainConfig:
         if not (0 < self.eval_every < 1 or (self.eval_every >= 1 and float(self.eval_every).is_integer())):
             raise ConfigError(f"config key 'train.eval_every': expected a whole number of epochs (1, 2, ...) or a "
                               f"fraction of an epoch between 0 and 1 (e.g. 0.05), got {self.eval_every}")
+        if self.eval_offset and not (self.eval_every >= 1 and not self.eval_every_samples):
+            raise ConfigError(f"config key 'train.eval_offset': applies to a whole-epoch train.eval_every only, got "
+                              f"eval_every {self.eval_every:g} and eval_every_samples {self.eval_every_samples}")
+        if self.eval_offset and not 0 <= self.eval_offset < self.eval_every:
+            raise ConfigError(f"config key 'train.eval_offset': must be in [0, train.eval_every) = "
+                              f"[0, {self.eval_every:g}), got {self.eval_offset}")
         if self.eval_every_samples < 0:
             raise ConfigError(f"config key 'train.eval_every_samples': must be >= 0 (0: off), got "
                               f"{self.eval_every_samples}")

@@ -8,7 +8,15 @@ steps once at build time (``unit = "epochs"`` multiplies by the steps per epoch)
   rises linearly from ``lr / f`` (the MLPerf "scale the base rate up by f" style); with ``f < 1`` it
   rises linearly from ``lr * f``;
 * ``constant``: ``lr`` after warmup;
-* ``multistep``: ``lr * decay_factor ** (number of milestones <= step)``;
+* ``multistep``: ``lr * decay_factor ** (number of milestones <= step)``; with ``decay_factors``
+  (one per milestone) the factors are absolute, not multiplied together: ``lr * decay_factors[i]``
+  after milestone ``i`` (the reference CosmoFlow's ``decay_schedule = {32: 0.25, 64: 0.125}``);
+* ``lr_per_epoch`` (constant and multistep, unit epochs): the rate is set once at the start of each
+  epoch from its 0-based index ``e``, as the reference CosmoFlow's Keras ``LearningRateScheduler``
+  calls its ``_lr_schedule(epoch)``: ``start + e * (lr - start) / W`` while ``e < W`` (``W`` warmup
+  epochs, ``start = lr / warmup_factor`` as above, so ``warmup_factor = 1`` starts at ``lr``), then
+  ``lr`` x the factor of the last milestone ``m < e`` (strictly less: the reference's test, so
+  milestone 32 first applies in the epoch of index 33, logged ``epoch_num`` 34);
 * ``cosine``: ``min_lr + (lr - min_lr) * (1 + cos(pi * (step - W) / (T - W))) / 2``, held at
   ``min_lr`` after ``T`` (``total``, or the run's length when 0; an explicit ``total`` must exceed
   the warmup, a run shorter than its warmup just ends at ``min_lr``);
@@ -45,6 +53,9 @@ class Schedule:
     total_steps: float
     power: float = 1.0
     poly_from_warmup: bool = False
+    decay_factors: tuple[float, ...] = ()  # multistep: absolute factors of lr, one per milestone
+    lr_per_epoch: bool = False
+    steps_per_epoch: float = 1.0
 
     @classmethod
     def from_config(cls, cfg: OptimConfig, steps_per_epoch: int, max_epochs: int) -> "Schedule":
@@ -69,6 +80,9 @@ class Schedule:
             total_steps=total,
             power=cfg.power,
             poly_from_warmup=cfg.poly_from_warmup,
+            decay_factors=tuple(cfg.decay_factors),
+            lr_per_epoch=cfg.lr_per_epoch,
+            steps_per_epoch=float(max(1, steps_per_epoch)),
         )
 
     @property
@@ -80,6 +94,8 @@ class Schedule:
 
     def __call__(self, step: torch.Tensor) -> torch.Tensor:
         """The learning rate at ``step`` (a float tensor), as a tensor on the same device."""
+        if self.lr_per_epoch:
+            return self._per_epoch(step)
         base = self._after_warmup(step)
         if self.warmup_steps <= 0:
             return base
@@ -92,15 +108,42 @@ class Schedule:
             warm = self.lr * torch.clamp((step + 1.0) / w, max=1.0)
         return torch.where(step < w, warm, base)
 
+    def _start(self) -> float:
+        f = self.warmup_factor
+        return self.lr / f if f >= 1.0 else self.lr * f
+
+    def _per_epoch(self, step: torch.Tensor) -> torch.Tensor:
+        """``lr_per_epoch``: the rate of the epoch holding ``step``, from the step where that epoch starts."""
+        first = torch.floor(step / self.steps_per_epoch) * self.steps_per_epoch  # e x steps per epoch
+        if self.kind == "multistep":
+            base = self._multistep(first, strict=True)
+        else:
+            base = torch.full_like(step, self.lr)
+        if self.warmup_steps <= 0:
+            return base
+        start = self._start()
+        warm = start + (self.lr - start) * first / self.warmup_steps
+        return torch.where(first < self.warmup_steps, warm, base)
+
+    def _multistep(self, step: torch.Tensor, strict: bool = False) -> torch.Tensor:
+        if not self.milestones:
+            return torch.full_like(step, self.lr)
+        # scalar comparisons: no host-to-device copy, so this is legal inside CUDA-graph capture
+        passed = [(step > m if strict else step >= m).to(step.dtype) for m in self.milestones]
+        if self.decay_factors:  # absolute: 1 + sum of the steps between consecutive factors (milestones sorted)
+            factor = torch.ones_like(step)
+            previous = 1.0
+            for p, f in zip(passed, self.decay_factors):
+                factor = factor + p * (f - previous)
+                previous = f
+            return self.lr * factor
+        return self.lr * torch.pow(torch.full_like(step, self.decay_factor), sum(passed))
+
     def _after_warmup(self, step: torch.Tensor) -> torch.Tensor:
         if self.kind == "constant":
             return torch.full_like(step, self.lr)
         if self.kind == "multistep":
-            if not self.milestones:
-                return torch.full_like(step, self.lr)
-            # scalar comparisons: no host-to-device copy, so this is legal inside CUDA-graph capture
-            passed = sum((step >= m).to(step.dtype) for m in self.milestones)
-            return self.lr * torch.pow(torch.full_like(step, self.decay_factor), passed)
+            return self._multistep(step)
         if self.kind == "cosine":
             span = max(self.total_steps - self.warmup_steps, 1.0)  # a run shorter than its warmup
             t = torch.clamp((step - self.warmup_steps) / span, 0.0, 1.0)

@@ -34,7 +34,7 @@ import torch
 
 from .async_eval import EvalSide, TrainSide, send_stop
 from .build import RunParts, build_parallel, build_parts
-from .cadence import EvalCadence, TrainPoint
+from .cadence import TrainPoint, cadence_of
 from .checkpoint import CheckpointManager, instance_dir
 from .dist import DistEnv
 from .mllog import MLPerfLogger
@@ -82,9 +82,7 @@ class Trainer:
             return parts
         assert parts.sizes is not None
         self.steps_per_epoch = parts.sizes.steps_per_epoch
-        self.cadence = EvalCadence.from_config(tc.eval_every, tc.eval_every_samples, self.steps_per_epoch,
-                                               tc.global_batch_size, tc.max_epochs,
-                                               self.workload.record.epoch_reporting)
+        self.cadence = cadence_of(self.workload.record, tc, self.steps_per_epoch)
         if tc.checkpoint_dir:
             replicated, per_rank = parts.checkpointed()
             self.checkpoints = CheckpointManager(instance_dir(tc.checkpoint_dir, self.env.layout.instance),

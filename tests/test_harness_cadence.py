@@ -3,6 +3,7 @@ the one that meets the target, ``epoch_num`` per the benchmark's epoch reporting
 on the logs (hpc and training usages), progress lines, bad values named by key."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -127,10 +128,44 @@ def test_training_logs_report_epoch_num_as_the_ruleset_wants(env, tmp_path: Path
     assert ok, output
 
 
+def test_whole_epoch_offset_and_the_final_evaluation() -> None:
+    """``eval_offset = k``: the epochs k, k + N, ...; ``final = False`` (a closed run of a benchmark with
+    ``closed_cadence_only``): nothing off the cadence, so the last epoch only when the cadence has it."""
+    def ends(cad: EvalCadence) -> list[int]:
+        return [e for e, _ in _points(cad, cad.max_epochs)]
+
+    assert ends(EvalCadence.from_config(4, 0, 10, 8, 10, "epoch")) == [4, 8, 10]  # offset 0: N, 2N, and the last
+    assert ends(EvalCadence.from_config(4, 0, 10, 8, 10, "epoch", offset=2)) == [2, 6, 10]
+    assert ends(EvalCadence.from_config(4, 0, 10, 8, 11, "epoch", offset=3)) == [3, 7, 11]
+    assert ends(EvalCadence.from_config(4, 0, 10, 8, 10, "epoch", final=False)) == [4, 8]
+    assert ends(EvalCadence.from_config(4, 0, 10, 8, 10, "epoch", offset=1, final=False)) == [1, 5, 9]
+    assert EvalCadence.from_config(4, 0, 10, 8, 10, "epoch", offset=1).epochs() == [1, 5, 9, 10]
+    assert _points(EvalCadence.from_config(0.5, 0, 10, 8, 2, "fraction", final=False), 2) == \
+        [(1, 5), (1, 10), (2, 5), (2, 10)]  # inside epochs: the cadence's own points only
+    for offset, every in ((4, 4), (-1, 4), (1, 0.5)):
+        with pytest.raises(ConfigError, match="'train.eval_offset'"):
+            EvalCadence.from_config(every, 0, 10, 8, 10, "epoch", offset=offset)
+
+
+def test_closed_cadence_only_is_a_closed_rule_of_the_record() -> None:
+    from hpcbench.common.cadence import cadence_of
+    from hpcbench.workloads.cosmoflow import BENCHMARK as COSMOFLOW
+
+    strict = dataclasses.replace(COSMOFLOW, closed_cadence_only=True)
+    closed = ToyWorkload.load_config("mini", ["train.eval_every=2", "train.max_epochs=5", "train.division=closed",
+                                              "train.target=none"]).train
+    opened = dataclasses.replace(closed, division="open")
+    assert cadence_of(strict, closed, 10).epochs() == [2, 4]
+    assert cadence_of(strict, opened, 10).epochs() == [2, 4, 5]  # the open division: a run ends with a metric
+    assert cadence_of(COSMOFLOW, closed, 10).epochs() == [2, 4, 5]  # other benchmarks: as before
+
+
 @pytest.mark.parametrize("override,key", [
     ("train.eval_every=1.5", "'train.eval_every'"),
     ("train.eval_every=0", "'train.eval_every'"),
     ("train.eval_every_samples=-5", "'train.eval_every_samples'"),
+    ("train.eval_offset=1", "'train.eval_offset'"),  # the toy evaluates every epoch: offset must be < 1
+    ("train.eval_offset=-1", "'train.eval_offset'"),
 ])
 def test_bad_cadence_names_the_key(override: str, key: str) -> None:
     with pytest.raises(ConfigError, match=key):

@@ -18,6 +18,8 @@ BENCHMARK = Benchmark(
     higher_is_better=True, required_runs=5,
     summary="ResNet-50 v1.5 image classification on ImageNet JPEG folders; top-1; LARS; Pillow or DALI loaders",
     layout="dataset", workload="workload:ResNetWorkload",
+    # training_rules.adoc: "Every 4 epochs with offset 0 or 1 or 2 or 3"; no evaluation off that cadence
+    closed_cadence_only=True,
     keys=HyperparameterKeys({
         "lars": ("opt_name", *(f"lars_{k}" for k in _POLY), "lars_epsilon", "lars_opt_learning_rate_warmup_epochs"),
         "sgd": ("opt_name", *(f"sgd_{k}" for k in _POLY), "opt_learning_rate_warmup_epochs"),

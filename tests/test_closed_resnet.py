@@ -1,0 +1,42 @@
+"""ResNet's closed evaluation cadence, from the cadence object (no training).
+
+training_rules.adoc (the ResNet-50 row of the evaluation-frequency table, last in v4.0): "Every 4 epochs
+with offset 0 or 1 or 2 or 3"; the reference's README: "We evaluate after every 4 epochs; the first
+evaluation can happen after 1, 2, 3, or 4 epochs of training". The checker (training_4.0.0
+closed_resnet.yaml) only requires an eval_accuracy with epoch_num. docs/closed.md has the table.
+"""
+from __future__ import annotations
+
+import pytest
+
+from hpcbench.common.cadence import cadence_of
+from hpcbench.workloads.mlperf_training.resnet import BENCHMARK
+from hpcbench.workloads.mlperf_training.resnet.workload import ResNetWorkload
+
+STEPS = 1_281_167 // 3264  # ImageNet at the full preset's global batch
+
+
+def test_full_preset_evaluates_every_4_epochs_from_epoch_1_and_ends_on_the_cadence() -> None:
+    cfg = ResNetWorkload.load_config("full")
+    assert (cfg.train.division, cfg.train.eval_every, cfg.train.eval_offset, cfg.train.max_epochs) == \
+        ("closed", 4, 1, 37)
+    epochs = cadence_of(BENCHMARK, cfg.train, STEPS).epochs()
+    assert epochs == [1, 5, 9, 13, 17, 21, 25, 29, 33, 37]
+    assert all(b - a == 4 for a, b in zip(epochs, epochs[1:])) and epochs[0] in (1, 2, 3, 4)
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2, 3])
+@pytest.mark.parametrize("max_epochs", [36, 37, 38, 41])
+def test_a_closed_run_never_evaluates_off_the_cadence(offset: int, max_epochs: int) -> None:
+    assert BENCHMARK.closed_cadence_only
+    cfg = ResNetWorkload.load_config("full", [f"train.eval_offset={offset}", f"train.max_epochs={max_epochs}"])
+    epochs = cadence_of(BENCHMARK, cfg.train, STEPS).epochs()
+    first = offset or 4
+    assert epochs == list(range(first, max_epochs + 1, 4))  # the last epoch only when it is on the cadence
+
+
+def test_the_open_division_still_ends_with_a_metric() -> None:
+    cfg = ResNetWorkload.load_config("full", ["train.division=open", "train.eval_offset=0"])
+    assert cadence_of(BENCHMARK, cfg.train, STEPS).epochs() == [4, 8, 12, 16, 20, 24, 28, 32, 36, 37]
+    mini = ResNetWorkload.load_config("mini").train  # open, every epoch: unchanged
+    assert cadence_of(BENCHMARK, mini, 46).epochs() == list(range(1, mini.max_epochs + 1))
