@@ -40,6 +40,7 @@ from .cadence import EvalCadence, TrainPoint
 from .checkpoint import CheckpointManager, instance_dir
 from .dist import DistEnv
 from .errors import ConfigError
+from .finite import LossWatch
 from .mllog import MLPerfLogger
 from .parallel import Parallel
 from .progress import Progress, resolve_mode
@@ -254,6 +255,13 @@ class Trainer:
         parts.train_loader.set_epoch(epoch)
         device = parts.parallel.device
         loss_sum = torch.zeros((), device=device)
+        watch = LossWatch(device)  # read back only where the loop reads the loss anyway (common.finite)
+        first_step = pos.global_step
+
+        def check_finite() -> None:
+            watch.check(parts.parallel.comm, parts.parallel.rank, self.workload.name, epoch, steps_per_epoch,
+                        first_step)
+
         local_samples = steps = 0
         bar = self.progress.epoch(epoch, steps_per_epoch, tc.max_epochs)
         it = iter(parts.train_loader)
@@ -266,15 +274,20 @@ class Trainer:
             batch = prepare_batch(batch, device, tc.channels_last)
             t_step = time.perf_counter()
             self.timer.add("data_wait", t_step - t_data)
-            loss_sum += parts.step(batch)
+            loss = parts.step(batch)
+            loss_sum += loss
             self.timer.add("step", time.perf_counter() - t_step)
             local_samples += self.workload.batch_size(batch)
             steps += 1
             pos.global_step += 1
+            watch.observe(loss, steps)
             log_loss = tc.log_every and steps % tc.log_every == 0
+            if log_loss:
+                check_finite()
             bar.step(steps, local_samples, float(loss_sum) / steps if log_loss else None)
             point = TrainPoint(epoch, steps, pos.global_step)
             if cad.within_epoch and cad.after_step(point):
+                check_finite()  # never evaluate (or stop at the target) with NaN weights
                 t_eval = time.perf_counter()
                 reached = self._evaluate_at(parts, point)
                 eval_seconds += time.perf_counter() - t_eval
@@ -289,6 +302,7 @@ class Trainer:
         par = parts.parallel
         samples = int(par.comm.allreduce(local_samples)) * par.dp_size // par.size  # shared ones once
         self.log.end("epoch_stop", metadata={"epoch_num": cad.epoch_marker(epoch, pos.global_step)})
+        check_finite()  # before a NaN reaches tracked_stats, the checkpoint or the evaluation
         self.log.event("tracked_stats", {"throughput": samples / seconds, "train_loss": mean_loss},
                        metadata={"step": epoch})
         bar.done(samples, seconds, mean_loss)
