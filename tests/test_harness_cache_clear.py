@@ -2,36 +2,16 @@
 job's cache drop succeeded or the user says so; false passes the official checkers of both suites."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from hpcbench.common.dist import init_distributed
 from hpcbench.common.errors import ConfigError
-from hpcbench.common.mllog import MLPerfLogger, check_log
-from hpcbench.common.system import SystemDescription
-from hpcbench.common.trainer import CACHE_ENV, Trainer, cache_cleared
+from hpcbench.common.mllog import check_log
+from hpcbench.common.trainer import CACHE_ENV, cache_cleared
 from hpcbench.results_layout import benchmark_dir
-from tests.conftest import project_env, run_cli
-from tests.harness_toy import ToyDlrm, ToyWorkload
-
-
-@pytest.fixture(scope="module")
-def env():  # noqa: ANN201
-    e = init_distributed(device="cpu")
-    yield e
-    e.close()
-
-
-def _trainer(env, cls, overrides: list[str], log: Path | None = None) -> Trainer:  # noqa: ANN001
-    cfg = cls.load_config("mini", overrides)
-    return Trainer(cls(cfg), env, MLPerfLogger(log), SystemDescription(), progress=False)
-
-
-def _records(log: Path) -> list[dict[str, Any]]:
-    return [json.loads(ln.split(":::MLLOG ", 1)[1]) for ln in log.read_text().splitlines() if ":::MLLOG" in ln]
+from tests.conftest import log_records, project_env, run_cli
+from tests.harness_toy import ToyDlrm, ToyWorkload, toy_trainer
 
 
 @pytest.mark.parametrize("value,expected", [(None, False), ("1", True), ("true", True), ("0", False), ("", False)])
@@ -46,7 +26,7 @@ def test_cache_cleared_refuses_a_value_it_cannot_read() -> None:
 
 @pytest.mark.parametrize("value,logged", [(None, False), ("0", False), ("1", True)])
 def test_cache_clear_is_logged_as_what_happened_and_false_passes_both_checkers(
-        env, tmp_path: Path, monkeypatch, capsys, value: str | None, logged: bool) -> None:  # noqa: ANN001
+        cpu_env, tmp_path: Path, monkeypatch, capsys, value: str | None, logged: bool) -> None:  # noqa: ANN001
     if value is None:
         monkeypatch.delenv(CACHE_ENV, raising=False)
     else:
@@ -55,11 +35,11 @@ def test_cache_clear_is_logged_as_what_happened_and_false_passes_both_checkers(
         log = tmp_path / f"{suite}.txt"
         # hpc: the mini preset reaches eval_error 0.1 (the checker wants <= 0.124); training: dlrm_dcnv2 5.1.0
         # open, as tests/test_harness_cadence.py runs it
-        tr = _trainer(env, cls, ["train.target=0.99", "train.max_epochs=2", "train.eval_every=0.5"]
-                      if suite == "training" else [], log)
+        tr = toy_trainer(cpu_env, cls, ["train.target=0.99", "train.max_epochs=2", "train.eval_every=0.5"]
+                         if suite == "training" else [], log)
         tr.run()
         tr.log.close()
-        (clear,) = [r for r in _records(log) if r["key"] == "cache_clear"]
+        (clear,) = [r for r in log_records(log) if r["key"] == "cache_clear"]
         assert clear["value"] is logged
         ok, output = check_log(log, *(("3.0.0", "hpc") if suite == "hpc" else (cls.ruleset, "training")))
         assert ok, output
@@ -80,4 +60,4 @@ def test_embedded_cli_run_without_the_variable_logs_false(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("cache_clear logged as false") == 1, proc.stderr
     log = benchmark_dir(tmp_path, "toy", "strong", "cosmoflow") / "result_0.txt"
-    assert [r["value"] for r in _records(log) if r["key"] == "cache_clear"] == [False]
+    assert [r["value"] for r in log_records(log) if r["key"] == "cache_clear"] == [False]

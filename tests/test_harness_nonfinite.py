@@ -1,21 +1,17 @@
 """A non-finite training loss stops the run with a named error (common.finite)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from hpcbench.common.dist import init_distributed
 from hpcbench.common.finite import LossWatch, NonFiniteLossError
-from hpcbench.common.mllog import MLPerfLogger, check_log
-from hpcbench.common.system import SystemDescription
-from hpcbench.common.trainer import Trainer
+from hpcbench.common.mllog import check_log
 from hpcbench.results_layout import benchmark_dir
-from tests.conftest import run_cli, run_mpi
-from tests.harness_toy import ToyWorkload
+from tests.conftest import log_records, run_cli, run_mpi
+from tests.harness_toy import ToyWorkload, toy_trainer
 
 STEPS = 512 // 16  # steps per epoch of the toy's mini preset on one rank
 
@@ -75,22 +71,6 @@ class OverflowToy(NaNToy):
         return _InfGrad.apply(loss) if self.calls == self.nan_at else loss
 
 
-@pytest.fixture(scope="module")
-def env():  # noqa: ANN201
-    e = init_distributed(device="cpu")
-    yield e
-    e.close()
-
-
-def _trainer(env, cls, overrides: list[str], log: Path | None = None) -> Trainer:  # noqa: ANN001
-    cfg = cls.load_config("mini", overrides)
-    return Trainer(cls(cfg), env, MLPerfLogger(log), SystemDescription(), progress=False)
-
-
-def _records(log: Path) -> list[dict[str, Any]]:
-    return [json.loads(ln.split(":::MLLOG ", 1)[1]) for ln in log.read_text().splitlines() if ":::MLLOG" in ln]
-
-
 def test_loss_watch_names_the_first_non_finite_step_and_kind() -> None:
     w = LossWatch(torch.device("cpu"))
     for step, value in enumerate([1.0, 0.5, float("inf"), float("nan")], start=1):
@@ -103,15 +83,15 @@ def test_loss_watch_names_the_first_non_finite_step_and_kind() -> None:
     ok.check(None, 0, "toy", 1, 10, 0)  # finite: nothing
 
 
-def test_nan_loss_stops_the_run_in_its_epoch_naming_epoch_and_step(env, tmp_path: Path) -> None:  # noqa: ANN001
+def test_nan_loss_stops_the_run_in_its_epoch_naming_epoch_and_step(cpu_env, tmp_path: Path) -> None:  # noqa: ANN001
     """Default ``train.log_every = 0``: read back at the epoch's end, which names the step it happened."""
     log = tmp_path / "result_0.txt"
-    tr = _trainer(env, NaNToyEarly, ["train.max_epochs=3"], log)
+    tr = toy_trainer(cpu_env, NaNToyEarly, ["train.max_epochs=3"], log)
     with pytest.raises(NonFiniteLossError, match=rf"toy: the training loss is NaN at epoch 1, step 5/{STEPS} "
                                                  r"\(global step 5\)"):
         tr.run()
     tr.log.close()
-    keys = [r["key"] for r in _records(log)]
+    keys = [r["key"] for r in log_records(log)]
     # stopped before a NaN reaches tracked_stats or an evaluation; the runner writes run_stop aborted
     assert keys.count("epoch_start") == 1 and "tracked_stats" not in keys and "eval_error" not in keys
     assert "run_stop" not in keys
@@ -125,7 +105,7 @@ def test_nan_loss_with_log_every_1_stops_at_that_step_and_the_log_is_aborted(tmp
     assert msg in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert "instance 0: FAILED" in proc.stdout, proc.stdout
     log = benchmark_dir(tmp_path, "toy", "strong", "cosmoflow") / "result_0.txt"
-    recs = _records(log)
+    recs = log_records(log)
     assert recs[-1]["key"] == "run_stop" and recs[-1]["metadata"]["status"] == "aborted"
     assert "NaN at epoch 2, step 8" in recs[-1]["metadata"]["error"]
     keys = [r["key"] for r in recs]
@@ -144,20 +124,20 @@ def test_the_ranks_of_an_instance_stop_together_naming_the_rank_that_saw_it(tmp_
     msg = f"the training loss is NaN at epoch 1, step 5/{STEPS} (global step 5) on rank 1 of the instance"
     assert proc.stderr.count(msg) == 2, proc.stderr  # both ranks, the same named error (no peer-gone errors)
     assert "Connection closed by peer" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
-    recs = _records(benchmark_dir(tmp_path, "toy", "strong", "cosmoflow") / "result_0.txt")
+    recs = log_records(benchmark_dir(tmp_path, "toy", "strong", "cosmoflow") / "result_0.txt")
     assert recs[-1]["key"] == "run_stop" and recs[-1]["metadata"]["status"] == "aborted"
 
 
-def test_an_overflow_step_skipped_by_loss_scaling_is_not_an_error(env, monkeypatch) -> None:  # noqa: ANN001
+def test_an_overflow_step_skipped_by_loss_scaling_is_not_an_error(cpu_env, monkeypatch) -> None:  # noqa: ANN001
     """With loss scaling the inf gradients of step 5 are skipped (the loss itself is finite): the run goes
     on. Without it (fp32) the inf gradients reach the weights and the next loss is non-finite: stopped."""
     from hpcbench.common.precision import Precision
 
     with pytest.raises(NonFiniteLossError, match=r"at epoch 1, step 6/"):
-        _trainer(env, OverflowToy, ["train.max_epochs=1", "train.target=0.0"]).run()
+        toy_trainer(cpu_env, OverflowToy, ["train.max_epochs=1", "train.target=0.0"]).run()
     # fp16 needs CUDA; on this CPU test the dynamic scaler is switched on for fp32 math (no autocast)
     monkeypatch.setattr(Precision, "scaled", property(lambda self: True))
-    tr = _trainer(env, OverflowToy, ["train.max_epochs=1", "train.target=0.0"])
+    tr = toy_trainer(cpu_env, OverflowToy, ["train.max_epochs=1", "train.target=0.0"])
     result = tr.run()
     assert result.status == "aborted" and result.epochs == 1  # ran to max_epochs: not stopped
     assert float(tr.parts.step.precision.scale) == 2.0**15  # the scaler saw the overflow and backed off
