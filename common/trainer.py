@@ -28,6 +28,8 @@ checkpoints of the parts every ``train.checkpoint_every`` epochs and resume (``t
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 import time
 
 import torch
@@ -37,6 +39,8 @@ from .build import RunParts, build_parallel, build_parts
 from .cadence import TrainPoint, cadence_of
 from .checkpoint import CheckpointManager, instance_dir
 from .dist import DistEnv
+from .errors import ConfigError
+from .finite import LossWatch
 from .mllog import MLPerfLogger
 from .parallel import Parallel
 from .progress import Progress, resolve_mode
@@ -46,6 +50,22 @@ from .suites import suite
 from .system import SystemDescription
 from .timing import PhaseTimer, now_ms
 from .workload import Workload
+
+
+#: set by every rendered job from its cache-drop step's exit status (1: dropped on every node, 0: the drop
+#: failed); outside a rendered job the user states it (``HPCBENCH_CACHE_CLEARED=1 hpcbench train ...``)
+CACHE_ENV = "HPCBENCH_CACHE_CLEARED"
+_TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no", "")
+
+
+def cache_cleared(environ: "os._Environ[str] | dict[str, str] | None" = None) -> bool:
+    """MLPerf ``cache_clear``: whether the page cache was dropped before this run, as :data:`CACHE_ENV`
+    says; False when it is not set (nobody said the cache was cleared)."""
+    value = (os.environ if environ is None else environ).get(CACHE_ENV, "").strip().lower()
+    if value not in _TRUE + _FALSE:
+        raise ConfigError(f"environment variable {CACHE_ENV}={value!r}: expected 1 (the page cache was dropped "
+                          "before this run) or 0")
+    return value in _TRUE
 
 
 class Trainer:
@@ -115,8 +135,17 @@ class Trainer:
         self.log.event("hpcbench_eval_ranks", {"value": e, "requested": e, "reason": why})
 
     # loop -------------------------------------------------------------------------------------
+    def _log_cache_clear(self) -> None:
+        cleared = cache_cleared()
+        self.log.event("cache_clear", cleared)
+        if not cleared and self.env.layout.is_world_leader:  # once per job, not per instance
+            why = (f"{CACHE_ENV}=0 (a rendered job's cache drop failed)" if os.environ.get(CACHE_ENV, "").strip() else
+                   f"{CACHE_ENV} is not set (outside a rendered job: set {CACHE_ENV}=1 after dropping the page cache)")
+            print(f"[hpcbench] cache_clear logged as false: {why}; a closed-division result needs the cache "
+                  "cleared before each run", file=sys.stderr, flush=True)
+
     def run(self) -> RunResult:
-        self.log.event("cache_clear", True)
+        self._log_cache_clear()
         self.log.start("init_start")
         self._log_submission()
         try:
@@ -224,6 +253,13 @@ class Trainer:
         parts.train_loader.set_epoch(epoch)
         device = parts.parallel.device
         loss_sum = torch.zeros((), device=device)
+        watch = LossWatch(device)  # read back only where the loop reads the loss anyway (common.finite)
+        first_step = pos.global_step
+
+        def check_finite() -> None:
+            watch.check(parts.parallel.comm, parts.parallel.rank, self.workload.name, epoch, steps_per_epoch,
+                        first_step)
+
         local_samples = steps = 0
         bar = self.progress.epoch(epoch, steps_per_epoch, tc.max_epochs)
         it = iter(parts.train_loader)
@@ -236,15 +272,20 @@ class Trainer:
             batch = prepare_batch(batch, device, tc.channels_last)
             t_step = time.perf_counter()
             self.timer.add("data_wait", t_step - t_data)
-            loss_sum += parts.step(batch)
+            loss = parts.step(batch)
+            loss_sum += loss
             self.timer.add("step", time.perf_counter() - t_step)
             local_samples += self.workload.batch_size(batch)
             steps += 1
             pos.global_step += 1
+            watch.observe(loss, steps)
             log_loss = tc.log_every and steps % tc.log_every == 0
+            if log_loss:
+                check_finite()
             bar.step(steps, local_samples, float(loss_sum) / steps if log_loss else None)
             point = TrainPoint(epoch, steps, pos.global_step)
             if cad.within_epoch and cad.after_step(point):
+                check_finite()  # never evaluate (or stop at the target) with NaN weights
                 t_eval = time.perf_counter()
                 reached = self._evaluate_at(parts, point)
                 eval_seconds += time.perf_counter() - t_eval
@@ -259,6 +300,7 @@ class Trainer:
         par = parts.parallel
         samples = int(par.comm.allreduce(local_samples)) * par.dp_size // par.size  # shared ones once
         self.log.end("epoch_stop", metadata={"epoch_num": cad.epoch_marker(epoch, pos.global_step)})
+        check_finite()  # before a NaN reaches tracked_stats, the checkpoint or the evaluation
         self.log.event("tracked_stats", {"throughput": samples / seconds, "train_loss": mean_loss},
                        metadata={"step": epoch})
         bar.done(samples, seconds, mean_loss)

@@ -5,10 +5,11 @@ four redshift bins; S = 128 in the MLPerf dataset), feature ``y`` the 4 normaliz
 parameters as float32. The dataset root has ``train/`` and ``validation/`` folders.
 
 :func:`read_sample` validates everything a file can get wrong (the framing and both CRCs of exactly
-one record, the presence, kind and size of ``x`` and ``y``) and raises a :class:`DataError` naming
-the file and what was expected. :func:`read_into` does the same straight into a slot of a batch
-buffer: an uncompressed file is read once, placed so that its ``x`` bytes land in the slot, its
-payload CRC taken piece by piece as it arrives; the batch needs no collate copy. A gzip file is
+one record, the presence, kind and size of ``x`` and ``y``, every ``y`` finite: ``x`` is int16, always
+finite) and raises a :class:`DataError` naming the file and what was expected. :func:`read_into` does
+the same straight into a slot of a batch buffer: an uncompressed file is read once, placed so that its
+``x`` bytes land in the slot, its payload CRC taken piece by piece as it arrives; the batch needs no
+collate copy. A gzip file is
 inflated in one call into a buffer of the final size, validated, and its ``x`` copied to the slot.
 """
 from __future__ import annotations
@@ -76,6 +77,9 @@ def decode_sample(payload: bytes | memoryview, size: int, name: str) -> Sample:
                         f"[{size},{size},{size},{N_CHANNELS}] = {expected} bytes (data.size={size})")
     if not isinstance(y, np.ndarray) or y.dtype != np.float32 or y.shape != (N_TARGETS,):
         raise DataError(f"{name}: feature 'y' must be {N_TARGETS} float32 values (float_list), got {_describe(y)}")
+    if not np.isfinite(y).all():  # 4 values: free; a NaN label would only show up as a NaN loss later
+        raise DataError(f"{name}: label 'y' is not finite ({', '.join(f'{v:g}' for v in y)}); every target "
+                        "must be a finite number")
     x = np.frombuffer(xs[0], dtype="<i2").reshape(size, size, size, N_CHANNELS)
     return Sample(x, y)
 

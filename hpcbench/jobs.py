@@ -28,7 +28,7 @@ class JobSpec:
     launch: str = "one-srun"  # weak: one-srun | srun-per-instance
     instances: int = 1
     nodes_per_instance: int = 1
-    config: str = "mini"
+    config: str | None = None  # None: the site's default (see :func:`default_config`)
     results: str | None = None
     data: str | None = None  # an already staged / shared dataset (--data)
     stage_from: str | None = None  # packed dataset to stage inside the job (default: the system file's)
@@ -59,6 +59,44 @@ def _benchmark(workload: str) -> str:
     if ":" not in workload:
         return registry.entry(workload).benchmark
     return str(getattr(registry.get(workload), "benchmark", workload))
+
+
+def default_config(sysd: dict[str, Any]) -> str:
+    """The preset a job trains when ``--config`` is not given: ``mini`` on a site that emulates nodes on one
+    host (``[node] emulate_nodes = true``, e.g. ``local``), else ``full`` (a real cluster: a 512-node job is
+    meant to train the benchmark, not the smoke-test preset)."""
+    return "mini" if bool(sysd["node"]["emulate_nodes"]) else "full"
+
+
+def _presets_dir(workload: str) -> Path:
+    from hpcbench import registry
+
+    if ":" in workload:
+        return registry.get(workload).presets_dir()
+    import importlib.resources
+
+    # the workload's package (light: registry imported it for its record), not its model code
+    return Path(str(importlib.resources.files(registry.WORKLOADS[registry.entry(workload).name]))) / "configs"
+
+
+def _config(spec: JobSpec, sysd: dict[str, Any]) -> str:
+    """``--config`` as given, else :func:`default_config`, which must be one of the workload's presets."""
+    if spec.config:
+        return spec.config
+    name = default_config(sysd)
+    if not (_presets_dir(spec.workload) / f"{name}.toml").is_file():
+        raise ConfigError(f"workload {spec.workload} has no '{name}' preset (the default on system "
+                          f"{sysd['name']}, emulate_nodes = {str(bool(sysd['node']['emulate_nodes'])).lower()}); "
+                          "pass --config PRESET|FILE")
+    return name
+
+
+def _suite(workload: str) -> str:
+    from hpcbench import registry
+
+    if ":" not in workload:
+        return registry.entry(workload).suite
+    return str(getattr(registry.get(workload), "suite", "hpc"))
 
 
 def _dataset(workload: str) -> str:
@@ -99,8 +137,8 @@ def _values(spec: JobSpec, sysd: dict[str, Any]) -> dict[str, str]:
             lines.append(f"#SBATCH --{key}={slurm[key]}")
     lines.append("#SBATCH --output=hpcbench-%x-%j.out")
     lines += list(slurm.get("extra", []))
-    bench = _benchmark(spec.workload)
-    train = ["--config", spec.config, "--system-name", str(sysd["name"]), "--no-progress"]
+    bench, suite = _benchmark(spec.workload), _suite(spec.workload)
+    train = ["--config", _config(spec, sysd), "--system-name", str(sysd["name"]), "--no-progress"]
     if emulate:
         train += ["--ranks-per-node", str(tpn)]
     device = spec.device or node.get("device")
@@ -125,8 +163,17 @@ def _values(spec: JobSpec, sysd: dict[str, Any]) -> dict[str, str]:
         train += ["--set", o]
     if spec.mode == "weak" and spec.launch == "one-srun":
         train += ["--set", f"train.seed={spec.seed}"]
-    results = spec.results or (paths["results"] if spec.mode == "strong" else f"{paths['results']}/weak-${{SLURM_JOB_ID}}")
+    # a weak job owns its folder (hpc: the instances are one weak-scaling result; training: K runs of one job)
+    per_job = "weak" if suite == "hpc" else "runs"
+    results = spec.results or (paths["results"] if spec.mode == "strong" else f"{paths['results']}/{per_job}-${{SLURM_JOB_ID}}")
     from hpcbench import registry
+    from hpcbench import results_layout as rl
+
+    # the folder the logs land in: hpc results/<system>/<strong|weak>/<benchmark>; training (no mode folder,
+    # every instance is one more run) results/<system>/<benchmark>
+    weak = spec.mode == "weak" and (spec.instances > 1 or spec.launch == "srun-per-instance")
+    layout_mode = "" if suite == "training" else ("weak" if weak else "strong")
+    logs = rl.benchmark_dir(Path("$RESULTS"), str(sysd["name"]), layout_mode, bench)
 
     return {
         "workload": shlex.quote(spec.workload), "benchmark": bench, "system": str(sysd["name"]),
@@ -136,7 +183,11 @@ def _values(spec: JobSpec, sysd: dict[str, Any]) -> dict[str, str]:
         "sbatch_lines": "\n".join(lines), "setup": "\n".join(env["setup"]), "workdir": '"${SLURM_SUBMIT_DIR:-$PWD}"',
         "results": _dq(results), "srun_flags": slurm["srun_flags"], "per_node_step": per_node,
         "all_tasks_step": all_step, "instance_step": inst_step, "cache_drop": shlex.quote(env["cache_drop"]),
-        "python": env["python"], "train_args": shlex.join(train),
+        "python": env["python"], "train_args": shlex.join(train), "suite": suite,
+        "logs": f"{logs}/result_<n>.txt",
+        # srun per instance: an hpc job names its mode (several launches of one weak-scaling job); a
+        # training-suite result folder has no mode (`hpcbench train` refuses --mode there)
+        "mode_arg": "--mode weak " if suite == "hpc" else "",
     }
 
 

@@ -74,6 +74,23 @@ def first_events(path: Path) -> dict[str, object]:
     return out
 
 
+def log_records(path: Path) -> list[dict[str, object]]:
+    """Every MLLOG record of a log, in order."""
+    import json
+
+    return [json.loads(ln.split(":::MLLOG ", 1)[1]) for ln in path.read_text().splitlines() if ":::MLLOG " in ln]
+
+
+@pytest.fixture(scope="module")
+def cpu_env():  # noqa: ANN201
+    """One singleton-MPI torch group (gloo, also on a GPU node) for a module's in-process training runs."""
+    from hpcbench.common.dist import init_distributed
+
+    e = init_distributed(device="cpu")
+    yield e
+    e.close()
+
+
 def visible_files(folder: Path) -> set[str]:
     """Names in ``folder``, hidden files (journals, indexes, temporaries) left out."""
     return {p.name for p in folder.iterdir() if not p.name.startswith(".")}

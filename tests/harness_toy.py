@@ -165,3 +165,14 @@ class ToyDlrm(ToyAccuracyWorkload):
 
     record = dataclasses.replace(TOY_ACCURACY, name="toy_dlrm", benchmark="dlrm_dcnv2", ruleset="5.1.0",
                                  epoch_reporting="fraction")
+
+
+def toy_trainer(env: Any, cls: type[ToyWorkload], overrides: list[str], log: Path | None = None) -> Any:
+    """A :class:`hpcbench.common.trainer.Trainer` of toy ``cls`` (its mini preset with ``overrides``) on
+    ``env``, logging to ``log`` (None: no log), without progress output."""
+    from hpcbench.common.mllog import MLPerfLogger
+    from hpcbench.common.system import SystemDescription
+    from hpcbench.common.trainer import Trainer
+
+    cfg = cls.load_config("mini", overrides)
+    return Trainer(cls(cfg), env, MLPerfLogger(log), SystemDescription(), progress=False)

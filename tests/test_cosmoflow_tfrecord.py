@@ -109,3 +109,25 @@ def test_list_files_errors(tmp_path) -> None:
     (tmp_path / "train").mkdir()
     with pytest.raises(DataError, match="no TFRecord files"):
         data.list_files(tmp_path, "train")
+
+
+@pytest.mark.parametrize("compress", [True, False])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_label_is_refused_at_read_time_naming_the_file(tmp_path, compress: bool, bad: float) -> None:
+    """A NaN/inf label would surface only as a NaN loss epochs later: the reader refuses it, on both read
+    paths (one sample, and straight into a batch slot), naming the file."""
+    from hpcbench.workloads.cosmoflow.dataset import CosmoFlowData
+
+    x = np.ones((4, 4, 4, 4), np.int16)
+    good = tmp_path / ("good.tfrecord.gz" if compress else "good.tfrecord")
+    data.write_sample(good, x, np.zeros(4, np.float32), compress=compress)
+    path = tmp_path / ("nan_label.tfrecord.gz" if compress else "nan_label.tfrecord")
+    data.write_sample(path, x, np.array([0.1, bad, 0.3, 0.4], np.float32), compress=compress)
+    with pytest.raises(DataError, match=r"nan_label\.tfrecord(\.gz)?: label 'y' is not finite \(0\.1, (nan|inf), 0\.3"):
+        data.read_sample(path, 4)
+    spec = CosmoFlowData(size=4)
+    source = type("Files", (), {"files": [good, path]})()
+    with pytest.raises(DataError, match=r"nan_label\.tfrecord(\.gz)?: label 'y' is not finite"):
+        spec.read_batch(source, [0, 1])
+    x_batch, y_batch = spec.read_batch(source, [0])  # the good file alone still reads
+    assert tuple(x_batch.shape) == (1, 4, 4, 4, 4) and float(y_batch.abs().sum()) == 0.0

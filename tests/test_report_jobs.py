@@ -66,3 +66,86 @@ def test_errors_name_what_is_wrong(tmp_path: Path) -> None:
         render(JobSpec(system=str(bad), workload="cosmoflow"))
     proc = run_cli(["jobs", "render", "--system", "nosuch", "--workload", "cosmoflow"], timeout=60)
     assert proc.returncode == 2 and "nosuch.toml not found" in proc.stderr
+
+
+def _train_line(script: str) -> str:
+    return next(line for line in script.splitlines() if "-m hpcbench train" in line)
+
+
+def test_config_defaults_to_full_on_a_cluster_and_mini_on_the_local_box() -> None:
+    """A site that emulates nodes on one host (local) trains the mini preset by default; a real cluster
+    (emulate_nodes = false) the full one; an explicit --config always wins."""
+    cluster = render(JobSpec(system="gpu-cluster", workload="cosmoflow", instances=128, nodes_per_instance=4))
+    assert "--config full" in _train_line(cluster) and "--config mini" not in cluster
+    local = render(JobSpec(system="local", workload="cosmoflow", instances=2))
+    assert "--config mini" in _train_line(local)
+    mine = render(JobSpec(system="gpu-cluster", workload="cosmoflow", instances=2, config="mini"))
+    assert "--config mini" in _train_line(mine)
+    proc = run_cli(["jobs", "render", "--system", "gpu-cluster", "--workload", "cosmoflow", "--mode", "weak",
+                    "--instances", "128", "--nodes-per-instance", "4"], timeout=60)
+    assert proc.returncode == 0 and "--config full" in _train_line(proc.stdout), proc.stderr
+
+
+def test_a_workload_without_the_default_preset_is_told_to_pass_config() -> None:
+    with pytest.raises(ConfigError, match="no 'full' preset .*emulate_nodes = false.*pass --config"):
+        render(JobSpec(system="gpu-cluster", workload="tests.harness_toy:ToyWorkload"))
+    s = render(JobSpec(system="gpu-cluster", workload="tests.harness_toy:ToyWorkload", config="mini"))
+    assert "--config mini" in _train_line(s)
+
+
+def test_workload_help_lists_every_registered_workload() -> None:
+    from hpcbench import registry
+
+    proc = run_cli(["jobs", "render", "--help"], timeout=60)
+    assert proc.returncode == 0
+    help_text = " ".join(proc.stdout.split())
+    for name in registry.names():
+        assert name in help_text, (name, proc.stdout)
+    assert "training" in help_text and "default: full" in help_text
+
+
+@pytest.mark.parametrize("workload", ["dlrm_dcnv2", "bert", "unet3d", "resnet"])
+@pytest.mark.parametrize("mode,launch,instances,npi", LAYOUTS)
+def test_training_suite_workloads_render_with_the_training_results_layout(
+        workload: str, mode: str, launch: str, instances: int, npi: int, tmp_path: Path) -> None:
+    from hpcbench import registry
+
+    bench = registry.entry(workload).benchmark
+    s = render(JobSpec(system="gpu-cluster", workload=workload, mode=mode, launch=launch, instances=instances,
+                       nodes_per_instance=npi))
+    _bash_n(s, tmp_path)
+    assert f"hpcbench train {workload}" in s and "--config full" in s
+    # no mode folder: results/<system>/<benchmark>/result_<n>.txt, and no --mode (train refuses it there)
+    assert f"# Logs (training suite): $RESULTS/results/gpu-cluster/{bench}/result_<n>.txt" in s
+    assert "--mode" not in s.split("#SBATCH --job-name")[1]
+    if mode == "weak":
+        assert 'RESULTS="results/runs-${SLURM_JOB_ID}"' in s
+
+
+def test_hpc_workloads_name_their_mode_folder() -> None:
+    weak = render(JobSpec(system="gpu-cluster", workload="deepcam", launch="srun-per-instance", instances=8))
+    assert "# Logs (hpc suite): $RESULTS/results/gpu-cluster/weak/deepcam/result_<n>.txt" in weak
+    assert "--instances 1 --mode weak --instance-offset" in weak
+    strong = render(JobSpec(system="gpu-cluster", workload="oc20", mode="strong", nodes_per_instance=8))
+    assert "# Logs (hpc suite): $RESULTS/results/gpu-cluster/strong/oc20/result_<n>.txt" in strong
+
+
+def test_the_job_tells_training_whether_the_cache_was_dropped(tmp_path: Path) -> None:
+    """HPCBENCH_CACHE_CLEARED follows the drop step's exit status (the step is run here with a stand-in
+    srun that runs its command: `true` and `false` as the site's cache_drop)."""
+    for drop, expected in (("true", "1"), ("false", "0")):
+        site = tmp_path / f"site-{drop}.toml"
+        text = (JOBS_DIR / "systems" / "local.toml").read_text()
+        site.write_text(text.replace(text[text.index("cache_drop ="):].splitlines()[0], f'cache_drop = "{drop}"'))
+        script = render(JobSpec(system=str(site), workload="cosmoflow"))
+        lines = script.splitlines()
+        start = next(i for i, ln in enumerate(lines) if ln.startswith("export HPCBENCH_CACHE_CLEARED"))
+        drop_step = "\n".join(lines[start:start + 3])
+        fake = tmp_path / "bin"
+        fake.mkdir(exist_ok=True)
+        (fake / "srun").write_text('#!/bin/bash\nwhile [[ "$1" == -* ]]; do shift; done\nexec "$@"\n')
+        (fake / "srun").chmod(0o755)
+        proc = subprocess.run(["bash", "-c", f"set -euo pipefail\n{drop_step}\necho CLEARED=$HPCBENCH_CACHE_CLEARED"],
+                              capture_output=True, text=True, env={"PATH": f"{fake}:/usr/bin:/bin"})
+        assert proc.returncode == 0 and f"CLEARED={expected}" in proc.stdout, proc.stdout + proc.stderr + drop_step
+        assert ("logged as cache_clear false" in proc.stderr) == (drop == "false")

@@ -115,3 +115,23 @@ def test_fractional_epoch_num_is_kept_and_plotted(tmp_path: Path) -> None:
     assert [e.epoch for e in run.metrics] == pytest.approx([0.05, 0.10, 0.15])
     build(tmp_path, tmp_path / "out", official=False)
     assert list((tmp_path / "out").glob("*_quality.png"))
+
+
+@pytest.mark.parametrize("division", ["closed", "open"])
+def test_closed_runs_that_logged_cache_clear_false_are_flagged(tmp_path: Path, division: str) -> None:
+    """The official checker asks only that cache_clear has a value (false passes it, as the compliance
+    column shows); a closed-division result needs the cache cleared before each run, so the report
+    flags closed logs that say false (and `report --strict` fails on the flag)."""
+    write_training_benchmark(tmp_path, _times(10), [0.8030] * 10, division=division)
+    logs = sorted(tmp_path.glob("results/*/*/result_*.txt"))
+    for log in logs[:2]:
+        log.write_text(log.read_text().replace('"key": "cache_clear", "value": true', '"key": "cache_clear", "value": false'))
+    (g,) = build(tmp_path, None).groups
+    assert g.official is not None and all(ok for ok, _ in g.official.compliance.values())
+    flagged = [f for f in g.score.flags if "cache_clear" in f]
+    if division == "closed":
+        assert flagged == [f"closed division: 2 run(s) did not log cache_clear true ({logs[0].name}, {logs[1].name}): "
+                           "the page cache was not (known to be) dropped before them; closed results need it "
+                           "cleared before each run"]
+    else:
+        assert flagged == []

@@ -6,17 +6,33 @@ import shlex
 import sys
 
 
+def _workloads() -> str:
+    """Every registered workload, by suite (the registry reads records only: light)."""
+    from hpcbench import registry
+
+    by: dict[str, list[str]] = {}
+    for name in registry.names():
+        by.setdefault(registry.entry(name).suite, []).append(name)
+    return "; ".join(f"{', '.join(names)} ({suite} suite)" for suite, names in by.items())
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
     r = sub.add_parser("render", help="print an sbatch script for a system, workload and layout")
     r.add_argument("--system", required=True, help="settings in jobs/systems/<name>.toml, or a .toml path")
-    r.add_argument("--workload", required=True, help="cosmoflow, deepcam, oc20 (or package.module:Class)")
-    r.add_argument("--mode", choices=("strong", "weak"), default="weak")
+    r.add_argument("--workload", required=True,
+                   help=f"one of: {_workloads()} (or package.module:Class); a training-suite workload's logs "
+                        "go to results/<system>/<benchmark>/ (no mode folder; each instance is one run)")
+    r.add_argument("--mode", choices=("strong", "weak"), default="weak",
+                   help="strong: one run on --nodes-per-instance nodes; weak (default): --instances concurrent "
+                        "instances (a training-suite workload: that many runs)")
     r.add_argument("--launch", choices=("one-srun", "srun-per-instance"), default="one-srun",
                    help="weak scaling: one srun over all nodes (default) or one srun per instance")
     r.add_argument("--instances", type=int, default=1, help="concurrent instances (weak scaling)")
     r.add_argument("--nodes-per-instance", type=int, default=1, help="nodes of one instance (strong: of the run)")
-    r.add_argument("--config", default="mini", help="workload preset or TOML file (default: mini)")
+    r.add_argument("--config", default=None,
+                   help="workload preset or TOML file (default: full; mini on a system that emulates its nodes on "
+                        "one host, [node] emulate_nodes = true, such as local)")
     r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     r.add_argument("--results", help="submission folder (default: the system's; weak jobs add weak-$SLURM_JOB_ID)")
     r.add_argument("--data", help="train from this dataset directly (no staging)")

@@ -42,6 +42,7 @@ class RunLog:
     train_ms: float = 0.0  # time inside epochs/blocks (training only)
     epoch_ms: list[float] = field(default_factory=list)  # duration of each epoch/block
     staging_ms: float | None = None
+    cache_clear: bool | None = None  # MLPerf cache_clear as logged (None: not logged)
     staging_start_ms: float | None = None
     metric_key: str | None = None
     metrics: list[Eval] = field(default_factory=list)
@@ -172,6 +173,8 @@ def parse_log(path: Path) -> RunLog:
         meta = rec.get("metadata") or {}
         if key in scalar:
             setattr(log, scalar[key], value)
+        elif key == "cache_clear":
+            log.cache_clear = value is True
         elif key == "init_stop":
             log.init_stop_ms = t
         elif key == "run_start":

@@ -130,6 +130,11 @@ def _start(group: Group, mode: str, t0_ms: float | None) -> Score:
         s.flags.append(f"division mismatch: {group.system_file or 'the system file'} says "
                        f"{s.system_division!r} but the logs say {division!r} ({', '.join(odd[:5])}"
                        f"{', ...' if len(odd) > 5 else ''})")
+    uncleared = [r.name for r in runs if r.division == "closed" and r.cache_clear is not True]
+    if uncleared:  # the official checker asks only that cache_clear has a value
+        s.flags.append(f"closed division: {len(uncleared)} run(s) did not log cache_clear true ("
+                       f"{', '.join(uncleared[:5])}{', ...' if len(uncleared) > 5 else ''}): the page cache was "
+                       "not (known to be) dropped before them; closed results need it cleared before each run")
     for r in runs:
         for p in r.problems:
             if "before init_stop" in p or "run_stop is before run_start" in p:
