@@ -299,3 +299,64 @@ def test_fewer_training_samples_than_the_global_batch_is_named(tmp_path: Path) -
                       r"rank\(s\) reading them = 4 samples per step .*'train.global_batch_size'.* at most 3", proc.stderr)
     assert found, proc.stderr
     assert "different or zero batches" not in proc.stderr
+
+
+def _no_traceback(proc) -> None:  # type: ignore[no-untyped-def]
+    assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_non_finite_statistics_are_refused_when_a_split_opens(tmp_path: Path, value: float) -> None:
+    root = _raw_dataset(tmp_path / "data", 2, (H, W))
+    with h5py.File(root / "stats.h5", "a") as f:
+        maxval = f["climate/maxval"][...]
+        maxval[3] = value  # NaN passes the maxval > minval check; it would make channel 3 NaN
+        f["climate/maxval"][...] = maxval
+    with pytest.raises(DataError, match=rf"stats\.h5': climate/maxval is {value} for channel 3; .*finite"):
+        workload_loader(root, 1, train=True, channels_last=True)
+    proc = run_cli(["train", "deepcam", "--config", "mini", "--data", str(root), "--results", str(tmp_path / "r"),
+                    "--device", "cpu", "--no-progress", "--set", "train.global_batch_size=1"])
+    _no_traceback(proc)
+    assert re.search(r"stats\.h5': climate/maxval is \S+ for channel 3", proc.stderr), proc.stderr
+
+
+def test_nan_channel_in_one_training_file_is_named_at_read_time(tmp_path: Path) -> None:
+    write_dataset(tmp_path, samples=4, eval_samples=1, height=H, width=W, seed=2, workers=1)
+    bad = tmp_path / "train" / "data-000002.h5"
+    with h5py.File(bad, "a") as f:
+        data = f["climate/data"][...]
+        data[5, 7, 11] = np.nan
+        f["climate/data"][...] = data
+    with pytest.raises(DataError, match=r"train/data-000002\.h5': climate/data channel 11 holds nan at 1 pixel"):
+        read_sample(bad, ALL, (H, W))
+    with pytest.raises(DataError, match=r"channel 11 holds nan"):  # the channel's number in the file
+        read_sample(bad, [0, 11], (H, W))
+    read_sample(bad, [0, 1], (H, W))  # channels the run does not read do not matter
+    with pytest.raises(DataError, match=r"train/data-000002\.h5': climate/data channel 11"):
+        list(workload_loader(tmp_path, 2, train=True, channels_last=True))  # the batched reader (read_into)
+
+
+def test_nan_channel_stops_training_with_a_named_error(tmp_path: Path) -> None:
+    root = _raw_dataset(tmp_path / "data", 2, (H, W))
+    with h5py.File(root / "train" / "data-000001.h5", "a") as f:
+        data = f["climate/data"][...]
+        data[..., 4] = np.nan
+        f["climate/data"][...] = data
+    proc = run_cli(["train", "deepcam", "--config", "mini", "--data", str(root), "--results", str(tmp_path / "r"),
+                    "--device", "cpu", "--no-progress", "--set", "train.global_batch_size=2"])
+    _no_traceback(proc)
+    assert re.search(r"train/data-000001\.h5': climate/data channel 4 holds nan at 1536 pixel", proc.stderr), \
+        proc.stderr
+
+
+@pytest.mark.parametrize("dtype", [np.int16, np.float64])
+def test_data_not_stored_as_float32_is_refused(tmp_path: Path, dtype: type) -> None:
+    root = _raw_dataset(tmp_path / "data", 2, (H, W), data_dtype=dtype)
+    name = np.dtype(dtype).name
+    with pytest.raises(DataError, match=rf"train/data-000000\.h5': climate/data has dtype {name}; expected float32"):
+        workload_loader(root, 1, train=True, channels_last=True)  # the split's first file, at open
+    with pytest.raises(DataError, match=rf"validation/data-000000\.h5': climate/data has dtype {name}"):
+        read_sample(root / "validation" / "data-000000.h5", ALL, (H, W))
+    big_endian = tmp_path / "data-be.h5"
+    _write(big_endian, np.ones((H, W, 16), ">f4"), np.zeros((H, W), np.uint8))
+    assert read_sample(big_endian, ALL, (H, W))[0].dtype == np.float32  # float32 in either byte order
