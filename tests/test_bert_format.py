@@ -133,11 +133,10 @@ def test_named_errors_for_keys_shapes_dtypes_and_values(tmp_path: Path) -> None:
     rows = _rows(4)
     for r, t in enumerate(rows.input_ids):
         ids[r, : len(t)] = t
-    ids[2, 1] = V  # out of the vocabulary
-    with PaddedShard(_padded_file(tmp_path, input_ids=ids), **LIMITS) as shard:
-        shard.read([0, 1])  # rows without the bad id read fine
-        with pytest.raises(DataError, match=rf"bad.hdf5: row 2: input_ids must be in \[0, {V}\)"):
-            shard.read([1, 2])
+    ids[2, 1] = V  # out of the vocabulary: found when the shard opens, not when row 2 is first read
+    with pytest.raises(DataError, match=rf"bad.hdf5: 'input_ids' row 2: id {V} is outside the vocabulary "
+                                        rf"\[0, {V}\) \(1 such id\(s\) in rows 0..3\); found when the shard was opened"):
+        PaddedShard(_padded_file(tmp_path, input_ids=ids), **LIMITS)
     mask = np.zeros((4, L), np.int8)
     mask[:, :3] = 1
     mask[0, 5] = 1  # a hole: not ones-then-zeros
@@ -211,3 +210,54 @@ def test_reference_like_lengths_and_packing_at_512() -> None:
     assert fill > 0.92 and max(len(r) for r in rows) == 3
     assert sorted(i for r in rows for i in r) == list(range(len(lengths)))
     assert all(lengths[r].sum() <= 512 for r in rows)
+
+
+def test_negative_masked_lm_id_in_a_packed_shard_is_named_when_it_opens(tmp_path: Path) -> None:
+    packed = packing.pack(_rows(12), L, 3)
+    path = tmp_path / "part-00001.hdf5"
+    write_packed(path, packed, **LIMITS)
+    last = len(packed) - 1
+    with h5py.File(path, "a") as f:
+        mids = f["masked_lm_ids"][last].copy()
+        mids[-1] = -5  # int16 wrap-around or a bad converter: would be read only in the epoch reaching the row
+        f["masked_lm_ids"][last] = mids
+    with pytest.raises(DataError, match=rf"part-00001.hdf5: 'masked_lm_ids' row {last}: id -5 is outside the "
+                                        rf"vocabulary \[0, {V}\)"):
+        open_shard(path, **LIMITS)
+    with h5py.File(path, "a") as f:  # an input id past the vocabulary, in the first row
+        f["masked_lm_ids"][last] = np.abs(mids)
+        ids = f["input_ids"][0].copy()
+        ids[3] = V + 7
+        f["input_ids"][0] = ids
+    with pytest.raises(DataError, match=rf"'input_ids' row 0: id {V + 7} is outside"):
+        open_shard(path, **LIMITS)
+
+
+def test_padded_shard_with_fewer_masked_lm_rows_names_the_row_counts(tmp_path: Path) -> None:
+    rows = _rows(4)
+    mids = np.zeros((3, P), np.int32)  # one row short: the shape (3, 10) itself looks right per row
+    for r in range(3):
+        mids[r, : len(rows.masked_lm_ids[r])] = rows.masked_lm_ids[r]
+    with pytest.raises(DataError, match=r"bad.hdf5: 'masked_lm_ids' has 3 rows but 'input_ids' has 4; every key "
+                                        r"holds one row per sample"):
+        open_shard(_padded_file(tmp_path, masked_lm_ids=mids), **LIMITS)
+
+
+def test_training_on_a_shard_with_a_bad_masked_lm_id_stops_at_open_without_a_traceback(tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    data = tmp_path / "data"
+    proc = run_cli(["datagen", "bert", "--out", str(data), "--train-samples", "256", "--eval-samples", "64",
+                    "--train-shards", "2", "--vocab-size", "200", "--max-seq-len", "64"])
+    assert proc.returncode == 0, proc.stderr
+    shard = sorted((data / "train").glob("*.hdf5"))[-1]
+    with h5py.File(shard, "a") as f:
+        last = f["masked_lm_ids"].shape[0] - 1
+        mids = f["masked_lm_ids"][last].copy()
+        mids[0] = -1
+        f["masked_lm_ids"][last] = mids
+    proc = run_cli(["train", "bert", "--config", "mini", "--data", str(data), "--results", str(tmp_path / "r"),
+                    "--device", "cpu", "--no-progress"])
+    assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"{shard.name}: 'masked_lm_ids' row {last}: id -1 is outside the vocabulary [0, 200)" in proc.stderr, \
+        proc.stderr

@@ -37,6 +37,9 @@ next_sentence_labels      int8  one label per sequence
 Both layouts read into one in-memory form, :class:`Rows` (per row: real tokens back to back and the
 per-sequence lengths; a padded sample is a row with one sequence), which is what the model's
 collate takes. Every error is a :class:`DataError` naming the file, the key and what was expected.
+Opening a shard checks the row counts of its keys and the range of every token and masked-LM id
+(vectorised over the whole shard, :data:`ID_KEYS`), so a bad id fails the run when it starts, not in
+the epoch that first reads its row; the other value checks run on the rows read.
 """
 from __future__ import annotations
 
@@ -65,6 +68,10 @@ PACKED_DTYPES = {"input_ids": np.int16, "segment_ids": np.int8, "masked_lm_posit
                  "next_sentence_labels": np.int8}
 _WIDE = (np.int16, np.int32, np.int64)  # ids and positions need 16 bits at least (vocab 30522, position 511)
 _ANY_INT = (np.int8, np.int16, np.int32, np.int64)
+#: the keys holding vocabulary ids, checked in [0, vocab_size) over the whole shard when it is opened;
+#: the padded layout's zero padding is id 0 ([PAD]), inside that range
+ID_KEYS = ("input_ids", "masked_lm_ids")
+_CHUNK_ROWS = 8192  # rows per read of the open-time id check (bounds its memory on big shards)
 _ACCEPTED = {"input_ids": _WIDE, "masked_lm_positions": _WIDE, "masked_lm_ids": _WIDE,
              "packed_input_len": _WIDE, "packed_masked_lm_len": _WIDE,
              "input_mask": _ANY_INT, "segment_ids": _ANY_INT, "next_sentence_labels": _ANY_INT}
@@ -210,13 +217,50 @@ class Shard:
         self.file = _open_h5(self.path)
         try:
             self.data = {k: _dataset(self.file, self.path, k, self.packed) for k in self.keys}
-            self.rows = self._check_shapes()
+            self.rows = self._check_row_counts()
+            self._check_shapes()
+            self._check_ids()
         except BaseException:
             self.file.close()
             raise
 
-    def _check_shapes(self) -> int:
+    def _check_row_counts(self) -> int:
+        """Every key holds one row per sample: a key with another count is named with both counts."""
+        counts = {k: (ds.shape[0] if ds.ndim else 0) for k, ds in self.data.items()}
+        n = counts["input_ids"]
+        wrong = [f"'{k}' has {c} rows" for k, c in counts.items() if c != n]
+        if wrong:
+            raise DataError(f"{self.path}: {', '.join(wrong)} but 'input_ids' has {n}; every key holds one row "
+                            "per sample (a truncated or mismatched write?)")
+        return n
+
+    def _check_shapes(self) -> None:
         raise NotImplementedError
+
+    def _check_ids(self) -> None:
+        """Every id of :data:`ID_KEYS` in [0, vocab_size), read in chunks of rows; names the first bad row."""
+        for key in ID_KEYS:
+            ds = self.data[key]
+            for start in range(0, self.rows, _CHUNK_ROWS):
+                stop = min(start + _CHUNK_ROWS, self.rows)
+                try:
+                    chunk = ds[start:stop]
+                except (OSError, RuntimeError) as exc:
+                    raise DataError(f"{self.path}: '{key}': cannot read rows {start}..{stop - 1} ({exc}); the file "
+                                    "is truncated or corrupt") from None
+                if self.packed:  # vlen rows: one flat array and the row of each entry
+                    lengths = np.fromiter((len(a) for a in chunk), np.int64, len(chunk))
+                    flat = np.concatenate(list(chunk)) if lengths.sum() else np.zeros(0, np.int64)
+                else:
+                    flat = chunk.reshape(-1)
+                bad = (flat < 0) | (flat >= self.vocab_size)
+                if bad.any():
+                    at = int(np.argmax(bad))
+                    row = (int(np.searchsorted(np.cumsum(lengths), at, side="right")) if self.packed
+                           else at // chunk.shape[1])
+                    raise DataError(f"{self.path}: '{key}' row {start + row}: id {int(flat[at])} is outside the "
+                                    f"vocabulary [0, {self.vocab_size}) ({int(bad.sum())} such id(s) in rows "
+                                    f"{start}..{stop - 1}); found when the shard was opened")
 
     def __len__(self) -> int:
         return self.rows
@@ -255,8 +299,8 @@ class PaddedShard(Shard):
     packed = False
     keys = PADDED_KEYS
 
-    def _check_shapes(self) -> int:
-        n = self.data["input_ids"].shape[0] if self.data["input_ids"].ndim else 0
+    def _check_shapes(self) -> None:
+        n = self.rows
         want = {"input_ids": (n, self.max_seq_len), "input_mask": (n, self.max_seq_len),
                 "segment_ids": (n, self.max_seq_len), "masked_lm_positions": (n, self.max_pred),
                 "masked_lm_ids": (n, self.max_pred), "next_sentence_labels": (n,)}
@@ -299,13 +343,12 @@ class PackedShard(Shard):
     packed = True
     keys = PACKED_KEYS
 
-    def _check_shapes(self) -> int:
-        n = self.data["input_ids"].shape[0] if self.data["input_ids"].ndim else 0
+    def _check_shapes(self) -> None:
+        n = self.rows
         for k, ds in self.data.items():
             if ds.shape != (n,):
                 raise DataError(f"{self.path}: '{k}': expected {n} variable-length rows, shape ({n},), "
                                 f"found {ds.shape}")
-        return n
 
     def _to_rows(self, raw: dict[str, np.ndarray], numbers: np.ndarray) -> Rows:
         def col(k: str) -> list[np.ndarray]:
