@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from hpcbench.common.workload import Workload
 
 #: ``hpcbench convert FORMAT``: (src, out, trust_pickle, progress, workers) -> samples converted per split
-Converter = Callable[[Path, Path, bool, bool, int], dict[str, int]]
+Converter = Callable[[Path, Path, bool, bool, int, bool], dict[str, int]]  # ..., workers, replace
 
 #: workload name -> its package (whose ``BENCHMARK`` is the record)
 WORKLOADS: dict[str, str] = {

@@ -9,9 +9,18 @@ at most 50 neighbours, :func:`hpcbench.workloads.opencatalyst.graph.add_missing_
 Reading the source requires the user's explicit ``trust_pickle`` opt-in: unpickling runs code from
 the file. Each output file goes through :func:`hpcbench.common.data.datagen.generate`: written under a
 temporary name, verified, then renamed.
+
+A split is converted into a hidden staging folder beside its output folder and renamed (or, with
+``replace``, moved file by file) into place only once every file is written and verified, so a
+crashed or interrupted conversion leaves no output folder that looks complete. An output folder
+that already holds something is refused (every ``data.*.lmdb`` in a split folder is part of the
+dataset, so an older file left beside the new ones would add its samples); ``replace`` removes the
+converter's own outputs there (``data.*.lmdb`` and their ``-lock`` files) and keeps anything else.
 """
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
@@ -35,8 +44,31 @@ def verify_file(tmp: Path, job: FileJob) -> None:
     lmdbio.verify_shard(tmp, len(job.indices))
 
 
-def convert_split(src: Path, dst: Path, trust_pickle: bool, progress: bool = True, workers: int = 1) -> int:
-    """Convert every ``data.*.lmdb`` in ``src`` to ``dst`` (same file names); returns samples."""
+def _own_outputs(folder: Path) -> list[Path]:
+    """What a conversion writes into a split folder: ``data.*.lmdb`` files and LMDB's ``-lock`` files."""
+    return sorted(p for p in folder.iterdir()
+                  if LAYOUT.is_sample(p.name) or (p.name.endswith("-lock") and LAYOUT.is_sample(p.name[:-5])))
+
+
+def _check_out(dst: Path, replace: bool) -> None:
+    """Refuse an output split folder that holds anything, unless ``replace`` (then only a non-folder)."""
+    if not dst.exists():
+        return
+    if not dst.is_dir():
+        raise ConfigError(f"--out {dst}: exists and is not a folder")
+    held = sorted(p.name + ("/" if p.is_dir() else "") for p in dst.iterdir())
+    if held and not replace:
+        shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+        raise ConfigError(f"--out {dst}: the output folder is not empty (it holds {shown}); every data.*.lmdb in "
+                          "a split folder is read as part of the dataset, so files left beside the converted ones "
+                          "would add their samples. Choose a new or empty --out, or pass --replace to remove the "
+                          "converter's own outputs (data.*.lmdb) there first")
+
+
+def convert_split(src: Path, dst: Path, trust_pickle: bool, progress: bool = True, workers: int = 1,
+                  replace: bool = False) -> int:
+    """Convert every ``data.*.lmdb`` in ``src`` to ``dst`` (same file names); returns samples.
+    ``dst`` must be new or empty unless ``replace`` (see the module's description)."""
     if not trust_pickle:
         raise ConfigError("reading original OC20 LMDBs unpickles Python objects, which runs code from the file; "
                           "pass --trust-pickle (`hpcbench convert oc20 --src DIR --out NEW_DIR --trust-pickle`) if "
@@ -44,21 +76,28 @@ def convert_split(src: Path, dst: Path, trust_pickle: bool, progress: bool = Tru
     if src.resolve() == dst.resolve():
         raise ConfigError(f"--out must differ from the source folder {src}")
     dst = dst.resolve()
+    _check_out(dst, replace)
     sources = {path.name: path for path in lmdbio.shard_paths(src)}
-    jobs = [FileJob(dst.name, name, tuple(range(len(lmdbio.Shard(path, trust_pickle=True)))))
+    stage = dst.parent / f".{dst.name}.converting.{os.getpid()}"
+    jobs = [FileJob(stage.name, name, tuple(range(len(lmdbio.Shard(path, trust_pickle=True)))))
             for name, path in sources.items()]
     empty = [name for name, job in zip(sources, jobs) if not job.indices]
     if empty:
         raise DataError(f"{src}: {', '.join(empty)} hold(s) no samples (an empty or unfinished LMDB); "
                         "nothing was converted")
-    created = not dst.exists()
     try:
         generate(dst.parent, jobs, partial(convert_file, sources), verify_file, workers, progress=progress,
                  desc=f"convert {src.name}")
-    except BaseException:
-        if created and dst.is_dir() and not any(dst.iterdir()):
-            dst.rmdir()  # no empty split folder left behind by a failed conversion
-        raise
+        if not dst.exists():
+            os.replace(stage, dst)  # the split folder appears complete, in one rename
+        else:  # an empty folder, or --replace: the old outputs go, the new ones move in
+            for old in _own_outputs(dst):
+                old.unlink()
+            for new in sorted(stage.iterdir()):
+                os.replace(new, dst / new.name)
+            stage.rmdir()
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)  # nothing of a failed conversion stays behind
     return sum(len(j.indices) for j in jobs)
 
 
@@ -66,13 +105,17 @@ def _holds_shards(folder: Path) -> bool:
     return any(p.is_file() and LAYOUT.is_sample(p.name) for p in folder.iterdir())
 
 
-def convert(src: Path, dst: Path, trust_pickle: bool, progress: bool = True, workers: int = 1) -> dict[str, int]:
-    """A dataset root with split folders (train/, validation/, ...) or a single split folder."""
+def convert(src: Path, dst: Path, trust_pickle: bool, progress: bool = True, workers: int = 1,
+            replace: bool = False) -> dict[str, int]:
+    """A dataset root with split folders (train/, validation/, ...) or a single split folder. Every
+    output split folder is checked (new or empty, unless ``replace``) before anything is converted."""
     if not src.is_dir():
         raise ConfigError(f"{src}: source folder does not exist")
     if _holds_shards(src):
-        return {src.name: convert_split(src, dst, trust_pickle, progress, workers)}
+        return {src.name: convert_split(src, dst, trust_pickle, progress, workers, replace)}
     splits = sorted(p for p in src.iterdir() if p.is_dir() and _holds_shards(p))
     if not splits:
         raise ConfigError(f"{src}: no data.NNNN.lmdb files in it or in its sub-folders")
-    return {p.name: convert_split(p, dst / p.name, trust_pickle, progress, workers) for p in splits}
+    for p in splits:
+        _check_out(dst / p.name, replace)
+    return {p.name: convert_split(p, dst / p.name, trust_pickle, progress, workers, replace) for p in splits}

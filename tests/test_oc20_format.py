@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import re
 import pickle
 from pathlib import Path
 
@@ -177,3 +178,61 @@ def test_fewer_training_samples_than_the_global_batch_is_named(tmp_path: Path) -
                                           r"batch 2 x 2 rank\(s\) reading them = 4 .*'train.global_batch_size'.* "
                                           r"at most 1"):
         wl.train_loader(shard)
+
+
+def _originals(root: Path, files: int = 1, per_file: int = 3) -> Path:
+    src = root / "orig" / "train"
+    src.mkdir(parents=True)
+    for f in range(files):
+        write_pickled_oc20(src / lmdbio.shard_name(f), [sample(10 * f + k) for k in range(per_file)])
+    return src
+
+
+def _count(split: Path) -> int:
+    n = len(lmdbio.SplitDataset(lmdbio.shard_paths(split)))
+    lmdbio.close_all()
+    return n
+
+
+def test_convert_refuses_a_non_empty_output_folder_unless_replace(tmp_path: Path) -> None:
+    _originals(tmp_path)  # data.0000.lmdb, 3 samples
+    out = tmp_path / "safe" / "train"
+    out.mkdir(parents=True)
+    lmdbio.write_shard(out / lmdbio.shard_name(1), [sample(100 + k) for k in range(9)])  # an older conversion
+    (out / "NOTES.txt").write_text("kept")
+    args = ["convert", "oc20", "--src", str(tmp_path / "orig"), "--out", str(tmp_path / "safe"), "--trust-pickle",
+            "--no-progress"]
+    proc = run_cli(args)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert re.search(r"--out \S+/safe/train: the output folder is not empty \(it holds NOTES.txt, data.0001.lmdb\)"
+                     r".*--replace", proc.stderr), proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["NOTES.txt", "data.0001.lmdb"] and _count(out) == 9
+    proc = run_cli([*args, "--replace"])
+    assert proc.returncode == 0, proc.stderr
+    # the stale file's 9 samples are gone, the user's other file stays, nothing staged is left over
+    assert sorted(p.name for p in out.iterdir()) == ["NOTES.txt", "data.0000.lmdb"] and _count(out) == 3
+    assert sorted(p.name for p in out.parent.iterdir()) == ["train"]
+
+
+def test_a_failed_convert_leaves_no_output_that_looks_complete(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpcbench.workloads.opencatalyst import convert as conv
+
+    src = _originals(tmp_path, files=2)
+    verified: list[str] = []
+
+    def verify_then_crash(tmp: Path, job: object) -> None:
+        verified.append(tmp.name)
+        if len(verified) == 2:
+            raise KeyboardInterrupt  # e.g. the job killed while the second file is written
+        conv.lmdbio.verify_shard(tmp, 3)
+
+    monkeypatch.setattr(conv, "verify_file", verify_then_crash)
+    with pytest.raises(KeyboardInterrupt):
+        conv.convert(src, tmp_path / "safe", trust_pickle=True, progress=False)
+    assert list(tmp_path.glob("safe*")) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["orig"]
+    monkeypatch.undo()
+    # converting into an empty existing folder is fine; it ends up with both files
+    (tmp_path / "safe").mkdir()
+    assert conv.convert(src, tmp_path / "safe", trust_pickle=True, progress=False) == {"train": 6}
+    assert _count(tmp_path / "safe") == 6 and sorted(p.name for p in tmp_path.iterdir()) == ["orig", "safe"]

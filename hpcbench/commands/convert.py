@@ -1,4 +1,4 @@
-"""`hpcbench convert FORMAT --src DIR --out DIR --trust-pickle`: a workload's original dataset files to
+"""`hpcbench convert FORMAT --src DIR --out DIR --trust-pickle [--replace]`: a workload's original dataset files to
 the project's safe encoding (oc20: pickled LMDBs to pickle-free values with per-sample size metadata,
 the periodic graph built where the originals carry none).
 The formats are the registry's workloads that have a converter."""
@@ -18,12 +18,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="allow unpickling the source values (runs code from the files: trusted sources only)")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="processes converting files in parallel (oc20: building a missing graph costs CPU)")
+    parser.add_argument("--replace", action="store_true",
+                        help="write into an --out folder that holds files: the converter's own earlier outputs "
+                             "(data.*.lmdb) there are removed once the new ones are written; other files stay")
     parser.add_argument("--no-progress", action="store_true")
 
 
 def run(args: argparse.Namespace) -> int:
     convert = registry.converter(args.format)
-    counts = convert(Path(args.src), Path(args.out), args.trust_pickle, not args.no_progress, max(1, args.workers))
+    counts = convert(Path(args.src), Path(args.out), args.trust_pickle, not args.no_progress, max(1, args.workers),
+                     args.replace)
     for split, n in counts.items():
         print(f"converted {split}: {n} samples -> {Path(args.out)}")
     return 0
