@@ -332,6 +332,13 @@ def test_nan_channel_in_one_training_file_is_named_at_read_time(tmp_path: Path) 
     with pytest.raises(DataError, match=r"channel 11 holds nan"):  # the channel's number in the file
         read_sample(bad, [0, 11], (H, W))
     read_sample(bad, [0, 1], (H, W))  # channels the run does not read do not matter
+    with h5py.File(bad, "a") as f:  # -inf too; huge finite values (their squares overflow float32) are fine
+        data[5, 7, 11] = -np.inf
+        f["climate/data"][...] = data
+    with pytest.raises(DataError, match=r"channel 11 holds -inf at 1 pixel"):
+        read_sample(bad, ALL, (H, W))
+    _write(tmp_path / "huge.h5", np.full((H, W, 16), 3e38, np.float32), np.zeros((H, W), np.uint8))
+    assert read_sample(tmp_path / "huge.h5", ALL, (H, W))[0].max() == np.float32(3e38)
     with pytest.raises(DataError, match=r"train/data-000002\.h5': climate/data channel 11"):
         list(workload_loader(tmp_path, 2, train=True, channels_last=True))  # the batched reader (read_into)
 
