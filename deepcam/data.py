@@ -95,8 +95,9 @@ def _check_finite(path: Path, channels: Sequence[int], data: np.ndarray) -> None
     ``np.isfinite(data).all()``, which writes a boolean array first). Only a non-finite sum, a bad
     value or a float32 overflow of the squares (values beyond about 1e19), runs the exact search."""
     flat = data.reshape(-1)
-    if np.isfinite(np.dot(flat, flat)):
-        return
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(np.dot(flat, flat)):
+            return
     bad = ~np.isfinite(data)
     if not bad.any():
         return  # the squares overflowed; every value is finite
