@@ -133,10 +133,11 @@ def test_named_errors_for_keys_shapes_dtypes_and_values(tmp_path: Path) -> None:
     rows = _rows(4)
     for r, t in enumerate(rows.input_ids):
         ids[r, : len(t)] = t
-    ids[2, 1] = V  # out of the vocabulary: found when the shard opens, not when row 2 is first read
+    ids[2, 1] = V  # out of the vocabulary: found at the shard's first read (row 0), not when row 2 is read
     with pytest.raises(DataError, match=rf"bad.hdf5: 'input_ids' row 2: id {V} is outside the vocabulary "
-                                        rf"\[0, {V}\) \(1 such id\(s\) in rows 0..3\); found when the shard was opened"):
-        PaddedShard(_padded_file(tmp_path, input_ids=ids), **LIMITS)
+                                        rf"\[0, {V}\) \(1 such id\(s\) in rows 0..3\); found at the shard's first read"):
+        with PaddedShard(_padded_file(tmp_path, input_ids=ids), **LIMITS) as shard:
+            shard.read([0])
     mask = np.zeros((4, L), np.int8)
     mask[:, :3] = 1
     mask[0, 5] = 1  # a hole: not ones-then-zeros
@@ -212,7 +213,7 @@ def test_reference_like_lengths_and_packing_at_512() -> None:
     assert all(lengths[r].sum() <= 512 for r in rows)
 
 
-def test_negative_masked_lm_id_in_a_packed_shard_is_named_when_it_opens(tmp_path: Path) -> None:
+def test_negative_masked_lm_id_in_a_packed_shard_is_named_at_its_first_read(tmp_path: Path) -> None:
     packed = packing.pack(_rows(12), L, 3)
     path = tmp_path / "part-00001.hdf5"
     write_packed(path, packed, **LIMITS)
@@ -223,14 +224,16 @@ def test_negative_masked_lm_id_in_a_packed_shard_is_named_when_it_opens(tmp_path
         f["masked_lm_ids"][last] = mids
     with pytest.raises(DataError, match=rf"part-00001.hdf5: 'masked_lm_ids' row {last}: id -5 is outside the "
                                         rf"vocabulary \[0, {V}\)"):
-        open_shard(path, **LIMITS)
+        with open_shard(path, **LIMITS) as shard:
+            shard.read([0])
     with h5py.File(path, "a") as f:  # an input id past the vocabulary, in the first row
         f["masked_lm_ids"][last] = np.abs(mids)
         ids = f["input_ids"][0].copy()
         ids[3] = V + 7
         f["input_ids"][0] = ids
     with pytest.raises(DataError, match=rf"'input_ids' row 0: id {V + 7} is outside"):
-        open_shard(path, **LIMITS)
+        with open_shard(path, **LIMITS) as shard:
+            shard.read([last])
 
 
 def test_padded_shard_with_fewer_masked_lm_rows_names_the_row_counts(tmp_path: Path) -> None:
@@ -243,7 +246,7 @@ def test_padded_shard_with_fewer_masked_lm_rows_names_the_row_counts(tmp_path: P
         open_shard(_padded_file(tmp_path, masked_lm_ids=mids), **LIMITS)
 
 
-def test_training_on_a_shard_with_a_bad_masked_lm_id_stops_at_open_without_a_traceback(tmp_path: Path) -> None:
+def test_training_on_a_shard_with_a_bad_masked_lm_id_stops_at_its_first_read_without_a_traceback(tmp_path: Path) -> None:
     from conftest import run_cli
 
     data = tmp_path / "data"

@@ -37,9 +37,11 @@ next_sentence_labels      int8  one label per sequence
 Both layouts read into one in-memory form, :class:`Rows` (per row: real tokens back to back and the
 per-sequence lengths; a padded sample is a row with one sequence), which is what the model's
 collate takes. Every error is a :class:`DataError` naming the file, the key and what was expected.
-Opening a shard checks the row counts of its keys and the range of every token and masked-LM id
-(vectorised over the whole shard, :data:`ID_KEYS`), so a bad id fails the run when it starts, not in
-the epoch that first reads its row; the other value checks run on the rows read.
+Opening a shard checks the row counts of its keys; the first read of any of its rows checks the range of
+every token and masked-LM id of the whole shard (vectorised, :data:`ID_KEYS`), so a bad id fails the run
+the first time its shard is touched (with global shuffling, in the first steps), not in the epoch that
+first reads its row, and no rank reads shards it never touches (at open, every rank would read every id of
+the dataset: minutes at full size); the other value checks run on the rows read.
 """
 from __future__ import annotations
 
@@ -219,7 +221,7 @@ class Shard:
             self.data = {k: _dataset(self.file, self.path, k, self.packed) for k in self.keys}
             self.rows = self._check_row_counts()
             self._check_shapes()
-            self._check_ids()
+            self._ids_checked = False  # the whole shard's id ranges, on its first read (_check_ids)
         except BaseException:
             self.file.close()
             raise
@@ -260,7 +262,7 @@ class Shard:
                            else at // chunk.shape[1])
                     raise DataError(f"{self.path}: '{key}' row {start + row}: id {int(flat[at])} is outside the "
                                     f"vocabulary [0, {self.vocab_size}) ({int(bad.sum())} such id(s) in rows "
-                                    f"{start}..{stop - 1}); found when the shard was opened")
+                                    f"{start}..{stop - 1}); found at the shard's first read")
 
     def __len__(self) -> int:
         return self.rows
@@ -283,6 +285,9 @@ class Shard:
         index = np.asarray(index, dtype=np.int64)
         if index.size and (index.min() < 0 or index.max() >= self.rows):
             raise IndexError(f"{self.path}: row index out of range 0..{self.rows - 1}")
+        if not self._ids_checked:
+            self._check_ids()
+            self._ids_checked = True
         raw = {k: _read(ds, self.path, index) for k, ds in self.data.items()}
         rows = self._to_rows(raw, index)
         check_rows(rows, str(self.path), self.max_seq_len, self.max_pred, self.vocab_size, self.max_per_row,
