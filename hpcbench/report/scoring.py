@@ -183,7 +183,7 @@ def score_strong(group: Group) -> Score:
     if failed > dropped:
         s.notes.append(f"{failed} runs did not converge; the rules allow at most {dropped}: no score")
     elif failed:
-        s.notes.append(f"{failed} non-converged run{'s' if failed > 1 else ''} counted as dropped slowest "
+        s.notes.append(f"{failed} non-converged or rejected run{'s' if failed > 1 else ''} counted as dropped slowest "
                        f"run{'s' if failed > 1 else ''} (olympic rule: {dropped} fastest and {dropped} slowest "
                        f"dropped)")
     if s.M < s.required_runs:

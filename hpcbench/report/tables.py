@@ -76,8 +76,9 @@ def print_group(console: Any, score: Score, off: Official | None, checks: list[C
         for p in r.problems:
             console.print(Text(f"{r.name}: {p}", style="dim"))
     if off is not None:
+        shown = {r.name for r in score.runs if r.rejected}  # already on a REJECTED line
         for name, (passed, output) in off.compliance.items():
-            if passed:
+            if passed or name in shown:
                 continue
             why = compliance_reasons(output)
             console.print(Text(f"official compliance checker rejected {name}: " + ("; ".join(why[:4]) or "see report.json"),
