@@ -61,7 +61,8 @@ def test_strong_scaling_olympic_and_one_failure_agree_with_official(tmp_path: Pa
     assert rep.official is not None and rep.official.score_min == pytest.approx(rep.score.score_min)
     assert rep.official.compliance["result_3.txt"][0] is False
     assert not rep.disagreements, rep.disagreements
-    assert not rep.score.valid and any("5 of the 10 runs" in n for n in rep.score.notes)
+    assert not rep.verdict.valid and any("5 of the 10 runs" in n for n in rep.score.notes)
+    assert "run count: 5 of the 10 runs the rules require" in rep.verdict.failures
 
 
 def test_strong_scaling_two_failures_give_no_score(tmp_path: Path) -> None:
@@ -111,16 +112,23 @@ def test_aborted_but_target_met_counts_as_official_and_is_flagged(tmp_path: Path
     assert g["score"]["M_prime"] == 2
 
 
-def test_weak_disagreement_is_reported_not_hidden(tmp_path: Path) -> None:
-    """An instance we count (complete, target met) that the official compliance checker rejects (the
-    required cache_clear event is missing): listed as a disagreement, and --strict fails."""
+def test_weak_log_the_checker_rejects_is_not_scored(tmp_path: Path) -> None:
+    """An instance our parse would count (complete, target met) that the official compliance checker
+    rejects (the required cache_clear event is missing): listed as rejected with the checker's reason,
+    not in M' or TTTa (so no disagreement with the summarizer), the folder not valid, --strict fails."""
     runs = [SynthRun(0.0, 50.0), SynthRun(1.0, 80.0)]
     write_benchmark(tmp_path, "weak", runs)
     log = next(tmp_path.rglob("result_1.txt"))
     log.write_text("".join(ln for ln in log.read_text().splitlines(keepends=True) if '"key": "cache_clear"' not in ln))
     proc = run_cli(["report", str(tmp_path), "--strict", "--no-plots"], timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "DISAGREEMENT" in proc.stdout and "result_1.txt: counted" in proc.stdout
+    assert "REJECTED result_1.txt (not scored): official compliance checker:" in proc.stdout
+    assert "DISAGREEMENT" not in proc.stdout
+    (g,) = json.loads((tmp_path / "report" / "report.json").read_text())["groups"]
+    assert g["score"]["M_prime"] == 1 and g["score"]["ttta_min"] == pytest.approx(50.0 / 60.0)
+    assert "cache_clear" in g["score"]["rejected"][0][1]
+    assert not g["verdict"]["valid"]
+    assert any(f.startswith("result_1.txt: rejected, not scored") for f in g["verdict"]["failures"])
 
 
 def test_scaling_curve_when_several_scales(tmp_path: Path) -> None:

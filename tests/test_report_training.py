@@ -32,7 +32,8 @@ def test_closed_ten_runs_olympic_mean_agrees_with_the_official_summarizer(tmp_pa
     assert g.score.score_min == pytest.approx(g.official.score_min, abs=1e-6)
     assert not g.official.compliance["result_3.txt"][0] and g.official.compliance["result_0.txt"][0]
     assert not g.disagreements, g.disagreements
-    assert g.score.valid
+    assert g.verdict.valid, g.verdict.failures
+    assert g.verdict.label.startswith("yes") and "closed-division model, dataset and hyperparameter rules" in g.verdict.label
 
 
 @pytest.mark.parametrize("failed", [3, 5])

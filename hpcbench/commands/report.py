@@ -16,8 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-official", action="store_true", help="skip the official checker and summarizer")
     parser.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
     parser.add_argument("--strict", action="store_true",
-                        help="exit with status 1 when hpcbench and the official tools disagree, or when a check "
-                             "flags an inconsistency (division of systems/<system>.json vs the logs, run_start "
+                        help="exit with status 1 when hpcbench and the official tools disagree, when a log is "
+                             "rejected (by the official compliance checker or by hpcbench's own checks: duplicated "
+                             "runs, non-finite or absurd times), or when a check flags an inconsistency (division of systems/<system>.json vs the logs, run_start "
                              "before init_stop, instances of a weak-scaling set that do not overlap in time)")
 
 
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"[bold red]no report was produced; {out} holds none{moved}[/]")
         raise
     for g in rep.groups:
-        print_group(console, g.score, g.official, g.checks)
+        print_group(console, g.score, g.official, g.checks, g.verdict)
         console.print()
     if rep.submission is not None:
         print_submission(console, rep.submission)
@@ -52,10 +53,16 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"plot:   {p}")
     n_bad = sum(len(g.disagreements) for g in rep.groups)
     n_flags = sum(len(g.score.flags) for g in rep.groups)
+    n_rejected = sum(len(g.score.rejected) for g in rep.groups)
     if n_bad:
         console.print(f"[bold red]{n_bad} disagreement(s) between hpcbench and the official tools (listed above)[/]")
     elif rep.submission is not None:
         console.print("hpcbench and the official checker/summarizer agree on every figure they both produced")
     if n_flags:
         console.print(f"[bold red]{n_flags} inconsistenc{'y' if n_flags == 1 else 'ies'} flagged (FLAG lines above)[/]")
-    return 1 if ((n_bad or n_flags) and args.strict) else 0
+    if n_rejected:
+        console.print(f"[bold red]{n_rejected} log(s) rejected and not scored (REJECTED lines above)[/]")
+    valid = [g for g in rep.groups if g.verdict.valid]
+    console.print(f"{len(valid)} of {len(rep.groups)} folder(s) are a valid MLPerf result as far as hpcbench checks "
+                  "(the 'valid MLPerf result' row of each says what was checked, the 'not valid' lines what failed)")
+    return 1 if ((n_bad or n_flags or n_rejected) and args.strict) else 0

@@ -17,9 +17,9 @@ from typing import Any
 from hpcbench.common.errors import ConfigError, DataError, HpcbenchError
 
 from . import plots
-from .compare import Check, compare, disagreements
+from .compare import Check, Verdict, compare, disagreements, verdict
 from .discover import Group, discover, submission_root
-from .official import Official, SubmissionChecks, available, run_tools
+from .official import Official, SubmissionChecks, available, rejection, run_tools
 from .scoring import Score, score
 
 MARKER = "report.json"  # a folder holding this is one of ours and may be replaced
@@ -31,6 +31,7 @@ class GroupReport:
     score: Score
     official: Official | None
     checks: list[Check]
+    verdict: Verdict
     plots: list[Path] = field(default_factory=list)
 
     @property
@@ -39,7 +40,8 @@ class GroupReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"score": self.score.to_dict(), "official": None if self.official is None else self.official.to_dict(),
-                "checks": [c.to_dict() for c in self.checks], "plots": [str(p) for p in self.plots],
+                "checks": [c.to_dict() for c in self.checks], "verdict": self.verdict.to_dict(),
+                "plots": [str(p) for p in self.plots],
                 "folder": str(self.group.folder)}
 
 
@@ -74,9 +76,14 @@ def build(results: Path, plot_dir: Path | None, official: bool = True, plots_as:
         offs, checks_root = run_tools(root, [g for g in groups if g.official_layout])
     reports = []
     for group in groups:
-        sc = score(group)
         off = offs.get(id(group))
-        reports.append(GroupReport(group, sc, off, compare(sc, off) if off is not None else []))
+        if off is not None:  # a log the official checker rejects is never scored
+            for run in group.runs:
+                passed, output = off.compliance.get(run.name, (False, "not checked"))
+                run.official_rejection = rejection(run, passed, output)
+        sc = score(group)
+        checks = compare(sc, off) if off is not None else []
+        reports.append(GroupReport(group, sc, off, checks, verdict(sc, off, checks_root, checks, note)))
     if plot_dir is not None:
         _plots(reports, plot_dir, plots_as or plot_dir)
     return Report(reports, checks_root, note)
@@ -123,7 +130,7 @@ def write_report(results: Path, out: Path, official: bool = True, make_plots: bo
     try:
         rep = build(results, tmp if make_plots else None, official, plots_as=out)
         write_json(tmp / MARKER, rep.to_dict())
-        write_csv(tmp / "report.csv", [(g.score, g.official) for g in rep.groups])
+        write_csv(tmp / "report.csv", [(g.score, g.official, g.verdict) for g in rep.groups])
         _verify(tmp, rep)
         _swap(tmp, out)
     except BaseException as exc:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .official import Official
+from .official import Official, SubmissionChecks
 from .scoring import Score
 
 TOL_MIN = 1e-6  # minutes (the logs have millisecond resolution: 1.7e-5 min)
@@ -34,14 +34,17 @@ def compare(score: Score, off: Official) -> list[Check]:
     checks: list[Check] = []
     for row in score.runs:
         passed = off.compliance.get(row.name, (False, ""))[0]
+        ours: Any = row.converged if not row.rejected else f"no (rejected: {'; '.join(row.rejected)})"
         checks.append(Check(f"{row.name}: counted (target met, as the official compliance checker decides)",
-                            row.converged, passed, row.converged == passed))
+                            ours, passed, row.converged == passed))
     for name, _ in score.skipped:
         passed = off.compliance.get(name, (False, ""))[0]
         checks.append(Check(f"{name}: counted (ours: unreadable, left out / official: compliance checker)",
                             False, passed, not passed))
-    official_scored = off.produced if off.summarizer_ran else None
-    ours_scored = score.score_min is not None if score.mode == "strong" else score.valid
+    # a summarizer that crashed (e.g. on a log of an unknown benchmark) judged nothing: no agreement to
+    # check; the verdict names the failed tool
+    official_scored = off.produced if off.summarizer_ran and not (off.crashed and not off.produced) else None
+    ours_scored = score.score_min is not None if score.mode == "strong" else score.scored
     if score.mode == "strong":
         checks.append(_figure("olympic mean (min)", score.score_min, off))
     else:
@@ -68,3 +71,57 @@ def _figure(what: str, ours: float | None, off: Official) -> Check:
 
 def disagreements(checks: list[Check]) -> list[Check]:
     return [c for c in checks if c.agree is False]
+
+
+@dataclass
+class Verdict:
+    """Whether a folder is a valid MLPerf result: every official tool passes (compliance checker,
+    result summarizer, package and system-description checkers), the run count is met, no log was
+    rejected, hpcbench agrees with the official tools and flagged no inconsistency. ``failures`` says
+    which of these fails (per log where it applies). What is *not* checked is said in ``label``: the
+    closed-division comparison of model, dataset and hyperparameters beyond what the official
+    checker checks is not made."""
+
+    valid: bool
+    label: str
+    failures: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+SCOPE_OPEN = "open-division checks: the official tools pass, the run count is met, no log was rejected"
+SCOPE_CLOSED = ("the official tools pass, the run count is met, no log was rejected; the closed-division "
+                "model, dataset and hyperparameter rules beyond the official checker are not checked by hpcbench")
+
+
+def verdict(score: Score, off: Official | None, submission: SubmissionChecks | None, checks: list[Check],
+            official_note: str = "") -> Verdict:
+    fails: list[str] = []
+    if off is None:
+        fails.append("official tools: not run" + (f" ({official_note})" if official_note else ""))
+    elif not off.produced:
+        fails.append(f"official result summarizer: no score for this folder ({off.why_none})")
+    if off is not None:
+        if submission is None or submission.package is None:
+            fails.append("official package checker: not run")
+        else:
+            if not submission.package.ok:
+                fails.append(f"official package checker: {submission.package.verdict()}")
+            for name, run in submission.systems.items():
+                if not run.ok:
+                    fails.append(f"official system_desc_checker {name}: {run.verdict()}")
+    for name, why in score.rejected:
+        fails.append(f"{name}: rejected, not scored ({why})")
+    if not score.count_met:
+        fails.append(f"run count: {score.M} of the {score.required_runs} runs the rules require" if score.mode == "strong"
+                     else f"run count: M'={score.M_prime} converged models of the {score.required_runs} the rules require")
+    if (score.score_min if score.mode == "strong" else score.ttta_min) is None:
+        fails.append("no score (see the notes)")
+    for c in disagreements(checks):
+        fails.append(f"hpcbench and the official tools disagree: {c.what}")
+    for flag in score.flags:
+        fails.append(f"inconsistency: {flag}")
+    if fails:
+        return Verdict(False, f"no ({len(fails)} failing: see below)", fails)
+    return Verdict(True, "yes (" + (SCOPE_CLOSED if score.division == "closed" else SCOPE_OPEN) + ")", [])

@@ -125,5 +125,5 @@ def discover(path: Path) -> list[Group]:
 
 def _overlap(runs: list[RunLog]) -> bool:
     """Runs that overlap in time are concurrent instances (weak scaling), not repeats."""
-    spans = sorted((r.run_start_ms, r.run_stop_ms) for r in runs if r.complete)
+    spans = sorted((r.run_start_ms, r.run_stop_ms) for r in runs if r.timed)
     return any(b[0] < a[1] for a, b in zip(spans, spans[1:]))  # type: ignore[operator]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,8 @@ from .targets import Target, target_for
 
 PREFIX = ":::MLLOG "
 METRIC_KEYS = ("eval_error", "eval_accuracy")
+EVAL_KEYS = (*METRIC_KEYS, "eval_start", "eval_stop")
+MAX_RUN_S = 7 * 24 * 3600.0  # a timed run longer than a week is taken as a broken clock or an edited log
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,10 @@ class RunLog:
     settings: dict[str, Any] = field(default_factory=dict)  # hpcbench_* choices, e.g. precision: "bf16"
     problems: list[str] = field(default_factory=list)
     bad_lines: list[str] = field(default_factory=list)  # MLLOG lines that do not parse (the official parser rejects the file)
+    # why the log is not scored: our own checks (duplicated runs, non-finite or absurd times) and the
+    # official compliance checker's reasons when it rejects a log for more than a missed target
+    rejections: list[str] = field(default_factory=list)
+    official_rejection: str | None = None
 
     @property
     def name(self) -> str:
@@ -58,6 +65,17 @@ class RunLog:
     @property
     def complete(self) -> bool:
         return self.run_start_ms is not None and self.run_stop_ms is not None
+
+    @property
+    def rejected(self) -> bool:
+        """Not scored: our checks or the official compliance checker reject the log itself (a run
+        that merely missed the target is not rejected: it is a non-converged run)."""
+        return bool(self.rejections) or self.official_rejection is not None
+
+    @property
+    def timed(self) -> bool:
+        """run_start and run_stop logged once each, at finite, sane times: usable on a time axis."""
+        return self.complete and not self.rejections
 
     @property
     def target(self) -> Target | None:
@@ -79,16 +97,18 @@ class RunLog:
         MLLOG line parsing. The checker does not read run_stop's status, so neither does this: a log
         that says aborted but met the target counts (and is flagged as contradicting itself); with no
         known target, status=success decides."""
-        if not self.complete or self.bad_lines:
+        if not self.complete or self.bad_lines or self.rejected:
             return False
         met = self.target_met
         return met if met is not None else self.status == "success"
 
     @property
     def outcome(self) -> str:
-        """One word for tables and plots: success, aborted, target_missed, unreadable, incomplete."""
+        """One word for tables and plots: success, aborted, target_missed, unreadable, rejected, incomplete."""
         if self.bad_lines:
             return "unreadable"
+        if self.rejected:
+            return "rejected"
         if not self.complete:
             return "incomplete"
         if self.converged:
@@ -149,6 +169,10 @@ def _records(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], list[str]]:
         if not isinstance(rec, dict) or "key" not in rec or "time_ms" not in rec:
             bad.append(f"line {lineno}: MLLOG record needs 'key' and 'time_ms'")
             continue
+        t = rec["time_ms"]
+        if isinstance(t, bool) or not isinstance(t, (int, float)):
+            bad.append(f"line {lineno}: time_ms of {rec['key']!r} is not a number ({t!r})")
+            continue
         out.append((lineno, rec))
     return out, bad
 
@@ -168,9 +192,15 @@ def parse_log(path: Path) -> RunLog:
     records, log.bad_lines = _records(path)
     if not records:
         raise NotAResultLog(f"{path}: no readable ':::MLLOG' lines; is this an MLPerf result log?")
+    evals: list[tuple[int, str, float]] = []
     for lineno, rec in records:
         key, value, t = rec["key"], rec.get("value"), float(rec["time_ms"])
         meta = rec.get("metadata") or {}
+        if not math.isfinite(t):
+            log.rejections.append(f"line {lineno}: {key} at time_ms={t} (not a finite time)")
+            continue  # a non-finite time is not used in any figure
+        if key in EVAL_KEYS:
+            evals.append((lineno, key, t))
         if key in scalar:
             setattr(log, scalar[key], value)
         elif key == "cache_clear":
@@ -179,11 +209,11 @@ def parse_log(path: Path) -> RunLog:
             log.init_stop_ms = t
         elif key == "run_start":
             if log.run_start_ms is not None:
-                log.problems.append(f"line {lineno}: second run_start")
+                log.rejections.append(f"line {lineno}: second run_start (two runs in one file?)")
             log.run_start_ms = t
         elif key == "run_stop":
             if log.run_stop_ms is not None:
-                log.problems.append(f"line {lineno}: second run_stop")
+                log.rejections.append(f"line {lineno}: second run_stop (two runs in one file?)")
             log.run_stop_ms, log.status = t, meta.get("status")
         elif key in ("epoch_start", "block_start"):
             open_epoch = t
@@ -219,6 +249,17 @@ def parse_log(path: Path) -> RunLog:
                             "(the timed run must start after initialization ends)")
     if log.complete and log.run_stop_ms < log.run_start_ms:  # type: ignore[operator]
         log.problems.append("run_stop is before run_start")
+        log.rejections.append(f"negative time to solution: run_stop is "
+                              f"{(log.run_start_ms - log.run_stop_ms) / 1000:.3f} s before run_start")  # type: ignore[operator]
+    elif log.complete and log.run_stop_ms - log.run_start_ms > MAX_RUN_S * 1000:  # type: ignore[operator]
+        log.rejections.append(f"time to solution of {(log.run_stop_ms - log.run_start_ms) / 1000:.4g} s is beyond "  # type: ignore[operator]
+                              f"a week ({MAX_RUN_S:.0f} s): not a believable run")
+    if log.run_start_ms is not None:
+        early = [(n, k) for n, k, t in evals if t < log.run_start_ms]
+        if early:
+            n, k = early[0]
+            log.rejections.append(f"line {n}: {k} is before run_start" + (f" (and {len(early) - 1} more evaluation "
+                                  "record(s))" if len(early) > 1 else "") + ": evaluations belong to the timed run")
     if log.status == "success" and log.target_met is False:
         tgt = log.target
         best = [e.value for e in log.metrics if tgt is not None and e.key == tgt.key]

@@ -44,13 +44,15 @@ class Official:
     instance_scale: int | None = None  # weak
     messages: str = ""  # the summarizer's lines about this folder
     why_none: str = ""  # why the summarizer produced nothing, in its words where it gave any
+    crashed: bool = False  # the summarizer exited non-zero or was stopped: it judged nothing
 
     def to_dict(self) -> dict[str, Any]:
         return {"compliance": {k: v[0] for k, v in self.compliance.items()},
                 "compliance_failures": {k: v[1] for k, v in self.compliance.items() if not v[0]},
                 "summarizer_ran": self.summarizer_ran, "produced": self.produced,
                 "score_min": self.score_min, "number_of_models": self.number_of_models,
-                "instance_scale": self.instance_scale, "messages": self.messages, "why_none": self.why_none}
+                "instance_scale": self.instance_scale, "messages": self.messages, "why_none": self.why_none,
+                "crashed": self.crashed}
 
 
 @dataclass
@@ -113,6 +115,35 @@ def check_compliance(path: Path, usage: str = USAGE, ruleset: str = RULESET) -> 
             print(f"checker raised {type(exc).__name__}: {exc}")
             ok = False
     return ok, buf.getvalue()
+
+
+def compliance_reasons(output: str) -> list[str]:
+    """The compliance checker's reasons for a rejection, from its captured output (its WARNING/ERROR
+    lines and an exception it raised), without its closing FAILED line."""
+    return [ln.strip() for ln in output.splitlines()
+            if (ln.startswith(("WARNING", "ERROR")) and "FAILED" not in ln) or ln.startswith("checker raised")]
+
+
+def rejection(run: Any, passed: bool, output: str) -> str | None:
+    """Why the official checker rejects the log ``run`` (a :class:`~.logs.RunLog`) as a log, or None.
+
+    A complete, readable log that the checker fails only on the target check is a run that did not
+    converge (the rules count it as a failed run), not a rejected log; so is a run that did not finish
+    (no run_stop) or a killed writer's unreadable file, which the report already names as such. Any
+    other failure of a complete log rejects it, and so does any failure of a log that our own parse
+    would count."""
+    if passed:
+        return None
+    reasons = compliance_reasons(output)
+    if run.converged:  # before official_rejection is set: what our parse alone would count
+        return "; ".join(reasons) or "rejected without a reason printed"
+    if not run.complete or run.bad_lines:
+        return None
+    metric = run.target.key if run.target is not None else run.metric_key
+    others = [r for r in reasons if not (metric and f"Failed checks for {metric} " in r)]
+    if reasons and not others:
+        return None
+    return "; ".join(others) or "rejected without a reason printed"
 
 
 def available() -> bool:
@@ -222,6 +253,7 @@ def _run_tools(root: Path, groups: list[Group], usage: str, ruleset: str) -> tup
 
 def _fill(off: Official, g: Group, rows: list[dict[str, str]], rc: int | None, out: str) -> None:
     off.summarizer_ran = True
+    off.crashed = rc != 0
     folder = str(g.folder)
     tag = f"{g.system}/{g.benchmark}"  # its CRITICAL/NOTICE lines name system/benchmark, not the mode
     mine = [ln for ln in out.splitlines()

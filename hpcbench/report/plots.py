@@ -12,7 +12,8 @@ from .scoring import Score
 from .targets import target_for
 
 STATUS_COLOURS = {"success": "tab:green", "aborted": "tab:red", "incomplete": "tab:gray",
-                  "target_missed": "tab:orange", "unreadable": "tab:purple"}
+                  "target_missed": "tab:orange", "unreadable": "tab:purple",
+                  "rejected": "black"}
 LEGEND_MAX = 16  # instances named in a legend; more are drawn but not listed
 
 

@@ -41,7 +41,7 @@ def olympic_mean(times: list[float], failed: int, max_dropped: int = 1) -> float
 class RunRow:
     name: str
     seed: int | None
-    status: str  # RunLog.outcome: success, aborted, target_missed, unreadable, incomplete
+    status: str  # RunLog.outcome: success, aborted, target_missed, unreadable, rejected, incomplete
     converged: bool  # counted in M' / the olympic mean
     time_to_solution_s: float | None
     start_offset_s: float | None
@@ -51,14 +51,21 @@ class RunRow:
     staging_offset_s: float | None  # staging_start relative to the group's first run_start
     final_metric: float | None
     problems: list[str]
+    rejected: list[str] = field(default_factory=list)  # why the log is not scored (ours, then the official checker's)
 
     @classmethod
     def of(cls, run: RunLog, t0_ms: float | None) -> "RunRow":
-        offset = (run.run_start_ms - t0_ms) / 1000.0 if t0_ms is not None and run.run_start_ms is not None else None
-        staged = (run.staging_start_ms - t0_ms) / 1000.0 if t0_ms is not None and run.staging_start_ms is not None else None
-        return cls(run.name, run.seed, run.outcome, run.converged, run.time_to_solution_s, offset, run.epochs,
-                   run.samples_per_s, run.staging_ms / 1000.0 if run.staging_ms is not None else None, staged,
-                   run.metrics[-1].value if run.metrics else None, list(run.problems))
+        sane = not run.rejections  # times of a log our checks reject (NaN, 1e20 ms, ...) are not shown or plotted
+        offset = ((run.run_start_ms - t0_ms) / 1000.0 if sane and t0_ms is not None and run.run_start_ms is not None
+                  else None)
+        staged = ((run.staging_start_ms - t0_ms) / 1000.0 if sane and t0_ms is not None and run.staging_start_ms is not None
+                  else None)
+        why = list(run.rejections) + ([f"official compliance checker: {run.official_rejection}"]
+                                      if run.official_rejection is not None else [])
+        return cls(run.name, run.seed, run.outcome, run.converged, run.time_to_solution_s if sane else None, offset,
+                   run.epochs, run.samples_per_s if sane else None,
+                   run.staging_ms / 1000.0 if run.staging_ms is not None else None, staged,
+                   run.metrics[-1].value if run.metrics else None, list(run.problems), why)
 
 
 @dataclass
@@ -89,15 +96,25 @@ class Score:
     job_span_min: float | None = None  # ours: max(run_stop) - min(run_start) over every instance
 
     @property
-    def valid(self) -> bool:
-        if self.mode == "strong":
-            return self.score_min is not None and len(self.runs) + len(self.skipped) >= self.required_runs
-        return self.ttta_min is not None and self.M_prime >= self.required_runs
+    def rejected(self) -> list[tuple[str, str]]:
+        """(log, why) for every log that is not scored because it was rejected (not merely non-converged)."""
+        return [(r.name, "; ".join(r.rejected)) for r in self.runs if r.rejected]
+
+    @property
+    def count_met(self) -> bool:
+        """The rules' run count: runs (strong) or converged models (weak)."""
+        return (self.M if self.mode == "strong" else self.M_prime) >= self.required_runs
+
+    @property
+    def scored(self) -> bool:
+        """Our figure exists and the run count is met (what the summarizer would score); whether it is a
+        valid MLPerf result also needs the official tools and no rejected log: see ``compare.verdict``."""
+        return (self.score_min if self.mode == "strong" else self.ttta_min) is not None and self.count_met
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
 
-        return {**asdict(self), "valid": self.valid}
+        return {**asdict(self), "scored": self.scored, "rejected": [list(x) for x in self.rejected]}
 
 
 def _start(group: Group, mode: str, t0_ms: float | None) -> Score:
@@ -157,6 +174,7 @@ def score_strong(group: Group) -> Score:
     ok = [r.time_to_solution_s for r in runs if r.converged]
     failed = len(runs) + len(group.skipped) - len(ok)  # as the official summarizer: unreadable files count as dropped
     s.M, s.M_prime = len(runs) + len(group.skipped), len(ok)
+    _note_rejected(s, "counted as failed runs, as the official summarizer counts a file its checker rejects")
     scales = [r.instance_scale for r in runs if r.instance_scale is not None]
     s.S = max(scales) if scales else None
     dropped = registry.max_dropped_runs(group.benchmark)
@@ -165,7 +183,7 @@ def score_strong(group: Group) -> Score:
     if failed > dropped:
         s.notes.append(f"{failed} runs did not converge; the rules allow at most {dropped}: no score")
     elif failed:
-        s.notes.append(f"{failed} non-converged run{'s' if failed > 1 else ''} counted as dropped slowest "
+        s.notes.append(f"{failed} non-converged or rejected run{'s' if failed > 1 else ''} counted as dropped slowest "
                        f"run{'s' if failed > 1 else ''} (olympic rule: {dropped} fastest and {dropped} slowest "
                        f"dropped)")
     if s.M < s.required_runs:
@@ -177,10 +195,17 @@ def score_strong(group: Group) -> Score:
     return s
 
 
+def _note_rejected(s: Score, how: str) -> None:
+    bad = s.rejected
+    if bad:
+        s.notes.append(f"{len(bad)} rejected log{'s' if len(bad) > 1 else ''} not scored ({how}): "
+                       + "; ".join(f"{n}: {why}" for n, why in bad))
+
+
 def _not_overlapping(runs: list[RunLog]) -> list[str]:
     """Instances of one weak-scaling job run concurrently: every one must start before the earliest
     run_stop. Names the instances that started after some other instance had already stopped."""
-    complete = [r for r in runs if r.complete]
+    complete = [r for r in runs if r.timed]
     if len(complete) < 2:
         return []
     first_stop = min(r.run_stop_ms for r in complete)  # type: ignore[type-var]
@@ -189,13 +214,15 @@ def _not_overlapping(runs: list[RunLog]) -> list[str]:
 
 def score_weak(group: Group) -> Score:
     runs = group.runs
-    complete = [r for r in runs if r.complete]
+    complete = [r for r in runs if r.timed]
     counted = [r for r in runs if r.converged]
-    # offsets from the earliest run_start of any log, finished or not (no negative start for a truncated one)
-    t0 = min((r.run_start_ms for r in runs if r.run_start_ms is not None), default=None)
+    # offsets from the earliest run_start of any log, finished or not (no negative start for a truncated one);
+    # a log whose times our checks reject is left out
+    t0 = min((r.run_start_ms for r in runs if r.run_start_ms is not None and not r.rejections), default=None)
     s = _start(group, "weak", t0)
     s.M = len(runs) + len(group.skipped)
     s.M_prime = len(counted)
+    _note_rejected(s, "not in M' and not in TTTa")
     scales = {r.instance_scale for r in runs if r.instance_scale is not None}
     if len(scales) > 1:
         s.notes.append(f"instances have different scales {sorted(scales)}: S is not well defined")

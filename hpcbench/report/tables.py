@@ -9,8 +9,8 @@ from typing import Any
 
 from hpcbench.common.atomic import atomic_write_text
 
-from .compare import Check
-from .official import Official, SubmissionChecks
+from .compare import Check, Verdict
+from .official import Official, SubmissionChecks, compliance_reasons
 from .scoring import Score
 
 
@@ -18,7 +18,7 @@ def _f(x: float | None, fmt: str = ".3f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
-def print_group(console: Any, score: Score, off: Official | None, checks: list[Check]) -> None:
+def print_group(console: Any, score: Score, off: Official | None, checks: list[Check], verdict: Verdict) -> None:
     from rich.table import Table
     from rich.text import Text
 
@@ -58,7 +58,7 @@ def print_group(console: Any, score: Score, off: Official | None, checks: list[C
         s.add_row("job span, every instance (min) (ours)", _f(score.job_span_min, ".4f"), "-", "")
     elif not checks:
         s.add_row("olympic mean (min)", _f(score.score_min, ".4f"), "-", "")
-    s.add_row("valid MLPerf result", "yes" if score.valid else "no", "-", "")
+    s.add_row("valid MLPerf result", verdict.label, "-", "")
     console.print(s)
     if off is not None and not off.produced:
         console.print(Text(f"official summarizer produced no score for this folder: {off.why_none}", style="yellow"))
@@ -67,18 +67,24 @@ def print_group(console: Any, score: Score, off: Official | None, checks: list[C
             console.print(f"[bold red]DISAGREEMENT[/] {c.what}: hpcbench={c.ours!r} official={c.official!r}")
     for flag in score.flags:
         console.print(Text("FLAG ", style="bold red") + Text(flag))
+    for r in score.runs:
+        for why in r.rejected:
+            console.print(Text("REJECTED ", style="bold red") + Text(f"{r.name} (not scored): {why}"))
     for note in score.notes:
         console.print(Text("note ", style="yellow") + Text(note))
     for r in score.runs:
         for p in r.problems:
             console.print(Text(f"{r.name}: {p}", style="dim"))
     if off is not None:
+        shown = {r.name for r in score.runs if r.rejected}  # already on a REJECTED line
         for name, (passed, output) in off.compliance.items():
-            if passed:
+            if passed or name in shown:
                 continue
-            why = [ln.strip() for ln in output.splitlines() if ln.startswith(("WARNING", "ERROR")) and "FAILED" not in ln]
+            why = compliance_reasons(output)
             console.print(Text(f"official compliance checker rejected {name}: " + ("; ".join(why[:4]) or "see report.json"),
                                style="yellow"))
+    for f in verdict.failures:
+        console.print(Text("not valid: ", style="bold red") + Text(f))
     if off is not None and off.messages.strip():
         console.print("[dim]official summarizer said:[/]")
         for line in off.messages.strip().splitlines():
@@ -130,15 +136,15 @@ CSV_COLUMNS = ("system", "mode", "benchmark", "division", "run", "seed", "status
                "job_span_min_ours", "valid")
 
 
-def write_csv(path: Path, pairs: list[tuple[Score, Official | None]]) -> None:
+def write_csv(path: Path, pairs: list[tuple[Score, Official | None, Verdict]]) -> None:
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(CSV_COLUMNS)
-    for score, off in pairs:
+    for score, off, verdict in pairs:
         for r in score.runs:
             w.writerow([score.system, score.mode, score.benchmark, score.division, r.name, r.seed, r.status,
                         r.converged, r.start_offset_s, r.time_to_solution_s, r.epochs, r.samples_per_s, r.staging_s,
                         r.final_metric, None if off is None else off.compliance.get(r.name, (False, ""))[0],
                         score.score_min, None if off is None else off.score_min, score.T, score.S, score.M,
-                        score.M_prime, score.ttta_min, score.models_per_min, score.job_span_min, score.valid])
+                        score.M_prime, score.ttta_min, score.models_per_min, score.job_span_min, verdict.valid])
     atomic_write_text(path, buf.getvalue())
