@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from .cadence import ClosedEvalEpochs
 from .errors import ConfigError
 from .suites import suite
 
@@ -101,6 +102,9 @@ class Benchmark:
     # True: a closed run evaluates on the rules' cadence only; the harness's extra evaluation at the end of
     # the last epoch (a run ends with a metric) is for the open division (common/cadence.py; ResNet)
     closed_cadence_only: bool = False
+    # the rules' whole-epoch cadence of a closed run from the samples per epoch (None: the preset's); a closed
+    # config must name it (common/cadence.py: cadence_of; 3D U-Net: from epoch 1000 every 20 at 168 per epoch)
+    closed_eval: ClosedEvalEpochs | None = None
     dropped_runs: int = 1  # fastest and slowest runs the olympic mean drops
     # light parts, relative to the workload's package: the module with LAYOUT, the workload class,
     # the converter behind `hpcbench convert NAME` ("module:function"; "" for none)

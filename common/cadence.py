@@ -12,7 +12,13 @@ Three cadences (``train.eval_every``, ``train.eval_every_samples``):
 
 With whole epochs, ``train.eval_offset = k`` (``0 <= k < eval_every``) moves the evaluations to the epochs
 ``k, k + N, k + 2N, ...`` (``k = 0``: ``N, 2N, ...``), MLPerf ResNet's "every 4 epochs with offset 0, 1,
-2 or 3".
+2 or 3". ``train.eval_start = S`` (> 0) evaluates the epochs ``S, S + N, S + 2N, ...`` only, as the
+reference 3D U-Net's ``start_eval_at``/``evaluate_every``.
+
+A record may fix the whole-epoch cadence of a closed run from the samples per epoch
+(``Benchmark.closed_eval``, :class:`ClosedEvalEpochs`; 3D U-Net: from epoch
+``CEILING(1000 x 168 / samples_per_epoch)``, then every ``CEILING(20 x 168 / samples_per_epoch)``): a closed
+config must name those epochs (``train.eval_start``, ``train.eval_every``), else :func:`cadence_of` refuses it.
 
 The end of the run's last epoch is evaluated too, off the cadence if need be (a run ends with a metric),
 except in a closed run of a benchmark whose record says ``closed_cadence_only`` (ResNet: the rules'
@@ -47,6 +53,26 @@ class TrainPoint:
 
 
 @dataclass(frozen=True)
+class ClosedEvalEpochs:
+    """A rules' whole-epoch cadence computed from the samples per epoch: the first evaluation after epoch
+    ``CEILING(start x dataset / samples_per_epoch)``, then every ``CEILING(every x dataset / samples_per_epoch)``
+    epochs, where ``samples_per_epoch = CEILING(dataset / global_batch) x global_batch`` (an uneven last batch
+    counted as padded; ``training_rules.adoc``, the evaluation-frequency table, U-Net3D)."""
+
+    start: int  # in epochs of ``dataset`` samples
+    every: int
+    dataset: int  # training samples per epoch the rule is written for (3D U-Net: 168)
+
+    def samples_per_epoch(self, global_batch: int) -> int:
+        return -(-self.dataset // global_batch) * global_batch
+
+    def at(self, global_batch: int) -> tuple[int, int]:
+        """``(first evaluated epoch, epochs between evaluations)`` at ``global_batch``."""
+        spe = self.samples_per_epoch(global_batch)
+        return -(-self.start * self.dataset // spe), -(-self.every * self.dataset // spe)
+
+
+@dataclass(frozen=True)
 class EvalCadence:
     every_epochs: int  # > 0: whole-epoch cadence
     every_steps: int  # > 0: every this many steps of an epoch (fraction cadence)
@@ -57,10 +83,12 @@ class EvalCadence:
     reporting: str
     offset: int = 0  # whole-epoch cadence: evaluate the epochs e with e % every_epochs == offset
     final: bool = True  # also evaluate the end of the run's last epoch when the cadence does not
+    start: int = 0  # whole-epoch cadence, > 0: evaluate the epochs start, start + every_epochs, ... only
 
     @classmethod
     def from_config(cls, eval_every: float, eval_every_samples: int, steps_per_epoch: int, global_batch: int,
-                    max_epochs: int, reporting: str, offset: int = 0, final: bool = True) -> EvalCadence:
+                    max_epochs: int, reporting: str, offset: int = 0, final: bool = True,
+                    start: int = 0) -> EvalCadence:
         if reporting not in REPORTING:
             raise ConfigError(f"epoch reporting {reporting!r}: expected one of {', '.join(REPORTING)}")
         every_epochs = every_steps = 0
@@ -73,8 +101,12 @@ class EvalCadence:
             raise ConfigError(f"config key 'train.eval_offset': must be in [0, train.eval_every) with a whole-epoch "
                               f"cadence, got {offset} (eval_every {eval_every:g}, eval_every_samples "
                               f"{eval_every_samples})")
+        if start and not (every_epochs and not offset and start > 0):
+            raise ConfigError(f"config key 'train.eval_start': applies to a whole-epoch cadence without "
+                              f"train.eval_offset, got {start} (eval_every {eval_every:g}, eval_every_samples "
+                              f"{eval_every_samples}, eval_offset {offset})")
         return cls(every_epochs, every_steps, max(0, eval_every_samples), steps_per_epoch, global_batch,
-                   max_epochs, reporting, offset, final)
+                   max_epochs, reporting, offset, final, start)
 
     @property
     def within_epoch(self) -> bool:
@@ -93,6 +125,8 @@ class EvalCadence:
     def at_epoch_end(self, epoch: int) -> bool:
         """Evaluate at the end of ``epoch`` (when the last step did not already)?"""
         last = self.final and epoch == self.max_epochs
+        if self.every_epochs and self.start:
+            return (epoch >= self.start and (epoch - self.start) % self.every_epochs == 0) or last
         if self.every_epochs:
             return epoch % self.every_epochs == self.offset or last
         return last
@@ -124,8 +158,23 @@ class EvalCadence:
 
 def cadence_of(record: Benchmark, train: TrainConfig, steps_per_epoch: int) -> EvalCadence:
     """The cadence of a run of ``record``'s benchmark with the ``train`` section: a closed run of a benchmark
-    whose record sets ``closed_cadence_only`` evaluates on the cadence only (no extra evaluation at the end)."""
-    final = not (train.division == "closed" and record.closed_cadence_only)
+    whose record sets ``closed_cadence_only`` evaluates on the cadence only (no extra evaluation at the end);
+    a closed run of a benchmark whose record sets ``closed_eval`` must name that rule's epochs."""
+    closed = train.division == "closed"
+    final = not (closed and record.closed_cadence_only)
+    rule = record.closed_eval if closed else None
+    if rule is not None:
+        start, every = rule.at(train.global_batch_size)
+        ours = (train.eval_start, train.eval_every, train.eval_offset, train.eval_every_samples)
+        if ours != (start, every, 0, 0):
+            raise ConfigError(
+                f"config keys 'train.eval_start' and 'train.eval_every': the closed division of {record.benchmark} "
+                f"evaluates from epoch CEILING({rule.start} x {rule.dataset} / samples_per_epoch) = {start}, then "
+                f"every CEILING({rule.every} x {rule.dataset} / samples_per_epoch) = {every} epochs (samples_per_epoch "
+                f"{rule.samples_per_epoch(train.global_batch_size)} at global batch {train.global_batch_size}); got "
+                f"eval_start {train.eval_start}, eval_every {train.eval_every:g}, eval_offset {train.eval_offset}, "
+                f"eval_every_samples {train.eval_every_samples}. Set train.eval_start={start} "
+                f"train.eval_every={every}, or use the open division")
     return EvalCadence.from_config(train.eval_every, train.eval_every_samples, steps_per_epoch,
                                    train.global_batch_size, train.max_epochs, record.epoch_reporting,
-                                   train.eval_offset, final)
+                                   train.eval_offset, final, train.eval_start)

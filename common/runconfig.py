@@ -122,6 +122,9 @@ class TrainConfig:
     # with a whole-epoch eval_every = N: evaluate after the epochs e with e % N == eval_offset % N, i.e. first
     # after eval_offset epochs (0: after N); MLPerf ResNet: every 4 epochs "with offset 0 or 1 or 2 or 3"
     eval_offset: int = 0
+    # with a whole-epoch eval_every = N: > 0 evaluates the epochs S, S + N, S + 2N, ... only (the first at epoch
+    # S; MLPerf 3D U-Net: from CEILING(1000 x 168 / samples per epoch)); 0: no start (eval_offset decides)
+    eval_start: int = 0
     # > 0: evaluate after the step at which the training samples seen (steps x global batch) cross
     # each multiple of this (BERT); replaces eval_every
     eval_every_samples: int = 0
@@ -156,6 +159,12 @@ class TrainConfig:
         if self.eval_offset and not 0 <= self.eval_offset < self.eval_every:
             raise ConfigError(f"config key 'train.eval_offset': must be in [0, train.eval_every) = "
                               f"[0, {self.eval_every:g}), got {self.eval_offset}")
+        if self.eval_start < 0:
+            raise ConfigError(f"config key 'train.eval_start': must be >= 0 (0: off), got {self.eval_start}")
+        if self.eval_start and not (self.eval_every >= 1 and not self.eval_every_samples and not self.eval_offset):
+            raise ConfigError(f"config key 'train.eval_start': applies to a whole-epoch train.eval_every without "
+                              f"train.eval_offset only, got eval_every {self.eval_every:g}, eval_every_samples "
+                              f"{self.eval_every_samples}, eval_offset {self.eval_offset}")
         if self.eval_every_samples < 0:
             raise ConfigError(f"config key 'train.eval_every_samples': must be >= 0 (0: off), got "
                               f"{self.eval_every_samples}")

@@ -5,6 +5,7 @@ evaluation and the workload spec (``workload.py``, presets in ``configs/``; see 
 import math
 
 from hpcbench.common.benchmark import Benchmark, HyperparameterKeys, Target, upper_bound_only
+from hpcbench.common.cadence import ClosedEvalEpochs
 
 # training 4.0.0: the newest training ruleset of the installed mlperf-logging that lists unet3d
 BENCHMARK = Benchmark(
@@ -15,6 +16,9 @@ BENCHMARK = Benchmark(
     higher_is_better=True, required_runs=40, dropped_runs=4,
     summary="3D U-Net segmentation of kidneys and tumours in KiTS19 CT volumes; sliding-window mean Dice",
     layout="dataset", workload="workload:UNet3DWorkload",
+    # training_rules.adoc, evaluation frequency: from epoch CEILING(1000*168/samples_per_epoch), then every
+    # CEILING(20*168/samples_per_epoch) epochs (global batch 2: 1000, 1020, ...)
+    closed_eval=ClosedEvalEpochs(start=1000, every=20, dataset=168),
     keys=HyperparameterKeys({"sgd": (  # the reference's SGD: warmup and decay boundaries in epochs
         "opt_name", "opt_base_learning_rate", "opt_momentum", "opt_weight_decay",
         "opt_learning_rate_warmup_epochs", "opt_learning_rate_decay_boundary_epochs",

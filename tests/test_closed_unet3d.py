@@ -1,0 +1,71 @@
+"""3D U-Net's closed evaluation cadence, from the cadence object (no training).
+
+training_rules.adoc (the U-Net3D row of the evaluation-frequency table): "Starting at
+CEILING(1000*168/samples_per_epoch) epochs, then every CEILING(20*168/samples_per_epoch) epochs. Where
+samples_per_epoch is the number of samples processed in a given epoch assuming that in the case of uneven
+batches the last batch is padded, e.g. CEILING(168/global_batch_size) * global_batch_size". The reference
+(image_segmentation/pytorch main.py, runtime/training.py) evaluates at ``start_eval_at`` and then every
+``evaluate_every`` epochs. docs/closed.md has the table.
+"""
+from __future__ import annotations
+
+import pytest
+
+from hpcbench.common.cadence import ClosedEvalEpochs, cadence_of
+from hpcbench.common.errors import ConfigError
+from hpcbench.workloads.mlperf_training.unet3d import BENCHMARK
+from hpcbench.workloads.mlperf_training.unet3d.workload import UNet3DWorkload
+
+STEPS = 168 // 2  # the 168 KiTS19 training cases at the full preset's global batch
+
+
+def test_full_preset_evaluates_from_epoch_1000_then_every_20() -> None:
+    cfg = UNet3DWorkload.load_config("full")
+    assert (cfg.train.division, cfg.train.global_batch_size, cfg.train.eval_start, cfg.train.eval_every) == \
+        ("closed", 2, 1000, 20)
+    epochs = cadence_of(BENCHMARK, cfg.train, STEPS).epochs()
+    assert epochs[:3] == [1000, 1020, 1040]
+    assert min(epochs) == 1000  # nothing before epoch 1000 (the preset used to evaluate from epoch 20)
+    assert epochs[-2:] == [3980, 4000]  # max_epochs 4000 is on the cadence
+    assert len(epochs) == (4000 - 1000) // 20 + 1
+
+
+@pytest.mark.parametrize("batch, start, every", [
+    (2, 1000, 20), (1, 1000, 20), (8, 1000, 20), (5, 989, 20), (32, 875, 18), (56, 1000, 20), (100, 840, 17)])
+def test_the_rule_from_samples_per_epoch(batch: int, start: int, every: int) -> None:
+    """Uneven batches pad the last one: 168 at batch 5 counts as 170 samples, at 32 as 192, at 100 as 200."""
+    assert BENCHMARK.closed_eval == ClosedEvalEpochs(start=1000, every=20, dataset=168)
+    assert BENCHMARK.closed_eval.at(batch) == (start, every)
+
+
+def test_a_closed_config_off_the_rule_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"train.eval_start=875 train.eval_every=18"):
+        cfg = UNet3DWorkload.load_config("full", ["train.global_batch_size=32"])
+        cadence_of(BENCHMARK, cfg.train, 168 // 32)
+    cfg = UNet3DWorkload.load_config("full", ["train.global_batch_size=32", "train.eval_start=875",
+                                              "train.eval_every=18"])
+    assert cadence_of(BENCHMARK, cfg.train, 168 // 32).epochs()[:3] == [875, 893, 911]
+    for wrong in (["train.eval_start=20"], ["train.eval_start=0"], ["train.eval_every=10"]):
+        cfg = UNet3DWorkload.load_config("full", wrong)
+        with pytest.raises(ConfigError, match="closed division of unet3d"):
+            cadence_of(BENCHMARK, cfg.train, STEPS)
+
+
+def test_open_and_mini_keep_their_own_cadence() -> None:
+    mini = UNet3DWorkload.load_config("mini").train
+    assert mini.division == "open" and mini.eval_start == 0
+    assert cadence_of(BENCHMARK, mini, 16).epochs() == list(range(3, mini.max_epochs + 1, 3))
+    opened = UNet3DWorkload.load_config("full", ["train.division=open", "train.eval_start=0"]).train
+    assert cadence_of(BENCHMARK, opened, STEPS).epochs()[:2] == [20, 40]
+
+
+def test_eval_start_is_a_whole_epoch_key() -> None:
+    from hpcbench.common.cadence import EvalCadence
+    cad = EvalCadence.from_config(3, 0, 10, 2, 12, "epoch", start=5)
+    assert cad.epochs() == [5, 8, 11, 12]  # and the open division's final evaluation
+    with pytest.raises(ConfigError, match="'train.eval_start'"):
+        EvalCadence.from_config(0.5, 0, 10, 2, 12, "epoch", start=5)
+    with pytest.raises(ConfigError, match="'train.eval_start'"):
+        UNet3DWorkload.load_config("mini", ["train.eval_start=-1"])
+    with pytest.raises(ConfigError, match="'train.eval_start'"):
+        UNet3DWorkload.load_config("mini", ["train.eval_start=4", "train.eval_offset=1"])
