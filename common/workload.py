@@ -158,7 +158,8 @@ class Workload(ABC, Generic[C]):
         return len(self.source(spec.train_split)), len(self.source(spec.eval_split))
 
     def train_loader(self, shard: DataShard) -> EpochLoader:
-        """This rank's training batches, shuffled per epoch from ``shard.seed``."""
+        """This rank's training batches, shuffled per epoch from ``shard.seed`` (or in the stored order where
+        the dataset spec's ``order`` is ``"stored"``)."""
         return self._loader(self.dataset().train_split, shard, train=True)
 
     def eval_loader(self, shard: DataShard) -> EpochLoader:
@@ -168,14 +169,19 @@ class Workload(ABC, Generic[C]):
     def _loader(self, split: str, shard: DataShard, train: bool) -> EpochLoader:
         from .data.dali import DaliLoader
         from .data.loader import Loader, reader_threads
-        from .data.sampler import EpochSampler
+        from .data.sampler import EpochSampler, StoredOrderSampler
 
         spec, source = self.dataset(), self.source(split)
-        costs = source.costs() if spec.partition == "balanced" else None
-        sampler = EpochSampler(len(source), shard.local_batch_size, shard.rank, shard.size, shard.seed,
-                               spec.partition, train=train, costs=costs,
-                               shuffle=getattr(self.cfg.data, "shuffle", "global"),  # type: ignore[attr-defined]
-                               where=str(self.data_root() / split))
+        shuffle = getattr(self.cfg.data, "shuffle", "global")  # type: ignore[attr-defined]
+        sampler: EpochSampler | StoredOrderSampler
+        if spec.order == "stored":
+            sampler = StoredOrderSampler(len(source), shard.local_batch_size, shard.rank, shard.size, train=train,
+                                         where=str(self.data_root() / split), shuffle=shuffle)
+        else:
+            costs = source.costs() if spec.partition == "balanced" else None
+            sampler = EpochSampler(len(source), shard.local_batch_size, shard.rank, shard.size, shard.seed,
+                                   spec.partition, train=train, costs=costs, shuffle=shuffle,
+                                   where=str(self.data_root() / split))
         d = self.cfg.data  # type: ignore[attr-defined]
         kwargs = dict(threads=reader_threads(d.threads, shard.device), prefetch=d.prefetch,
                       cache=getattr(d, "cache", "none"), host_ranks=shard.host_ranks)

@@ -142,3 +142,86 @@ class EpochSampler:
         assert self.costs is not None
         part = lpt_partition(self.costs[batch], self.size)[self.rank]
         return batch[np.asarray(part, dtype=np.int64)]
+
+
+class _StoredBatches(Sequence[np.ndarray]):
+    """One rank's batches of :class:`StoredOrderSampler`, each computed when asked for (slices stay lazy)."""
+
+    def __init__(self, sampler: StoredOrderSampler, ids: range) -> None:
+        self.sampler, self.ids = sampler, ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, k):  # type: ignore[override]
+        if isinstance(k, slice):
+            return _StoredBatches(self.sampler, self.ids[k])
+        return self.sampler.batch(self.ids[k])
+
+
+class StoredOrderSampler:
+    """The stored order, no shuffling (MLPerf DLRMv2: the preprocessing shuffled the training set once
+    with a fixed seed, "any other extra dataset shuffling is prohibited"). Global batch ``g`` is the rows
+    ``[g * B, (g + 1) * B)`` of the split (``B = local_batch * size``) and rank ``r`` reads its ``r``-th
+    contiguous part, as the reference's ``MultiHotCriteoIterDataPipe`` hands batch ``i`` of the file order to
+    rank ``i % world_size``; every epoch reads the same order. Training drops the last partial global batch
+    (the rules allow it for DLRMv2); evaluation splits it over the ranks as evenly as rows allow, so every
+    sample is seen once. Indices are computed per batch: memory is O(local batch) whatever the split's size
+    (a permutation of the full DLRM training set would be 4.2e9 int64, about 34 GB per rank)."""
+
+    partition = "contiguous"
+    shuffle = "global"
+
+    def __init__(self, n: int, local_batch: int, rank: int, size: int, train: bool = True, where: str = "",
+                 shuffle: str = "global") -> None:
+        if shuffle != "global":
+            raise ConfigError(f"config key 'data.shuffle' = {shuffle!r} does not apply to this workload: it reads its "
+                              f"training data in the stored order (the preprocessing's shuffle; the rules prohibit "
+                              f"any other); use 'global'")
+        if not 0 <= rank < size or local_batch < 1:
+            raise ValueError(f"rank {rank} of {size} with local batch {local_batch}")
+        self.n, self.local_batch, self.rank, self.size, self.train = n, local_batch, rank, size, train
+        self.epoch = 0
+        if train and len(self) < 1:
+            raise ConfigError(too_few_samples(n, local_batch, size, where))
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch  # the order does not depend on it
+
+    @property
+    def global_batch(self) -> int:
+        return self.local_batch * self.size
+
+    def _global_batches(self) -> int:
+        g = self.global_batch
+        return self.n // g if self.train else -(-self.n // g)
+
+    def _bounds(self, g: int) -> tuple[int, int]:
+        """This rank's rows ``[start, stop)`` of global batch ``g``."""
+        lo = g * self.global_batch
+        rows = min(self.global_batch, self.n - lo)
+        return lo + self.rank * rows // self.size, lo + (self.rank + 1) * rows // self.size
+
+    def _mine(self) -> range:
+        """The global batches in which this rank has rows."""
+        total = self._global_batches()
+        if total and not self.train:
+            start, stop = self._bounds(total - 1)
+            if stop == start:  # a last partial global batch with fewer rows than ranks left none here
+                total -= 1
+        return range(total)
+
+    def __len__(self) -> int:
+        return len(self._mine())
+
+    def batch(self, g: int) -> np.ndarray:
+        start, stop = self._bounds(g)
+        return np.arange(start, stop, dtype=np.int64)
+
+    def batches(self) -> Sequence[np.ndarray]:
+        return _StoredBatches(self, self._mine())
+
+    def indices(self) -> np.ndarray:
+        """This rank's samples this epoch, in reading order (materialised: for tests and small splits)."""
+        batches = self.batches()
+        return np.concatenate(list(batches)) if len(batches) else np.zeros(0, np.int64)

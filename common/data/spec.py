@@ -78,6 +78,9 @@ class DatasetSpec(ABC):
 
     layout: ClassVar[FileLayout]
     partition: Partition = "contiguous"  # how batches are split over ranks (a spec may set it per config)
+    # "shuffled": EpochSampler (a new order each epoch); "stored": StoredOrderSampler (the files' order,
+    # contiguous global batches, O(batch) memory; DLRMv2, whose rules prohibit shuffling beyond the preprocessing)
+    order: ClassVar[str] = "shuffled"
     train_split: str = "train"
     eval_split: str = "validation"
 

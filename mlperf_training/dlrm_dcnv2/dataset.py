@@ -48,6 +48,9 @@ def count_days(root: Path) -> int:
 class CriteoData(DatasetSpec):
     layout = LAYOUT
     partition = "contiguous"
+    # the rules: the preprocessing's order, "any other extra dataset shuffling is prohibited"; global batch g
+    # is rows [g B, (g + 1) B) of the split, split over the ranks in contiguous parts (the reference's loader)
+    order = "stored"
 
     def __init__(self, bag_sizes: Sequence[int], cardinalities: Sequence[int], days: int = 0) -> None:
         self.bag_sizes, self.cardinalities, self.days = tuple(bag_sizes), tuple(cardinalities), days
