@@ -132,5 +132,14 @@ class SystemDescription:
         return obj
 
 
+def node_accelerators(configured: int, device_type: str, gpus_visible: int, ranks_on_node: int) -> int:
+    """Accelerators per node for the logs and ``systems/<name>.json``: the configured count (a system file's),
+    else the GPUs a node's ranks use (one each, at most the GPUs the node has); 0 only on a CPU run,
+    which the official system_desc_checker accepts."""
+    if configured or device_type != "cuda":
+        return configured
+    return max(1, min(gpus_visible, ranks_on_node))
+
+
 #: fields that are whole numbers here and strings in the JSON file
 INT_FIELDS = tuple(f.name for f in dataclasses.fields(SystemDescription) if f.type in ("int", int))

@@ -47,7 +47,7 @@ from .progress import Progress, resolve_mode
 from .result import RunResult, _RunState
 from .step import prepare_batch
 from .suites import suite
-from .system import SystemDescription
+from .system import SystemDescription, node_accelerators
 from .timing import PhaseTimer, now_ms
 from .workload import Workload
 
@@ -85,10 +85,9 @@ class Trainer:
     # setup ------------------------------------------------------------------------------------
     def _log_submission(self) -> None:
         layout = self.env.layout
-        accel = self.system.accelerators_per_node
         device = self.env.device if self.env.device is not None else torch.device("cpu")
-        if accel == 0 and device.type == "cuda":
-            accel = min(torch.cuda.device_count(), layout.local_size)
+        gpus = torch.cuda.device_count() if device.type == "cuda" else 0
+        accel = node_accelerators(self.system.accelerators_per_node, device.type, gpus, layout.local_size)
         system = dataclasses.replace(self.system, number_of_nodes=layout.nodes_per_instance, accelerators_per_node=accel)
         self.log.submission(system, self.workload.benchmark, self.cfg.train.division)
 

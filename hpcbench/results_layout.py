@@ -15,6 +15,7 @@ files of ours live in their own top-level folder.
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -63,6 +64,27 @@ def summary_file(bench_dir: Path) -> Path:
 
 def system_file(root: Path, system: str) -> Path:
     return Path(root) / "systems" / f"{system_dirname(system)}.json"
+
+
+def logged_division(log: Path) -> str | None:
+    """The ``submission_division`` a result log states (None: none, or unreadable)."""
+    needle = '"key": "submission_division"'
+    try:
+        with open(log, errors="replace") as fh:
+            for line in fh:
+                if needle in line:
+                    value = json.loads(line.split(":::MLLOG", 1)[1]).get("value")
+                    return value if isinstance(value, str) else None
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def other_division_logs(root: Path, system: str, division: str) -> list[Path]:
+    """Result logs of ``system`` (any benchmark, any mode) whose division is not ``division``:
+    ``systems/<system>.json`` states one division for all of them."""
+    base = Path(root) / "results" / system_dirname(system)
+    return [p for p in sorted(base.rglob("result_*.txt")) if logged_division(p) not in (None, division)]
 
 
 def existing_results(folder: Path) -> list[Path]:

@@ -32,7 +32,7 @@ from hpcbench.common.dist import DistEnv, mpi
 from hpcbench.common.errors import ConfigError, HpcbenchError
 from hpcbench.common.mllog import MLPerfLogger, result_filename
 from hpcbench.common.nodepath import node_path
-from hpcbench.common.system import SystemDescription
+from hpcbench.common.system import SystemDescription, node_accelerators
 from hpcbench.common.workload import Workload
 
 from . import results_layout as rl
@@ -56,6 +56,7 @@ class RunnerOptions:
     instance_offset: int | None = None  # one srun per instance: this job's instance k writes result_<offset+k>
     system_nodes: int | None = None  # nodes of the whole system for systems/<name>.json (default: this job's)
     suite: str = "hpc"  # the workload's suite (common.suites): which results layout
+    division: str | None = None  # the run's train.division: the logs' and systems/<name>.json's (None: the file's)
 
 
 def _log_has(path: Path, key: str) -> bool:
@@ -73,6 +74,22 @@ def close_aborted(path: Path, error: str) -> None:
     log = MLPerfLogger(path)
     log.end("run_stop", metadata={"status": "aborted", "error": error[:300]})
     log.close()
+
+
+def system_for_run(env: DistEnv, opts: RunnerOptions) -> SystemDescription:
+    """``systems/<name>.json`` for this run: the run's division (what its logs say), the layout's nodes
+    (``--system-nodes`` when given; emulated nodes count as the layout has them) and the accelerators each
+    node uses (0 only on a CPU run)."""
+    lay = env.layout
+    device = getattr(env.device, "type", "cpu") if env.device is not None else "cpu"
+    gpus = 0
+    if device == "cuda":
+        import torch
+
+        gpus = torch.cuda.device_count()
+    accel = node_accelerators(opts.system.accelerators_per_node, device, gpus, lay.local_size)
+    return dataclasses.replace(opts.system, division=opts.division or opts.system.division,
+                               number_of_nodes=opts.system_nodes or lay.num_nodes, accelerators_per_node=accel)
 
 
 def _prepare(env: DistEnv, opts: RunnerOptions, benchmark: str) -> tuple[Path, int, str]:
@@ -113,7 +130,14 @@ def _prepare(env: DistEnv, opts: RunnerOptions, benchmark: str) -> tuple[Path, i
                     p.unlink()
             else:
                 index = rl.next_free_index(folder)
-            system = dataclasses.replace(opts.system, number_of_nodes=opts.system_nodes or lay.num_nodes)
+            system = system_for_run(env, opts)
+            mixed = rl.other_division_logs(opts.results, system.system_name, system.division)
+            if mixed:
+                shown = ", ".join(str(p) for p in mixed[:5]) + (f" and {len(mixed) - 5} more" if len(mixed) > 5 else "")
+                raise ConfigError(f"this run is in the {system.division} division but {shown} of system "
+                                  f"{system.system_name!r} say(s) another division; "
+                                  f"{rl.system_file(opts.results, system.system_name)} states one division for "
+                                  "all of a system's results: use another --results folder (or --system-name)")
             system.write(rl.system_file(opts.results, opts.system.system_name))
         except (ConfigError, OSError) as exc:
             err = str(exc)

@@ -149,3 +149,31 @@ def test_the_job_tells_training_whether_the_cache_was_dropped(tmp_path: Path) ->
                               capture_output=True, text=True, env={"PATH": f"{fake}:/usr/bin:/bin"})
         assert proc.returncode == 0 and f"CLEARED={expected}" in proc.stdout, proc.stdout + proc.stderr + drop_step
         assert ("logged as cache_clear false" in proc.stderr) == (drop == "false")
+
+
+def _strong(**kw) -> str:  # noqa: ANN003
+    return render(JobSpec(system=SYSTEMS[0], workload="cosmoflow", mode="strong", nodes_per_instance=2, **kw))
+
+
+def test_strong_job_gives_each_submission_its_own_seed(tmp_path: Path) -> None:
+    from hpcbench.jobs import STRONG_SEED
+
+    s = _strong()
+    _bash_n(s, tmp_path)
+    (line,) = [ln for ln in s.splitlines() if "hpcbench train" in ln]
+    assert f'--set "train.seed={STRONG_SEED}"' in line
+    seeds = []
+    for job in ("101", "102"):  # what the shell makes of the seed in two submissions
+        proc = subprocess.run(["bash", "-uc", f'echo "{STRONG_SEED}"'], capture_output=True, text=True,
+                              env={"SLURM_JOB_ID": job, "PATH": "/usr/bin:/bin"})
+        seeds.append(proc.stdout.strip())
+    assert seeds == ["101", "102"]
+
+
+def test_strong_job_explicit_seed_wins() -> None:
+    from hpcbench.jobs import STRONG_SEED
+
+    s = _strong(overrides=["train.seed=9"])
+    assert STRONG_SEED not in s and "--set train.seed=9" in s
+    s = _strong(seed=5)
+    assert STRONG_SEED not in s and "--set train.seed=5" in s

@@ -158,3 +158,11 @@ def test_runs_with_different_auto_choices_are_noted(tmp_path: Path) -> None:
     (rep,) = build(tmp_path, tmp_path / "out", official=False).groups
     (note,) = [n for n in rep.score.notes if "different channels_last" in n]
     assert "result_0.txt=True" in note and "result_1.txt=False" in note
+
+
+def test_strong_runs_sharing_a_seed_are_flagged(tmp_path: Path) -> None:
+    runs = [SynthRun(i * 1000.0, 300 + i, seed=1 if i < 2 else 10 + i) for i in range(4)]
+    write_benchmark(tmp_path, "strong", runs, benchmark="cosmoflow")
+    (rep,) = build(tmp_path, None).groups
+    (flag,) = [f for f in rep.score.flags if "share a seed" in f]
+    assert "seed 1: result_0.txt, result_1.txt" in flag and "result_2" not in flag

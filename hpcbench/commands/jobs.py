@@ -43,7 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--time", help="Slurm time limit (default: the system file's)")
     r.add_argument("--device", choices=("auto", "cpu", "cuda"),
                    help="hpcbench train --device in the job (default: the system file's node.device, else auto)")
-    r.add_argument("--seed", type=int, default=1, help="base seed; instance k trains with seed+k")
+    r.add_argument("--seed", type=int, default=None,
+                   help="weak: base seed, instance k trains with seed+k (default 1); strong: every submission's "
+                        "seed (default: each run its own, the Slurm job id; the rules ask for different seeds)")
     r.add_argument("-o", "--output", help="write the script here instead of printing it")
 
 

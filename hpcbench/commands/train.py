@@ -114,7 +114,7 @@ def train(args: argparse.Namespace, cls: Any, cfg: Any) -> int:
                          overwrite=args.overwrite, straggler_grace_s=args.straggler_grace,
                          progress="none" if args.no_progress else args.progress, mode=args.mode,
                          instance_offset=args.instance_offset, system_nodes=args.system_nodes,
-                         suite=cls.suite)
+                         suite=cls.suite, division=cfg.train.division)
 
     def make_workload(data_root: str | None):  # noqa: ANN202
         from hpcbench.staging.marker import require_staged

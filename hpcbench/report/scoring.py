@@ -137,7 +137,9 @@ def _start(group: Group, mode: str, t0_ms: float | None) -> Score:
         s.notes.append(f"no official quality target is known for '{group.benchmark}': runs count on "
                        "run_stop status=success alone")
     if len(divs) > 1:
-        s.flags.append(f"the logs disagree on submission_division: {', '.join(divs)}")
+        by_div = "; ".join(f"{d}: " + ", ".join(r.name for r in runs if r.division == d) for d in divs)
+        s.flags.append(f"the logs disagree on submission_division ({by_div}); one results folder holds one "
+                       "division (systems/<system>.json states it for all of them)")
     if group.system_problem and group.official_layout:
         s.flags.append(group.system_problem)
     desc = group.system_desc or {}
@@ -168,6 +170,15 @@ def _start(group: Group, mode: str, t0_ms: float | None) -> Score:
     return s
 
 
+def shared_seeds(runs: list[RunLog]) -> list[tuple[int, list[str]]]:
+    """(seed, the runs that log it) for every seed that more than one run logs."""
+    by_seed: dict[int, list[str]] = {}
+    for r in runs:
+        if r.seed is not None:
+            by_seed.setdefault(r.seed, []).append(r.name)
+    return [(seed, names) for seed, names in sorted(by_seed.items()) if len(names) > 1]
+
+
 def score_strong(group: Group) -> Score:
     runs = group.runs
     s = _start(group, "strong", None)
@@ -177,6 +188,10 @@ def score_strong(group: Group) -> Score:
     _note_rejected(s, "counted as failed runs, as the official summarizer counts a file its checker rejects")
     scales = [r.instance_scale for r in runs if r.instance_scale is not None]
     s.S = max(scales) if scales else None
+    shared = shared_seeds(runs)
+    if shared:
+        s.flags.append("runs share a seed (the rules require a different seed for each run; the official seed "
+                       "check fails): " + "; ".join(f"seed {seed}: {', '.join(names)}" for seed, names in shared))
     dropped = registry.max_dropped_runs(group.benchmark)
     mean = olympic_mean([t / 60.0 for t in ok], failed, dropped)  # type: ignore[operator]
     s.score_min = mean
