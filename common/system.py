@@ -20,6 +20,22 @@ from .errors import ConfigError
 Division = Literal["closed", "open"]
 Status = Literal["onprem", "cloud", "preview", "research"]
 
+#: set by every rendered job from its cache-drop step's exit status (1: dropped on every node, 0: the drop
+#: failed); outside a rendered job the user states it (``HPCBENCH_CACHE_CLEARED=1 hpcbench train ...``)
+CACHE_ENV = "HPCBENCH_CACHE_CLEARED"
+_TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no", "")
+
+
+def cache_cleared(environ: "os._Environ[str] | dict[str, str] | None" = None) -> bool:
+    """MLPerf ``cache_clear``: whether the page cache was dropped before this run, as :data:`CACHE_ENV`
+    says; False when it is not set (nobody said the cache was cleared)."""
+    value = (os.environ if environ is None else environ).get(CACHE_ENV, "").strip().lower()
+    if value not in _TRUE + _FALSE:
+        raise ConfigError(f"environment variable {CACHE_ENV}={value!r}: expected 1 (the page cache was dropped "
+                          "before this run) or 0")
+    return value in _TRUE
+
+
 #: the MLPerf log's submission_status vocabulary -> the system file's "status" wording
 STATUS_WORDS = {
     "onprem": "Available on-premise",

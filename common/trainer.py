@@ -39,7 +39,6 @@ from .build import RunParts, build_parallel, build_parts
 from .cadence import TrainPoint, cadence_of
 from .checkpoint import CheckpointManager, instance_dir
 from .dist import DistEnv
-from .errors import ConfigError
 from .finite import LossWatch
 from .mllog import MLPerfLogger
 from .parallel import Parallel
@@ -47,25 +46,9 @@ from .progress import Progress, resolve_mode
 from .result import RunResult, _RunState
 from .step import prepare_batch
 from .suites import suite
-from .system import SystemDescription, node_accelerators
+from .system import CACHE_ENV, SystemDescription, cache_cleared, node_accelerators
 from .timing import PhaseTimer, now_ms
 from .workload import Workload
-
-
-#: set by every rendered job from its cache-drop step's exit status (1: dropped on every node, 0: the drop
-#: failed); outside a rendered job the user states it (``HPCBENCH_CACHE_CLEARED=1 hpcbench train ...``)
-CACHE_ENV = "HPCBENCH_CACHE_CLEARED"
-_TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no", "")
-
-
-def cache_cleared(environ: "os._Environ[str] | dict[str, str] | None" = None) -> bool:
-    """MLPerf ``cache_clear``: whether the page cache was dropped before this run, as :data:`CACHE_ENV`
-    says; False when it is not set (nobody said the cache was cleared)."""
-    value = (os.environ if environ is None else environ).get(CACHE_ENV, "").strip().lower()
-    if value not in _TRUE + _FALSE:
-        raise ConfigError(f"environment variable {CACHE_ENV}={value!r}: expected 1 (the page cache was dropped "
-                          "before this run) or 0")
-    return value in _TRUE
 
 
 class Trainer:

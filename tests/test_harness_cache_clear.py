@@ -1,4 +1,4 @@
-"""MLPerf ``cache_clear`` says what happened (common.trainer.cache_cleared): true only when the rendered
+"""MLPerf ``cache_clear`` says what happened (common.system.cache_cleared): true only when the rendered
 job's cache drop succeeded or the user says so; false passes the official checkers of both suites."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from hpcbench.common.errors import ConfigError
 from hpcbench.common.mllog import check_log
-from hpcbench.common.trainer import CACHE_ENV, cache_cleared
+from hpcbench.common.system import CACHE_ENV, cache_cleared
 from hpcbench.results_layout import benchmark_dir
 from tests.conftest import log_records, project_env, run_cli
 from tests.harness_toy import ToyDlrm, ToyWorkload, toy_trainer
