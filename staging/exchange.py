@@ -134,12 +134,7 @@ def silent_ranks(wait_s: float = PING_WAIT_S) -> list[int] | None:
         pongs = {r: world.Irecv([box[r:r + 1], MPI.BYTE], source=r, tag=PONG_TAG) for r in range(n) if r != me}
     except Exception:  # noqa: BLE001 - best effort: the abort goes on without names
         return None
-    t0 = time.monotonic()
-    while pongs and time.monotonic() - t0 < wait_s:
-        for r in [r for r, q in pongs.items() if q.Test()]:
-            del pongs[r]
-        answer_pings(force=True)
-        time.sleep(1e-3)
+    _poll(pongs, time.monotonic(), wait_s)  # answers the other aborting ranks' questions meanwhile
     _ANSWERS.extend(pings)
     return sorted(pongs)
 
