@@ -153,7 +153,7 @@ def _probe_layouts(workload: Workload, model: nn.Module, precision: str, batch: 
         return (0.0, 0.0)  # nothing to measure on: the default layout is kept (gain 0)
     source = workload.source(spec.train_split)
     n = max(1, min(len(source), batch))
-    sample = prepare_batch(spec.transform(spec.read_batch(source, range(n))), device, False)
+    sample = prepare_batch(spec.model_batch(source, n), device, False)
     loss = autocast_loss(lambda m, b: workload.loss(workload.forward(m, b), b), precision, device)
     return probe_channels_last(model, sample, loss)
 

@@ -118,6 +118,47 @@ def test_corrupt_and_truncated_files_are_named(tmp_path: Path, encoded: bool) ->
         spec.open(tmp_path, "train")[1]
 
 
+@pytest.mark.parametrize("save", [
+    {}, {"progressive": True}, {"optimize": True}, {"quality": 100, "subsampling": 0},
+    {"exif": b"Exif\x00\x00MM\x00*\x00\x00\x00\x08\x00\x00"}, {"restart_marker_blocks": 1},
+    {"mode": "L"}, {"mode": "CMYK"}])
+def test_marker_walk_accepts_what_encoders_write(tmp_path: Path, save: dict) -> None:
+    """Baseline, progressive (several scans, DHT between them), optimized, 4:4:4, an APP1 segment,
+    restart markers after every MCU, grayscale and CMYK JPEGs written by libjpeg pass the walk."""
+    from hpcbench.workloads.mlperf_training.resnet.imagenet import check_jpeg_markers
+
+    kw = dict(save)
+    img = Image.fromarray(_noise(3, 97, 131)).convert(kw.pop("mode", "RGB"))
+    path = tmp_path / "x.JPEG"
+    img.save(path, format="JPEG", **kw)
+    data = path.read_bytes()
+    if "restart_marker_blocks" in save:
+        assert any(bytes([0xFF, m]) in data for m in range(0xD0, 0xD8))
+    check_jpeg_markers(data, path)  # no error
+
+
+@pytest.mark.parametrize("encoded", [False, True])
+def test_damaged_entropy_coded_data_is_named_under_both_loaders(tmp_path: Path, encoded: bool) -> None:
+    """A marker byte pair no JPEG holds inside the image data: libjpeg only warns ("Unsupported marker
+    type") and DALI decodes grey; the encoded (DALI) path refuses it by name without decoding, as
+    the Pillow path does when it decodes."""
+    good = _one_class_tree(tmp_path)
+    data = bytearray(good.read_bytes())
+    sos = data.find(b"\xff\xda")
+    mid = (sos + len(data)) // 2
+    data[mid:mid + 2] = b"\xff\x99"
+    bad = good.with_name("b.JPEG")
+    bad.write_bytes(bytes(data))
+    with pytest.raises(DataError, match=r"b\.JPEG.*(corrupt|does not decode)"):
+        _spec(encoded_for_dali=encoded).open(tmp_path, "train")[1]
+    data = bytearray(good.read_bytes())  # a segment length that runs past the file
+    app = data.find(b"\xff\xdb")
+    data[app + 2:app + 4] = (len(data)).to_bytes(2, "big") if len(data) < 65536 else b"\xff\xff"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(DataError, match=r"b\.JPEG.*(corrupt|does not decode|not a readable)"):
+        _spec(encoded_for_dali=encoded).open(tmp_path, "train")[1]
+
+
 def test_layout_errors_name_the_folder(tmp_path: Path) -> None:
     _one_class_tree(tmp_path)
     spec = _spec()
@@ -185,6 +226,16 @@ def test_channels_last_batches(synth_root: Path, dali: bool) -> None:
     spec = _spec(encoded_for_dali=dali, channels_last=True)
     x, _ = next(iter(_loader(spec, synth_root, train=False, dali=dali)))
     assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+
+
+@pytest.mark.parametrize("encoded", [False, True])
+def test_model_batch_is_model_input_also_for_encoded_samples(synth_root: Path, encoded: bool) -> None:
+    """``train.channels_last = "auto"`` times the model on ``model_batch``: with the DALI loader the
+    training samples are JPEG bytes (before: collate refused them, a traceback before run_start); the
+    batch is the decoded, augmented crop in the form DALI hands the model."""
+    spec = _spec(encoded_for_dali=encoded)
+    x, y = spec.model_batch(spec.open(synth_root, "train"), 4)
+    assert x.shape == (4, 3, 32, 32) and x.dtype == torch.float32 and y.shape == (4,)
 
 
 @needs_dali

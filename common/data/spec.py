@@ -99,6 +99,13 @@ class DatasetSpec(ABC):
         straight into its slot of the batch instead (no collate copy)."""
         return self.collate([source[int(i)] for i in indices])
 
+    def model_batch(self, source: SampleSource, n: int) -> Any:
+        """A transformed batch of the first ``n`` samples of ``source`` in the form the model takes
+        (the harness times the model on it to choose a memory layout). Default: ``transform`` of
+        ``read_batch``; a spec whose samples are not model input until a DALI graph has run them
+        (encoded images) reads them in a decoded form here instead."""
+        return self.transform(self.read_batch(source, range(n)))
+
     def batch_cacheable(self, train: bool) -> bool:
         """False where ``read_batch`` draws random augmentation for the split (``train``): a cached
         batch would freeze it, so ``data.cache`` keeps the validated samples and augments them again."""

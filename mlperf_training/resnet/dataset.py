@@ -157,6 +157,13 @@ class ImageNetData(DatasetSpec):
                        for i, s in zip(indices, samples)]
         return self.collate(samples, pin=pin)
 
+    def model_batch(self, source: Any, n: int) -> Batch:
+        """Encoded samples (DALI decodes them) are not model input: read the same images decoded
+        and augmented as the Pillow loader does, which gives the shapes and layout DALI produces."""
+        if isinstance(source, ImageSource) and source.kind == "encoded":
+            source = ImageSource(source.images, "train", source.size, source.resize, source.short_side)
+        return self.transform(self.read_batch(source, range(n)))
+
     def transform(self, batch: Batch) -> Batch:
         from .transforms import normalize
 

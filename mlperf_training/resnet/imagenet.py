@@ -125,4 +125,57 @@ def check_encoded(path: Path) -> np.ndarray:
         raise DataError(f"{path}: image size {w}x{h}; expected a positive size")
     if img.format == "JPEG" and (not data.startswith(JPEG_SOI) or JPEG_EOI not in data[-64:]):
         raise DataError(f"{path}: the JPEG has no end-of-image marker; the file is truncated")
+    if img.format == "JPEG":
+        check_jpeg_markers(data, path)
     return np.frombuffer(data, dtype=np.uint8)
+
+
+#: markers that may end an entropy-coded segment (ITU T.81 table B.1): SOFn, DHT, DAC, DQT, DNL, DRI,
+#: DHP, EXP, APPn, COM, SOS, EOI. Inside the segment only stuffed 0xFF00, RSTn (0xD0-0xD7) and 0xFF fill
+#: bytes may follow an 0xFF.
+_SCAN_ENDS = frozenset([*range(0xC0, 0xD0), 0xD9, 0xDA, 0xDB, 0xDC, 0xDD, 0xDE, 0xDF, *range(0xE0, 0xF0), 0xFE])
+
+
+def check_jpeg_markers(data: bytes, path: Path) -> None:
+    """The JPEG's marker structure, walked without decoding (ITU T.81 B.1): every segment's length fits
+    the file, and every 0xFF inside the entropy-coded data is a stuffed byte, a restart marker or the
+    marker that ends the scan. A decoder (libjpeg in DALI or Pillow) meeting any other byte there only
+    warns ("Unsupported marker", "Corrupt JPEG data") and fills the rest of the image with grey; this
+    refuses that file by name. Corruption that keeps the byte structure (a flipped bit in the Huffman
+    data) is only seen by decoding."""
+    n, pos = len(data), 2  # after SOI
+    while pos < n:
+        if data[pos] != 0xFF:
+            raise DataError(f"{path}: corrupt JPEG: byte {pos} is 0x{data[pos]:02x} where a marker was expected")
+        while pos < n and data[pos] == 0xFF:  # fill bytes before a marker
+            pos += 1
+        if pos >= n:
+            break
+        marker = data[pos]
+        pos += 1
+        if marker == 0xD9:  # EOI
+            return
+        if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # TEM, RSTn: no length
+            continue
+        if pos + 2 > n:
+            break
+        length = int.from_bytes(data[pos:pos + 2], "big")
+        if length < 2 or pos + length > n:
+            raise DataError(f"{path}: corrupt JPEG: marker 0xFF{marker:02X} at byte {pos - 2} has length "
+                            f"{length}, beyond the file's {n} bytes")
+        pos += length
+        if marker != 0xDA:  # SOS: its entropy-coded data follows the header
+            continue
+        while True:
+            pos = data.find(b"\xff", pos)
+            if pos < 0 or pos + 1 >= n:
+                raise DataError(f"{path}: the JPEG has no end-of-image marker; the file is truncated")
+            nxt = data[pos + 1]
+            if nxt == 0x00 or 0xD0 <= nxt <= 0xD7 or nxt == 0xFF:
+                pos += 1 if nxt == 0xFF else 2
+                continue
+            if nxt not in _SCAN_ENDS:
+                raise DataError(f"{path}: corrupt JPEG: the image data holds marker 0xFF{nxt:02X} at byte {pos}, "
+                                "which no JPEG contains; the entropy-coded data is damaged")
+            break
+    raise DataError(f"{path}: the JPEG has no end-of-image marker; the file is truncated")
