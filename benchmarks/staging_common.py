@@ -2,9 +2,10 @@
 the synthetic CosmoFlow data, evicting it from the page cache, and a run's per-phase seconds."""
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
+
+from hpcbench.common.pagecache import evict_path
 
 from benchmarks.synth_data import cosmo_counts, example, tfrecord_frame
 
@@ -27,14 +28,10 @@ def make_data(raw: Path, gib: float, size: int) -> tuple[int, float]:
 
 
 def evict(root: Path) -> None:
+    """Every file below ``root`` out of the page cache (a cold read next)."""
     for p in root.rglob("*"):
         if p.is_file():
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+            evict_path(p)
 
 
 def phases(rep: dict) -> dict[str, float]:

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
+from .pagecache import evict
+
 
 def _read_umask() -> int:
     """The process umask, read without changing it (Linux: /proc), else by the set-and-restore trick
@@ -54,11 +56,13 @@ def atomic_write(
     path: str | os.PathLike[str],
     mode: str = "wb",
     verify: Callable[[Path], None] | None = None,
+    drop_cache: bool = False,
 ) -> Iterator[IO]:
     """Open a temporary file next to ``path``; on success fsync, run ``verify(tmp)``, rename.
 
     On any exception (including a failed ``verify``) the temporary file is removed and the
-    destination is left untouched.
+    destination is left untouched. ``drop_cache``: the written pages leave the page cache once durable
+    (staged files: training's first read then reads the disk).
     """
     dest = Path(path)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -68,6 +72,8 @@ def atomic_write(
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
+            if drop_cache:  # clean after the fsync: its pages leave the page cache (hpcbench.common.pagecache)
+                evict(fh.fileno())
         if verify is not None:
             verify(tmp)
         os.replace(tmp, dest)

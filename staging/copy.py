@@ -73,7 +73,7 @@ def copy_files(source: Path, dest: Path, shards: list[tuple[ShardInfo, list[RawF
         t0 = time.perf_counter()
         crc = 0
         try:
-            with open(source / name, "rb") as src, atomic_write(out, verify=lambda p: _check(p, size, name)) as dst:
+            with open(source / name, "rb") as src, atomic_write(out, verify=lambda p: _check(p, size, name), drop_cache=True) as dst:
                 before = _stat(os.fstat(src.fileno()))
                 while chunk := src.read(8 << 20):
                     crc = crc32c.crc32c(chunk, crc)

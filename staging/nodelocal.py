@@ -26,6 +26,7 @@ import zstandard
 
 from hpcbench.common.atomic import atomic_write, make_temp
 from hpcbench.common.errors import DataError
+from hpcbench.common.pagecache import evict
 
 from .manifest import STATE_DIR, FileEntry, Frame, ShardInfo, file_crc, safe_relpath
 
@@ -150,11 +151,14 @@ class FileAssembly:
         return True
 
     def sync(self) -> None:
-        """fsync the finished temporary file (reopened: the writer closed it)."""
+        """fsync the finished temporary file (reopened: the writer closed it), then drop its now clean
+        pages from the page cache: training's first read of a staged file reads the disk, as after a
+        cache clear, not the memory the staging left behind."""
         with self._abort_on_error():
             fd = os.open(self.tmp, os.O_RDONLY)
             try:
                 os.fsync(fd)
+                evict(fd)
             finally:
                 os.close(fd)
 

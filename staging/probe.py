@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from hpcbench.common.pagecache import evict
 from hpcbench.common.system import cpu_model
 
 PROBE_VERSION = 2
@@ -138,7 +139,7 @@ def measure(folder: Path | None = None) -> dict[str, float]:
         def rd() -> float:
             fd = os.open(path, os.O_RDONLY)
             try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                evict(fd)
                 t0 = time.perf_counter()
                 while os.read(fd, 8 << 20):
                     pass
