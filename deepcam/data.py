@@ -18,6 +18,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from hpcbench.common.data.values import all_finite
 from hpcbench.common.errors import DataError
 
 from .layout import LAYOUT
@@ -90,17 +91,12 @@ def _check_data_dtype(path: Path, dset: h5py.Dataset) -> None:
 
 def _check_finite(path: Path, channels: Sequence[int], data: np.ndarray) -> None:
     """A NaN or infinity in the read data (H, W, len(channels)) is a DataError naming the channel.
-    The fast path is one BLAS pass over the buffer just read: the sum of squares is NaN or infinite
-    when any value is (about 1.2 ms for 768x1152x16 on one core, against 2.2 ms for
-    ``np.isfinite(data).all()``, which writes a boolean array first). Only a non-finite sum, a bad
-    value or a float32 overflow of the squares (values beyond about 1e19), runs the exact search."""
-    flat = data.reshape(-1)
-    with np.errstate(over="ignore", invalid="ignore"):
-        if np.isfinite(np.dot(flat, flat)):
-            return
+    The fast path is :func:`~hpcbench.common.data.values.all_finite`, one BLAS pass over the buffer just
+    read (about 1.2 ms for 768x1152x16 on one core, against 2.2 ms for ``np.isfinite(data).all()``); only
+    a non-finite value runs the search for the channel."""
+    if all_finite(data):
+        return
     bad = ~np.isfinite(data)
-    if not bad.any():
-        return  # the squares overflowed; every value is finite
     per_channel = bad.sum(axis=(0, 1))
     k = int(np.flatnonzero(per_channel)[0])
     value = data[..., k][bad[..., k]][0]

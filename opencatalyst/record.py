@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcbench.common.data.values import all_finite, first_non_finite
 from hpcbench.common.errors import DataError
 
 MAGIC = b"HPCBOC20"
@@ -108,8 +109,13 @@ def decode(value: bytes, where: str) -> dict[str, Any]:
     return out
 
 
+#: fields that hold real numbers: stored as floats (not integers) and finite everywhere
+FLOAT_FIELDS = ("pos", "cell", "cell_offsets", "force")
+
+
 def validate(sample: Mapping[str, Any], where: str) -> None:
-    """Check the S2EF fields are present with consistent shapes."""
+    """Check the S2EF fields are present with consistent shapes, the real-valued fields are floats, and
+    positions, cell, forces and the energy are finite (a NaN force label would train on silently)."""
     missing = [f for f in (*ARRAY_FIELDS, "natoms", "y") if f not in sample]
     if missing:
         raise DataError(f"{where}: missing field(s) {missing}; an OC20 S2EF sample needs {list(ARRAY_FIELDS)} "
@@ -125,6 +131,21 @@ def validate(sample: Mapping[str, Any], where: str) -> None:
     ei = np.asarray(sample["edge_index"])
     if ei.size and (ei.min() < 0 or ei.max() >= n):
         raise DataError(f"{where}: edge_index refers to atoms outside 0..{n - 1}")
+    for name in FLOAT_FIELDS:
+        arr = np.asarray(sample[name])
+        if arr.dtype.kind != "f":
+            raise DataError(f"{where}: field '{name}' is stored as {arr.dtype}; expected floating point "
+                            f"({ARRAY_FIELDS[name][0]})")
+        if not all_finite(arr):
+            idx, _ = first_non_finite(arr)
+            raise DataError(f"{where}: field '{name}' is not finite at index {list(idx)} (NaN or inf); every "
+                            "value must be a finite number")
+    try:
+        energy = float(sample["y"])
+    except (TypeError, ValueError):
+        raise DataError(f"{where}: field 'y' (the energy) is {sample['y']!r}; expected a number") from None
+    if not np.isfinite(energy):
+        raise DataError(f"{where}: field 'y' (the energy) is {energy}; expected a finite number")
 
 
 def _to_numpy(value: Any) -> Any:

@@ -192,6 +192,18 @@ def test_bad_values_named_on_read(tmp_path: Path) -> None:
         Day.open(tmp_path, 0, BAGS, CARDS).rows(slice(0, 4))
 
 
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_non_finite_dense_value_is_named_on_read(tmp_path: Path, value: float) -> None:
+    dense, labels, sparse = handmade_day(tmp_path, 0, 8)
+    dense = dense.astype(np.float32)
+    dense[5, 3] = value
+    np.save(tmp_path / "day_0_dense.npy", dense)
+    day = Day.open(tmp_path, 0, BAGS, CARDS)
+    day.rows(slice(0, 4))  # rows without it read fine
+    with pytest.raises(DataError, match=rf"day_0_dense\.npy: rows 4\.\.8: dense feature 3 of row 1 of these is {value}"):
+        day.rows(slice(4, 8))
+
+
 def test_writer_refuses_bad_arrays_and_leaves_nothing(tmp_path: Path) -> None:
     r = Teacher(CARDS, seed=0).day(4, 0)
     with pytest.raises(DataError, match=r"labels: expected int32 \(4, 1\)"):

@@ -47,6 +47,31 @@ def test_record_corruption_is_named() -> None:
         record.decode(record.encode(bad), "x")
 
 
+@pytest.mark.parametrize("field,value,msg", [
+    ("force", np.nan, r"'force' is not finite at index \[1, 2\]"),
+    ("pos", np.inf, r"'pos' is not finite at index \[1, 2\]"),
+    ("cell", -np.inf, r"'cell' is not finite"),
+    ("y", np.nan, r"'y' \(the energy\) is nan"),
+])
+def test_non_finite_values_are_refused_at_read_with_file_and_field(field: str, value: float, msg: str) -> None:
+    bad = dict(sample())
+    if field == "y":
+        bad["y"] = value
+    else:
+        arr = np.array(bad[field], copy=True)
+        arr.reshape(-1, 3)[1, 2] = value
+        bad[field] = arr
+    with pytest.raises(DataError, match=rf"data\.0000\.lmdb key '7': field {msg}"):
+        record.decode(record.encode(bad), "data.0000.lmdb key '7'")
+
+
+def test_integer_positions_or_forces_are_refused() -> None:
+    bad = dict(sample())
+    bad["pos"] = np.rint(bad["pos"]).astype(np.int32)
+    with pytest.raises(DataError, match=r"x: field 'pos' is stored as int32; expected floating point \(float32\)"):
+        record.decode(record.encode(bad), "x")
+
+
 def write_pickled_oc20(path: Path, samples: list[dict]) -> None:
     """An original-style OC20 LMDB: pickled torch_geometric Data values and a pickled length."""
     from torch_geometric.data import Data

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hpcbench.common.data.values import all_finite, first_non_finite
 from hpcbench.common.errors import DataError
 
 from .criteo import NUM_DENSE, NUM_SPARSE, dense_name, labels_name, sparse_name
@@ -160,8 +161,10 @@ class Day:
         labels = np.ascontiguousarray(self.labels[index]).reshape(-1)
         sparse = [np.ascontiguousarray(s[index]) for s in self.sparse]
         where = f"rows {index.start}..{index.stop}" if isinstance(index, slice) else f"{len(dense)} rows"
-        if not np.isfinite(dense).all():
-            raise DataError(f"{self.folder / dense_name(self.day)}: {where}: non-finite dense values")
+        if not all_finite(dense):
+            (r, c), v = first_non_finite(dense)
+            raise DataError(f"{self.folder / dense_name(self.day)}: {where}: dense feature {c} of row {r} of "
+                            f"these is {v}; every dense value must be finite")
         if labels.size and (labels.min() < 0 or labels.max() > 1):
             raise DataError(f"{self.folder / labels_name(self.day)}: {where}: labels must be 0 or 1, "
                             f"found {labels.min()}..{labels.max()}")

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from hpcbench.common.atomic import atomic_write
+from hpcbench.common.data.values import all_finite, first_non_finite
 from hpcbench.common.errors import DataError
 
 from .facts import EVAL_CASES
@@ -126,8 +127,10 @@ def check_labels(label: np.ndarray, path: Path) -> None:
 
 
 def check_image(image: np.ndarray, path: Path) -> None:
-    if not np.isfinite(image).all():
-        raise DataError(f"{path}: non-finite intensities (NaN or inf) in the image")
+    if not all_finite(image):
+        idx, v = first_non_finite(image)
+        raise DataError(f"{path}: non-finite intensities (NaN or inf) in the image: {v} at voxel {list(idx)}; "
+                        "every intensity must be finite")
 
 
 def read_case(pair: CasePair) -> tuple[np.ndarray, np.ndarray]:
