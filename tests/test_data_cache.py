@@ -12,7 +12,7 @@ import torch
 
 from hpcbench.common.data import cache as cache_mod
 from hpcbench.common.data.cache import BatchCache, SampleCache, rank_share
-from hpcbench.common.data.sampler import EpochSampler
+from hpcbench.common.data.sampler import EpochSampler, StoredOrderSampler
 from hpcbench.common.errors import ConfigError
 from hpcbench.common.workload import DataShard, Workload
 
@@ -281,3 +281,20 @@ def test_local_shuffle_fills_the_cache_in_one_epoch_with_a_part_of_the_split(cos
     _same(ref, got)
     assert loader.cache.store[0].shape[0] == len(loader.source) // 2
     assert loader.cache.complete()
+
+
+def test_stored_order_cache_holds_only_the_rows_a_rank_reads() -> None:
+    """DLRM reads the stored order: rank r reads the same rows every epoch, so a host cache holds those
+    (before: every training sample, "reshuffled over the ranks each epoch", which stored order never is)."""
+    n, size, b = 50, 2, 4
+    for r in range(size):
+        s = StoredOrderSampler(n, b, r, size, train=True)
+        share, why = rank_share(s)
+        assert "stored order" in why and share.size == (n // (b * size)) * b
+        for epoch in (0, 1, 2):
+            s.set_epoch(epoch)
+            assert np.array_equal(np.sort(s.indices()), share)
+        ev = StoredOrderSampler(n, b, r, size, train=False)
+        assert np.array_equal(rank_share(ev)[0], np.sort(ev.indices()))
+    both = np.concatenate([rank_share(StoredOrderSampler(n, b, r, size))[0] for r in range(size)])
+    assert sorted(both.tolist()) == list(range(48))  # disjoint; the last partial global batch dropped

@@ -93,3 +93,29 @@ def test_the_dlrm_training_loader_reads_the_stored_order(tmp_path: Path) -> None
         dense = next(iter(loader))[0]
         want = source.read(np.arange(rank * 8, rank * 8 + 8, dtype=np.int64)).dense
         assert torch.equal(dense, torch.from_numpy(np.ascontiguousarray(want)))
+
+
+def test_the_host_cache_keeps_the_stored_order_and_only_this_ranks_rows(tmp_path: Path) -> None:
+    """``data.cache = "host"`` with the stored order: every epoch's batches equal the uncached loader's,
+    and each rank's cache holds its own rows only."""
+    out = tmp_path / "data"
+    proc = run_cli(["datagen", "dlrm_dcnv2", "--out", str(out), "--quiet", "--days", "3", "--rows-per-day", "64",
+                    "--cardinalities", "200,100,50,20"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    def epochs(cache: str, rank: int) -> tuple[object, list[list[torch.Tensor]]]:
+        cfg = DLRMWorkload.load_config("mini", [f"data.root={out}", "train.global_batch_size=16",
+                                                f"data.cache={cache}"])
+        loader = DLRMWorkload(cfg).train_loader(DataShard(rank, 2, 1, 8, torch.device("cpu")))
+        got = []
+        for epoch in (1, 2):
+            loader.set_epoch(epoch)
+            got.append([b[0].clone() for b in loader])
+        return loader, got
+
+    for rank in range(2):
+        _, ref = epochs("none", rank)
+        loader, got = epochs("host", rank)
+        assert all(torch.equal(a, b) for e_ref, e_got in zip(ref, got) for a, b in zip(e_ref, e_got))
+        held = loader.cache.share  # BatchCache and SampleCache both keep the rows they hold
+        assert sorted(np.asarray(held).tolist()) == [g * 16 + rank * 8 + i for g in range(8) for i in range(8)]

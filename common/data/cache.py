@@ -129,6 +129,9 @@ def rank_share(sampler: EpochSampler) -> tuple[np.ndarray, str]:
         return np.sort(sampler.indices()), f"rank {sampler.rank} of {sampler.size}'s evaluation samples"
     if sampler.shuffle == "local":
         return sampler.fixed_part(), f"rank {sampler.rank} of {sampler.size}'s fixed part (data.shuffle = local)"
+    if getattr(sampler, "order", "shuffled") == "stored":  # StoredOrderSampler: the same rows every epoch
+        return sampler.indices(), (f"rank {sampler.rank} of {sampler.size}'s rows of the stored order, the same "
+                                   "every epoch")
     why = ("every training sample: the split is reshuffled over the ranks each epoch (data.shuffle = local "
            "keeps 1/ranks per rank)" if sampler.size > 1 else "every training sample")
     return np.arange(sampler.n, dtype=np.int64), why

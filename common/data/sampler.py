@@ -171,6 +171,7 @@ class StoredOrderSampler:
 
     partition = "contiguous"
     shuffle = "global"
+    order = "stored"  # each rank reads the same rows every epoch (a cache holds only those)
 
     def __init__(self, n: int, local_batch: int, rank: int, size: int, train: bool = True, where: str = "",
                  shuffle: str = "global") -> None:
