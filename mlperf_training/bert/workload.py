@@ -100,9 +100,19 @@ class BertWorkload(Workload[BertConfig]):
                            hidden_dropout=m.hidden_dropout, attention_dropout=m.attention_dropout)
 
     def build_model(self) -> "nn.Module":
+        """The model, from ``model.init_checkpoint`` (the phase-1 checkpoint; required in the closed division)."""
+        from .checkpoint_load import load_init_checkpoint
         from .model import BertForPretraining
 
-        return BertForPretraining(self.model_config())
+        path = self.cfg.model.init_checkpoint
+        if not path and self.cfg.train.division == "closed":
+            raise ConfigError("config key 'model.init_checkpoint': the closed division starts from the reference's "
+                              "phase-1 checkpoint (TF model.ckpt-28252, or its PyTorch conversion model.ckpt-28252.pt); "
+                              "set --set model.init_checkpoint=PATH, or use the open division")
+        model = BertForPretraining(self.model_config())
+        if path:
+            load_init_checkpoint(model, path)
+        return model
 
     def no_weight_decay(self, name: str) -> bool:
         from .model import no_weight_decay
