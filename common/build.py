@@ -95,11 +95,13 @@ def local_batch(workload: Workload, parallel: Parallel) -> int:
     """The per-rank batch: the global batch over the data-parallel training ranks."""
     tc = workload.cfg.train
     dp = parallel.train_dp_size
-    if tc.global_batch_size % dp:
+    rows = workload.loader_batch_size()
+    if rows % dp:
         what = "data-parallel training ranks" if parallel.roles else "data-parallel ranks"
-        raise ConfigError(f"config key 'train.global_batch_size': {tc.global_batch_size} does not split over "
+        per = "" if rows == tc.global_batch_size else f" ({rows} rows per step)"
+        raise ConfigError(f"config key 'train.global_batch_size': {tc.global_batch_size}{per} does not split over "
                           f"the instance's {dp} {what}; use a multiple of {dp}")
-    return tc.global_batch_size // dp
+    return rows // dp
 
 
 def build_model(workload: Workload, parallel: Parallel, seed: int, batch: int, progress: Progress) -> tuple[nn.Module, FlatParams, list[Choice]]:

@@ -7,8 +7,9 @@ Three cadences (``train.eval_every``, ``train.eval_every_samples``):
   step of each epoch, the step counter restarting with the epoch as the reference DLRM counts its
   iterations (0.05 with 64,013 steps: steps 3,200, 6,400, ..., 64,000);
 * samples (``eval_every_samples`` = N > 0): after the step at which the instance's training samples
-  since the run's start (steps x global batch) cross a multiple of N, as the reference BERT
-  evaluates (N rounded up to the step that passes it).
+  since the run's start (steps x global batch, or the samples counted per step where a workload's batches
+  hold a varying number of them: packed BERT counts sequences, :attr:`TrainPoint.samples`) cross a
+  multiple of N, as the reference BERT evaluates (N rounded up to the step that passes it).
 
 With whole epochs, ``train.eval_offset = k`` (``0 <= k < eval_every``) moves the evaluations to the epochs
 ``k, k + N, k + 2N, ...`` (``k = 0``: ``N, 2N, ...``), MLPerf ResNet's "every 4 epochs with offset 0, 1,
@@ -50,6 +51,11 @@ class TrainPoint:
     epoch: int
     step: int  # steps done in this epoch
     global_step: int  # steps done since the run's first step (resumed runs count the skipped epochs)
+    # the rules' training samples seen since the run's start, where a workload counts them per step
+    # (packed BERT: sequences, a varying number per step; Workload.counts_samples_per_step); None: steps x
+    # global batch
+    samples: int | None = None
+    step_samples: int = 0  # with ``samples``: how many of them the last step brought
 
 
 @dataclass(frozen=True)
@@ -118,8 +124,9 @@ class EvalCadence:
         if self.every_steps:
             return p.step % self.every_steps == 0
         if self.every_samples:
-            n = self.every_samples
-            return p.global_step * self.global_batch // n > (p.global_step - 1) * self.global_batch // n
+            n, now = self.every_samples, self.samples(p)
+            before = now - (p.step_samples if p.samples is not None else self.global_batch)
+            return now // n > before // n
         return False
 
     def at_epoch_end(self, epoch: int) -> bool:
@@ -138,7 +145,8 @@ class EvalCadence:
         return [e for e in range(1, self.max_epochs + 1) if self.at_epoch_end(e)]
 
     def samples(self, p: TrainPoint) -> int:
-        return p.global_step * self.global_batch
+        """Training samples seen at ``p``: counted ones where the workload counts them, else steps x batch."""
+        return p.samples if p.samples is not None else p.global_step * self.global_batch
 
     def epoch_num(self, p: TrainPoint) -> int | float:
         """``epoch_num`` of an evaluation (or run_stop) at ``p``, in the benchmark's reporting."""
@@ -148,11 +156,11 @@ class EvalCadence:
             return p.epoch
         return round(p.epoch - 1 + p.step / max(1, self.steps_per_epoch), 6)
 
-    def epoch_marker(self, epoch: int, global_step: int) -> int:
+    def epoch_marker(self, epoch: int, global_step: int, samples: int | None = None) -> int:
         """``epoch_num`` of ``epoch_start``/``epoch_stop``: the epoch's number, or for samples reporting
-        the samples seen when the epoch starts or stops."""
+        the samples seen when the epoch starts or stops (``samples`` where they are counted)."""
         if self.reporting == "samples":
-            return global_step * self.global_batch
+            return samples if samples is not None else global_step * self.global_batch
         return epoch
 
 

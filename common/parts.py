@@ -148,12 +148,14 @@ class DataPosition:
 
     epoch: int = 0  # epochs completed
     global_step: int = 0  # steps completed
+    samples: int = 0  # the rules' samples trained on, where the workload counts them per step (else 0)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "global_step": self.global_step}
+        return {"epoch": self.epoch, "global_step": self.global_step, "samples": self.samples}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch, self.global_step = int(state["epoch"]), int(state["global_step"])
+        self.samples = int(state.get("samples", 0))  # checkpoints written before samples were counted
 
 
 class DataState:

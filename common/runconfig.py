@@ -116,6 +116,9 @@ class TrainConfig:
     seed: int = 1
     global_batch_size: int = 8  # per instance (summed over its ranks)
     max_epochs: int = 10
+    # > 0: the run ends after this many optimizer steps (the reference BERT's max_steps), evaluated there
+    # unless it just was; status "success" only if that evaluation meets the target, else "aborted"
+    max_steps: int = 0
     # epochs between evaluations: a whole number, or a fraction below 1 to evaluate inside each epoch
     # every floor(eval_every x steps per epoch) steps (DLRM: 0.05); common/cadence.py
     eval_every: float = 1
@@ -150,6 +153,8 @@ class TrainConfig:
             raise ConfigError(f"config key 'train.global_batch_size': must be >= 1, got {self.global_batch_size}")
         if self.max_epochs < 1:
             raise ConfigError(f"config key 'train.max_epochs': must be >= 1, got {self.max_epochs}")
+        if self.max_steps < 0:
+            raise ConfigError(f"config key 'train.max_steps': must be >= 0 (0: no step limit), got {self.max_steps}")
         if not (0 < self.eval_every < 1 or (self.eval_every >= 1 and float(self.eval_every).is_integer())):
             raise ConfigError(f"config key 'train.eval_every': expected a whole number of epochs (1, 2, ...) or a "
                               f"fraction of an epoch between 0 and 1 (e.g. 0.05), got {self.eval_every}")

@@ -42,6 +42,7 @@ from .dist import DistEnv
 from .finite import LossWatch
 from .mllog import MLPerfLogger
 from .parallel import Parallel
+from .parts import DataPosition
 from .progress import Progress, resolve_mode
 from .result import RunResult, _RunState
 from .step import prepare_batch
@@ -85,6 +86,7 @@ class Trainer:
         assert parts.sizes is not None
         self.steps_per_epoch = parts.sizes.steps_per_epoch
         self.cadence = cadence_of(self.workload.record, tc, self.steps_per_epoch)
+        self.counted = self.workload.counts_samples_per_step()  # samples summed per step (packed BERT)
         if tc.checkpoint_dir:
             replicated, per_rank = parts.checkpointed()
             self.checkpoints = CheckpointManager(instance_dir(tc.checkpoint_dir, self.env.layout.instance),
@@ -180,13 +182,26 @@ class Trainer:
             result.epoch_losses.append(loss)
             if result.status == "success":  # met inside the epoch: time to train ends at that evaluation
                 break
+            if self.max_steps_reached(pos.global_step):  # the run ends here, evaluated unless it just was
+                if self.cadence.final and self._run.evaluated_at != pos.global_step:
+                    self._evaluate_at(parts, self._last_point)
+                break
             pos.epoch = epoch
             if self.checkpoints is not None and tc.checkpoint_every and epoch % tc.checkpoint_every == 0:
                 self.checkpoints.save(epoch)
             if self.cadence.at_epoch_end(epoch) and self._run.evaluated_at != pos.global_step:
-                if self._evaluate_at(parts, TrainPoint(epoch, self.steps_per_epoch, pos.global_step)):
+                end = dataclasses.replace(self._last_point, step=self.steps_per_epoch)
+                if self._evaluate_at(parts, end):
                     break
         return train_seconds, samples_total
+
+    def max_steps_reached(self, global_step: int) -> bool:
+        """``train.max_steps`` optimizer steps done (the reference BERT's ``max_steps``; 0: no limit)."""
+        limit = self.cfg.train.max_steps
+        return bool(limit) and global_step >= limit
+
+    def _counted(self, pos: DataPosition) -> int | None:
+        return pos.samples if self.counted else None
 
     def _evaluate_at(self, parts: RunParts, p: TrainPoint) -> bool:
         """Evaluate at ``p``, record and report it; True when the target is met (the run stops there).
@@ -228,7 +243,8 @@ class Trainer:
         cad, pos, tc = self.cadence, parts.position, self.cfg.train
         assert parts.train_loader is not None and parts.step is not None
         steps_per_epoch = self.steps_per_epoch
-        self.log.start("epoch_start", metadata={"epoch_num": cad.epoch_marker(epoch, pos.global_step)})
+        self.log.start("epoch_start", metadata={"epoch_num": cad.epoch_marker(epoch, pos.global_step,
+                                                                              self._counted(pos))})
         t0 = time.perf_counter()
         eval_seconds = 0.0
         parts.model.train()
@@ -243,6 +259,8 @@ class Trainer:
                         first_step)
 
         local_samples = steps = 0
+        par = parts.parallel
+        self._last_point = TrainPoint(epoch, 0, pos.global_step, self._counted(pos))
         bar = self.progress.epoch(epoch, steps_per_epoch, tc.max_epochs)
         it = iter(parts.train_loader)
         while steps < steps_per_epoch:
@@ -257,15 +275,20 @@ class Trainer:
             loss = parts.step(batch)
             loss_sum += loss
             self.timer.add("step", time.perf_counter() - t_step)
-            local_samples += self.workload.batch_size(batch)
+            in_batch = self.workload.batch_size(batch)
+            local_samples += in_batch
             steps += 1
             pos.global_step += 1
+            step_samples = 0
+            if self.counted:  # this step's samples over the instance (ranks sharing samples count them once)
+                step_samples = int(par.comm.allreduce(in_batch)) * par.dp_size // par.size
+                pos.samples += step_samples
             watch.observe(loss, steps)
             log_loss = tc.log_every and steps % tc.log_every == 0
             if log_loss:
                 check_finite()
             bar.step(steps, local_samples, float(loss_sum) / steps if log_loss else None)
-            point = TrainPoint(epoch, steps, pos.global_step)
+            point = self._last_point = TrainPoint(epoch, steps, pos.global_step, self._counted(pos), step_samples)
             if cad.within_epoch and cad.after_step(point):
                 check_finite()  # never evaluate (or stop at the target) with NaN weights
                 t_eval = time.perf_counter()
@@ -275,13 +298,15 @@ class Trainer:
                     break
             if self.evals is not None and self.evals.poll(self.record_metric):
                 break  # a dedicated evaluation rank's result met the target
+            if self.max_steps_reached(pos.global_step):
+                break
         mean_loss = float(loss_sum) / max(1, steps)  # read back once per epoch
         if device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0 - eval_seconds
-        par = parts.parallel
         samples = int(par.comm.allreduce(local_samples)) * par.dp_size // par.size  # shared ones once
-        self.log.end("epoch_stop", metadata={"epoch_num": cad.epoch_marker(epoch, pos.global_step)})
+        self.log.end("epoch_stop", metadata={"epoch_num": cad.epoch_marker(epoch, pos.global_step,
+                                                                           self._counted(pos))})
         check_finite()  # before a NaN reaches tracked_stats, the checkpoint or the evaluation
         self.log.event("tracked_stats", {"throughput": samples / seconds, "train_loss": mean_loss},
                        metadata={"step": epoch})

@@ -274,8 +274,22 @@ class Workload(ABC, Generic[C]):
         steps = self.sizes.steps_per_epoch if self.sizes is not None else 0
         return optimizer_keys(self.record, self.cfg.optim, steps, self.cfg.train.max_epochs)
 
+    def loader_batch_size(self) -> int:
+        """Rows the instance's loaders deliver per step (split over the data-parallel ranks). Default
+        ``train.global_batch_size``; a workload whose rows hold several of the rules' samples (packed BERT:
+        up to 3 sequences per row, the global batch counted in sequences) returns fewer rows."""
+        return self.cfg.train.global_batch_size
+
+    def counts_samples_per_step(self) -> bool:
+        """True where a step's number of the rules' samples varies (packed BERT: sequences per batch of
+        rows): the harness then sums :meth:`batch_size` over the instance at every step and counts the
+        evaluation cadence, ``epoch_num`` and throughput in those samples (one host integer reduced per
+        step); False: samples = steps x global batch."""
+        return False
+
     def batch_size(self, batch: Any) -> int:
-        """Number of samples in a batch (for throughput)."""
+        """Number of the rules' samples in a batch (throughput; with :meth:`counts_samples_per_step` also the
+        cadence and ``epoch_num``). Read from the host side of the batch: no device synchronisation."""
         if isinstance(batch, Mapping):
             batch = next(iter(batch.values()))
         if isinstance(batch, (tuple, list)):

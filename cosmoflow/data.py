@@ -22,7 +22,7 @@ import numpy as np
 
 from hpcbench.common.errors import DataError
 
-from . import tfrecord
+from hpcbench.common.data import tfrecord
 from .layout import LAYOUT
 
 N_CHANNELS = 4

@@ -23,7 +23,7 @@ import numpy as np
 from hpcbench.common.data.datagen import FileJob
 from hpcbench.common.data.datagen import generate as generate_files
 
-from . import tfrecord
+from hpcbench.common.data import tfrecord
 from .data import N_CHANNELS, N_TARGETS, encode_sample, read_sample
 
 _SPLIT_ID = {"train": 0, "validation": 1}

@@ -14,7 +14,7 @@ from hpcbench.common.errors import DataError
 from hpcbench.common.flat import FlatParams
 from hpcbench.common.mllog import check_log
 from hpcbench.common.workload import DataSizes
-from conftest import first_events, log_values, run_cli, run_mpi
+from conftest import first_events, log_records, log_values, run_cli, run_mpi
 from hpcbench import registry
 from hpcbench import results_layout as rl
 from hpcbench.workloads.mlperf_training.bert import synth
@@ -49,7 +49,18 @@ def test_mini_reaches_target_on_two_ranks_and_passes_the_training_checker(mini_d
     assert ev["opt_learning_rate_training_steps"] == 12 * steps and ev["num_warmup_steps"] == round(0.2 * steps)
     train_rows = sum(len(open_shard(p, max_seq_len=64, max_pred=10, vocab_size=200))
                      for p in sorted((mini_data / "train").iterdir()))
-    assert ev["train_samples"] == train_rows < 8192  # packed rows, fewer than the 8192 sequences
+    # samples are sequences, as the rules count them: 8192 sequences in fewer packed rows; the global batch of
+    # 64 sequences is 32 rows of 2 per step; an epoch (137 steps) reads all rows but the few of an uneven last batch
+    assert ev["train_samples"] == 8192 > train_rows and ev["global_batch_size"] == 64 and steps == train_rows // 32
+    stops = [e["metadata"]["epoch_num"] for e in log_records(log) if e["key"] == "epoch_stop"]
+    per_epoch = np.diff([0, *stops[:-1]])  # whole epochs: every sequence of the rows read, counted
+    left_out = train_rows - 32 * steps
+    assert len(per_epoch) and all(8192 - 3 * left_out <= n <= 8192 for n in per_epoch), (per_epoch, left_out)
+    assert stops[-1] - (stops[-2] if len(stops) > 1 else 0) <= 8192
+    evals = [e["metadata"]["epoch_num"] for e in log_records(log) if e["key"] == "eval_accuracy"]
+    assert evals[0] != 4096 and 4096 <= evals[0] < 4096 + 3 * 32  # the step that passes 4096 sequences
+    thr = [e["value"]["throughput"] for e in log_records(log) if e["key"] == "tracked_stats"]
+    assert thr and all(t > 0 for t in thr)
     eval_rows = open_shard(mini_data / "eval" / "eval_00000.hdf5", max_seq_len=64, max_pred=10, vocab_size=200).read()
     trivial = synth.most_frequent_accuracy(eval_rows)
     accs = log_values(log, "eval_accuracy")

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpcbench.workloads.cosmoflow import data, synth, tfrecord
+from hpcbench.common.data import tfrecord
+from hpcbench.workloads.cosmoflow import data, synth
 from tests.conftest import run_cli
 
 

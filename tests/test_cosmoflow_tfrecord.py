@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from hpcbench.common.errors import DataError
-from hpcbench.workloads.cosmoflow import data, tfrecord
+from hpcbench.common.data import tfrecord
+from hpcbench.workloads.cosmoflow import data
 
 
 def test_crc32c_and_mask_match_the_spec() -> None:

@@ -15,7 +15,8 @@ import torch
 
 from hpcbench.common.errors import DataError
 from hpcbench.common.workload import DataShard
-from hpcbench.workloads.cosmoflow import data, synth, tfrecord
+from hpcbench.common.data import tfrecord
+from hpcbench.workloads.cosmoflow import data, synth
 from hpcbench.workloads.cosmoflow.workload import CosmoFlowWorkload
 
 SIZE = 8

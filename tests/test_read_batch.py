@@ -35,7 +35,7 @@ def test_cosmoflow_read_batch_equals_collate(tmp_path: Path, compress: bool) -> 
 
 def test_cosmoflow_misplaced_x_is_copied(tmp_path: Path) -> None:
     """A file whose headers do not show where x starts (y first, x after a long key) reads right."""
-    from hpcbench.workloads.cosmoflow import tfrecord
+    from hpcbench.common.data import tfrecord
 
     x = (np.arange(SIZE ** 3 * 4) % 5).astype(np.int16).reshape(SIZE, SIZE, SIZE, 4)
     y = np.arange(4, dtype=np.float32)

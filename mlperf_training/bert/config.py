@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from hpcbench.common.errors import ConfigError
 from hpcbench.common.runconfig import DataConfig, RunConfig
 
-from .facts import MAX_PRED, MAX_SEQ_LEN, VOCAB_SIZE
+from .facts import MAX_PRED, MAX_SEQ_LEN, MAX_SEQ_PER_ROW, VOCAB_SIZE
 
 
 @dataclass
@@ -17,12 +17,19 @@ class BertDataConfig(DataConfig):
     max_seq_len: int = MAX_SEQ_LEN  # the batch's row length; every row of the data must fit
     max_pred: int = MAX_PRED  # predictions per sequence the reader accepts
     eval_samples: int = 0  # the first N samples of eval/ (the reference: 10,000); 0: all of them
+    # sequences per training row that train.global_batch_size (in sequences, as the rules count it) is
+    # divided by to give the rows per step: NVIDIA's --average_packing_rate. 0: from the data (1 for padded
+    # shards; the packed split's mean sequences per row, rounded: 2 for the reference's packed data)
+    sequences_per_row: int = 0
 
     def validate(self) -> None:
         super().validate()
         if self.max_seq_len < 6 or self.max_pred < 1 or self.eval_samples < 0:
             raise ConfigError(f"config keys 'data.max_seq_len' >= 6, 'data.max_pred' >= 1, 'data.eval_samples' >= 0; "
                               f"got {self.max_seq_len}, {self.max_pred}, {self.eval_samples}")
+        if not 0 <= self.sequences_per_row <= MAX_SEQ_PER_ROW:
+            raise ConfigError(f"config key 'data.sequences_per_row': 0 (from the data) or 1..{MAX_SEQ_PER_ROW}, got "
+                              f"{self.sequences_per_row}")
 
 
 @dataclass
@@ -34,6 +41,10 @@ class BertModelConfig:
     intermediate: int = 4096
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
+    # the phase-1 checkpoint training starts from (the reference's TF model.ckpt-28252): a PyTorch state dict
+    # (.pt/.pth/.bin; NVIDIA's names, `bert.encoder.layer.N...`) or a TF v1 checkpoint (the prefix, or its
+    # .index file); "": random initialisation (refused in the closed division). checkpoint_load.py
+    init_checkpoint: str = ""
 
     def validate(self) -> None:
         if min(self.vocab_size, self.hidden, self.layers, self.heads, self.intermediate) < 1:
@@ -55,6 +66,18 @@ class BertConfig(RunConfig):
         if o.schedule not in ("poly", "constant"):
             raise ConfigError(f"config key 'optim.schedule': bert logs a polynomial decay with warmup; use 'poly' "
                               f"(or 'constant'), got {o.schedule!r}")
+        t = self.train
+        if t.division == "closed" and t.eval_every_samples != eval_interval(t.global_batch_size):
+            raise ConfigError(f"config key 'train.eval_every_samples': the closed division evaluates every "
+                              f"FLOOR(0.05 x (230.23 x global_batch_size + 3,000,000), 25,000) = "
+                              f"{eval_interval(t.global_batch_size)} sequences at global batch {t.global_batch_size} "
+                              f"(sequences), got {t.eval_every_samples}")
         if self.data.max_seq_len > MAX_SEQ_LEN:
             raise ConfigError(f"config key 'data.max_seq_len': at most {MAX_SEQ_LEN} (the model's positions), "
                               f"got {self.data.max_seq_len}")
+
+
+def eval_interval(global_batch_size: int) -> int:
+    """The rules' evaluation interval in training sequences (training_rules.adoc, BERT):
+    FLOOR(0.05 x (230.23 x GBS + 3,000,000), 25,000), GBS in sequences."""
+    return int(0.05 * (230.23 * global_batch_size + 3_000_000) // 25_000) * 25_000

@@ -48,11 +48,29 @@ class ShardSet:
         if limit > total:
             raise DataError(f"{Path(files[0]).parent}: data.eval_samples = {limit} but the split holds {total} rows")
         self.rows = limit or total
+        self._sequences: int | None = None
         if self.rows == 0:
             raise DataError(f"{Path(files[0]).parent}: the shards hold no rows")
 
     def __len__(self) -> int:
         return self.rows
+
+    @property
+    def packed(self) -> bool:
+        """Whether any shard is in the packed layout (rows of 1-3 sequences)."""
+        return any(s.packed for s in self.shards)
+
+    def sequences(self) -> int:
+        """The sequences (the rules' samples) in the split's rows, counted once (:meth:`Shard.sequences`)."""
+        if self._sequences is None:
+            left, total = self.rows, 0
+            for s in self.shards:
+                if left <= 0:
+                    break
+                total += s.sequences(left)
+                left -= len(s)
+            self._sequences = total
+        return self._sequences
 
     def __getitem__(self, i: int) -> "Rows":
         return self.read(np.array([i]))

@@ -267,6 +267,24 @@ class Shard:
     def __len__(self) -> int:
         return self.rows
 
+    def sequences(self, rows: int | None = None) -> int:
+        """Sequences in the first ``rows`` rows (default all): the rows themselves in the padded layout;
+        in the packed one the entries of ``packed_input_len`` (one per sequence), read in chunks of rows
+        (about 0.6 s per million rows)."""
+        rows = self.rows if rows is None else min(rows, self.rows)
+        if not self.packed:
+            return rows
+        ds, total = self.data["packed_input_len"], 0
+        for start in range(0, rows, _CHUNK_ROWS * 8):
+            stop = min(start + _CHUNK_ROWS * 8, rows)
+            try:
+                chunk = ds[start:stop]
+            except (OSError, RuntimeError) as exc:
+                raise DataError(f"{self.path}: 'packed_input_len': cannot read rows {start}..{stop - 1} ({exc}); "
+                                "the file is truncated or corrupt") from None
+            total += sum(map(len, chunk))
+        return total
+
     def close(self) -> None:
         self.file.close()
 

@@ -49,6 +49,47 @@ class BertWorkload(Workload[BertConfig]):
     def dataset(self) -> BertData:
         return self._spec
 
+    # samples: sequences, as the rules count them ------------------------------------------------
+    def sequences_per_row(self) -> int:
+        """What the global batch (in sequences) is divided by to give rows per step: ``data.sequences_per_row``,
+        or from the training split (1 when padded; its mean sequences per row, rounded, when packed; NVIDIA's
+        ``--average_packing_rate``, 2 on the reference's packed data). A set value more than 10% off the
+        data's mean is refused: the logged global batch would not describe the steps."""
+        train = self.source(self._spec.train_split)
+        rows, seqs = len(train), train.sequences()  # type: ignore[attr-defined]
+        mean = seqs / rows
+        asked = self.cfg.data.sequences_per_row
+        if not asked:
+            return max(1, round(mean))
+        if abs(asked - mean) > 0.1 * mean:
+            raise ConfigError(f"config key 'data.sequences_per_row': {asked}, but the training split "
+                              f"{self.data_root() / self._spec.train_split} holds {seqs} sequences in {rows} rows "
+                              f"({mean:.3f} per row); use 0 (from the data) or {max(1, round(mean))}")
+        return asked
+
+    def loader_batch_size(self) -> int:
+        """Rows per step: ``train.global_batch_size`` (sequences, the rules' GBS) / :meth:`sequences_per_row`."""
+        gbs, per = self.cfg.train.global_batch_size, self.sequences_per_row()
+        if gbs % per:
+            raise ConfigError(f"config key 'train.global_batch_size': {gbs} sequences is not a whole number of rows "
+                              f"of {per} sequences (data.sequences_per_row; the training split is packed); use a "
+                              f"multiple of {per}")
+        return gbs // per
+
+    def counts_samples_per_step(self) -> bool:
+        """Packed training rows hold 1-3 sequences: the harness counts each step's sequences."""
+        return bool(self.source(self._spec.train_split).packed)  # type: ignore[attr-defined]
+
+    def batch_size(self, batch: "Batch") -> int:  # type: ignore[override]
+        """Sequences in the batch (one next-sentence label each), the rules' samples."""
+        return int(batch.nsp_labels.numel())
+
+    def dataset_sizes(self) -> tuple[int, int]:
+        """(training sequences, eval sequences): ``train_samples``/``eval_samples`` in the rules' samples."""
+        train = self.source(self._spec.train_split)
+        evaluate = self.source(self._spec.eval_split)
+        return train.sequences(), evaluate.sequences()  # type: ignore[attr-defined]
+
     # model ----------------------------------------------------------------------------------
     def model_config(self) -> Any:
         from .model import ModelConfig
@@ -59,9 +100,19 @@ class BertWorkload(Workload[BertConfig]):
                            hidden_dropout=m.hidden_dropout, attention_dropout=m.attention_dropout)
 
     def build_model(self) -> "nn.Module":
+        """The model, from ``model.init_checkpoint`` (the phase-1 checkpoint; required in the closed division)."""
+        from .checkpoint_load import load_init_checkpoint
         from .model import BertForPretraining
 
-        return BertForPretraining(self.model_config())
+        path = self.cfg.model.init_checkpoint
+        if not path and self.cfg.train.division == "closed":
+            raise ConfigError("config key 'model.init_checkpoint': the closed division starts from the reference's "
+                              "phase-1 checkpoint (TF model.ckpt-28252, or its PyTorch conversion model.ckpt-28252.pt); "
+                              "set --set model.init_checkpoint=PATH, or use the open division")
+        model = BertForPretraining(self.model_config())
+        if path:
+            load_init_checkpoint(model, path)
+        return model
 
     def no_weight_decay(self, name: str) -> bool:
         from .model import no_weight_decay
