@@ -255,6 +255,7 @@ class EvalSide:
         par = self.parts.parallel
         try:
             build_eval_data(self.parts, self.workload)
+            self.workload.start_data()  # evaluation ranks log no run_start: their split is started here
             err = None
         except Exception as exc:  # noqa: BLE001 - re-raised on every evaluation rank below
             err = f"evaluation rank {par.env.layout.world_rank}: cannot load its data: {type(exc).__name__}: {exc}"

@@ -19,7 +19,9 @@ reference 3D U-Net's ``start_eval_at``/``evaluate_every``.
 A record may fix the whole-epoch cadence of a closed run from the samples per epoch
 (``Benchmark.closed_eval``, :class:`ClosedEvalEpochs`; 3D U-Net: from epoch
 ``CEILING(1000 x 168 / samples_per_epoch)``, then every ``CEILING(20 x 168 / samples_per_epoch)``): a closed
-config must name those epochs (``train.eval_start``, ``train.eval_every``), else :func:`cadence_of` refuses it.
+config must name those epochs (``train.eval_start``, ``train.eval_every``), else :func:`cadence_of` refuses it;
+with a non-convergence limit (3D U-Net: ``CEILING(10000 x 168 / samples_per_epoch)`` epochs) its
+``train.max_epochs`` may not pass that limit.
 
 The end of the run's last epoch is evaluated too, off the cadence if need be (a run ends with a metric),
 except in a closed run of a benchmark whose record says ``closed_cadence_only`` (ResNet: the rules'
@@ -68,6 +70,11 @@ class ClosedEvalEpochs:
     start: int  # in epochs of ``dataset`` samples
     every: int
     dataset: int  # training samples per epoch the rule is written for (3D U-Net: 168)
+    # > 0: a run that has not met the target after CEILING(limit x dataset / samples_per_epoch) epochs is
+    # non-converged (3D U-Net: 10000; training_rules.adoc, benchmark-specific rules): a closed run's
+    # train.max_epochs may not pass it (a run that met the target later would be logged as converged);
+    # the full preset stops exactly there (run_stop aborted)
+    limit: int = 0
 
     def samples_per_epoch(self, global_batch: int) -> int:
         return -(-self.dataset // global_batch) * global_batch
@@ -76,6 +83,10 @@ class ClosedEvalEpochs:
         """``(first evaluated epoch, epochs between evaluations)`` at ``global_batch``."""
         spe = self.samples_per_epoch(global_batch)
         return -(-self.start * self.dataset // spe), -(-self.every * self.dataset // spe)
+
+    def max_epochs(self, global_batch: int) -> int:
+        """The non-convergence limit in epochs at ``global_batch`` (0: the rule sets none)."""
+        return -(-self.limit * self.dataset // self.samples_per_epoch(global_batch)) if self.limit else 0
 
 
 @dataclass(frozen=True)
@@ -183,6 +194,15 @@ def cadence_of(record: Benchmark, train: TrainConfig, steps_per_epoch: int) -> E
                 f"eval_start {train.eval_start}, eval_every {train.eval_every:g}, eval_offset {train.eval_offset}, "
                 f"eval_every_samples {train.eval_every_samples}. Set train.eval_start={start} "
                 f"train.eval_every={every}, or use the open division")
+        limit = rule.max_epochs(train.global_batch_size)
+        if limit and train.max_epochs > limit:
+            raise ConfigError(
+                f"config key 'train.max_epochs': the closed division of {record.benchmark} classifies a run as "
+                f"non-converged when the target is not reached within CEILING({rule.limit} x {rule.dataset} / "
+                f"samples_per_epoch) = {limit} epochs (samples_per_epoch "
+                f"{rule.samples_per_epoch(train.global_batch_size)} at global batch {train.global_batch_size}); "
+                f"got {train.max_epochs}, past the limit. Set train.max_epochs={limit} (the full preset's), or use "
+                "the open division")
     return EvalCadence.from_config(train.eval_every, train.eval_every_samples, steps_per_epoch,
                                    train.global_batch_size, train.max_epochs, record.epoch_reporting,
                                    train.eval_offset, final, train.eval_start)

@@ -146,6 +146,8 @@ class Trainer:
         parts.parallel.comm.Barrier()  # the training ranks (evaluation ranks serve from here)
         run_start = now_ms()
         self.log.start("run_start", time_ms=run_start)
+        with self.timer("data_start"):
+            self.workload.start_data()  # e.g. a split decoded into host memory: inside the timed run
         target = self.workload.target()
         result = RunResult(status="aborted", instance=self.env.layout.instance, epochs=0, steps=0,
                            time_to_solution_s=0.0, final_metric=None, metric_key=target.metric_key)

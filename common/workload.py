@@ -152,6 +152,20 @@ class Workload(ABC, Generic[C]):
             self._sources[split] = self.dataset().open(self.data_root(), split)
         return self._sources[split]
 
+    def start_data(self) -> None:
+        """The timed part of opening the data (:meth:`DatasetSpec.start` of every split opened so far); the
+        harness calls it after ``run_start`` (a workload without a dataset spec has nothing to start)."""
+        from .errors import HpcbenchError
+
+        if not self._sources:
+            return
+        try:
+            spec = self.dataset()
+        except HpcbenchError:
+            return
+        for source in self._sources.values():
+            spec.start(source)
+
     def dataset_sizes(self) -> tuple[int, int]:
         """(train samples, eval samples) under this rank's data root."""
         spec = self.dataset()

@@ -14,6 +14,8 @@ from hpcbench.common.workload import Workload
 
 from . import BENCHMARK
 from .dataset import OC20Data
+from .labels import (REFERENCE_GRAD_TARGET_MEAN, REFERENCE_GRAD_TARGET_STD, REFERENCE_TARGET_MEAN,
+                     REFERENCE_TARGET_STD, label_normalizers)
 from .model import DimeNetPPConfig
 
 
@@ -24,11 +26,21 @@ class OC20DataConfig(DataConfig):
     trust_pickle: bool = False  # read original pickled OC20 LMDBs (unpickling runs code from the file)
     preload: bool = True  # decode the split into host memory before training (data.threads at a time)
     balance: Literal["edges", "triplets", "none"] = "edges"  # per-sample cost of the per-rank partition
+    # the reference's label normalisation (its config's dataset entry; labels.py): the model learns
+    # (y - target_mean) / target_std and (F - grad_target_mean) / grad_target_std, de-normalised for the metric
+    normalize_labels: bool = True
+    target_mean: float = REFERENCE_TARGET_MEAN
+    target_std: float = REFERENCE_TARGET_STD
+    grad_target_mean: float = REFERENCE_GRAD_TARGET_MEAN
+    grad_target_std: float = REFERENCE_GRAD_TARGET_STD
 
 
 @dataclass
 class OC20ModelConfig(DimeNetPPConfig):
-    energy_weight: float = 0.0  # loss = force L1 + energy_weight * energy L1 (reference: 0)
+    # loss = force_coefficient * force L1 + energy_coefficient * energy L1, on normalised labels (the
+    # reference's optim.force_coefficient 50 and optim.energy_coefficient 0)
+    force_coefficient: float = 50.0
+    energy_coefficient: float = 0.0
 
 
 @dataclass
@@ -52,6 +64,16 @@ class OC20Workload(Workload[OC20Config]):
     def __init__(self, cfg: OC20Config) -> None:
         super().__init__(cfg)
         self._dataset = OC20Data(cfg.data)
+        d, m = cfg.data, cfg.model
+        self.labels = label_normalizers(d.normalize_labels, d.target_mean, d.target_std, d.grad_target_mean,
+                                        d.grad_target_std)
+        for key in ("force_coefficient", "energy_coefficient"):
+            value = getattr(m, key)
+            if not (value >= 0 and value < float("inf")):
+                raise ConfigError(f"config key 'model.{key}': {value!r}; expected a finite weight >= 0")
+        if m.force_coefficient == 0 and m.energy_coefficient == 0:
+            raise ConfigError("config keys 'model.force_coefficient'/'model.energy_coefficient': both 0, "
+                              "nothing to train on")
 
     # data ---------------------------------------------------------------------------------
     def dataset(self) -> OC20Data:
@@ -80,21 +102,27 @@ class OC20Workload(Workload[OC20Config]):
         return Outputs(energy, forces)
 
     def loss(self, outputs: Outputs, batch: Any) -> torch.Tensor:
-        """Force L1 summed over this rank's free atoms' force components (plus ``energy_weight``
-        times the energy L1 summed over its graphs); the harness divides both by the
-        instance-wide force-component count (:meth:`loss_count`)."""
-        loss = (outputs.forces - batch.force).abs()[batch.free].sum()
-        if self.cfg.model.energy_weight > 0:
-            loss = loss + self.cfg.model.energy_weight * (outputs.energy - batch.energy).abs().sum()
+        """The reference's loss as its distributed ``DDPLoss`` computes it: ``force_coefficient`` times the
+        L1 of the normalised forces summed over this rank's free atoms' components, plus
+        ``energy_coefficient`` times the L1 of the normalised energies summed over its graphs; the harness
+        divides by the instance-wide count of free atoms (:meth:`loss_count`; the reference divides its
+        force sum by the global free-atom count, ``input.shape[0]`` of the [atoms, 3] forces, and its energy
+        sum by the graph count: with an energy coefficient > 0 ours uses the atom count for both)."""
+        m, labels = self.cfg.model, self.labels
+        loss = m.force_coefficient * (outputs.forces - labels.force.norm(batch.force)).abs()[batch.free].sum()
+        if m.energy_coefficient > 0:
+            loss = loss + m.energy_coefficient * (outputs.energy - labels.energy.norm(batch.energy)).abs().sum()
         return loss
 
     def loss_count(self, batch: Any) -> torch.Tensor:
-        """Force components of this rank's free atoms (3 per atom), on the batch's device."""
-        return batch.free.sum().to(torch.float32) * 3.0
+        """This rank's free atoms, on the batch's device (the reference's mean is per atom, not component)."""
+        return batch.free.sum().to(torch.float32)
 
     def eval_sums(self, outputs: Outputs, batch: Any) -> Mapping[str, torch.Tensor]:
+        """Absolute errors of the de-normalised force components of the free atoms (eV/A), and their count."""
         free = batch.free
-        return {"force_abs_err": (outputs.forces.detach() - batch.force).abs()[free].sum(),
+        forces = self.labels.force.denorm(outputs.forces.detach())
+        return {"force_abs_err": (forces - batch.force).abs()[free].sum(),
                 "force_components": free.sum() * 3.0}
 
     def metric(self, sums: Mapping[str, float]) -> float:

@@ -26,24 +26,24 @@ def test_full_preset_evaluates_from_epoch_1000_then_every_20() -> None:
     epochs = cadence_of(BENCHMARK, cfg.train, STEPS).epochs()
     assert epochs[:3] == [1000, 1020, 1040]
     assert min(epochs) == 1000  # nothing before epoch 1000 (the preset used to evaluate from epoch 20)
-    assert epochs[-2:] == [3980, 4000]  # max_epochs 4000 is on the cadence
-    assert len(epochs) == (4000 - 1000) // 20 + 1
+    assert epochs[-2:] == [9980, 10000]  # max_epochs 10000 (the non-convergence limit) is on the cadence
+    assert len(epochs) == (10000 - 1000) // 20 + 1
 
 
 @pytest.mark.parametrize("batch, start, every", [
     (2, 1000, 20), (1, 1000, 20), (8, 1000, 20), (5, 989, 20), (32, 875, 18), (56, 1000, 20), (100, 840, 17)])
 def test_the_rule_from_samples_per_epoch(batch: int, start: int, every: int) -> None:
     """Uneven batches pad the last one: 168 at batch 5 counts as 170 samples, at 32 as 192, at 100 as 200."""
-    assert BENCHMARK.closed_eval == ClosedEvalEpochs(start=1000, every=20, dataset=168)
+    assert BENCHMARK.closed_eval == ClosedEvalEpochs(start=1000, every=20, dataset=168, limit=10000)
     assert BENCHMARK.closed_eval.at(batch) == (start, every)
 
 
 def test_a_closed_config_off_the_rule_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"train.eval_start=875 train.eval_every=18"):
-        cfg = UNet3DWorkload.load_config("full", ["train.global_batch_size=32"])
+        cfg = UNet3DWorkload.load_config("full", ["train.global_batch_size=32", "train.max_epochs=8750"])
         cadence_of(BENCHMARK, cfg.train, 168 // 32)
     cfg = UNet3DWorkload.load_config("full", ["train.global_batch_size=32", "train.eval_start=875",
-                                              "train.eval_every=18"])
+                                              "train.eval_every=18", "train.max_epochs=8750"])
     assert cadence_of(BENCHMARK, cfg.train, 168 // 32).epochs()[:3] == [875, 893, 911]
     for wrong in (["train.eval_start=20"], ["train.eval_start=0"], ["train.eval_every=10"]):
         cfg = UNet3DWorkload.load_config("full", wrong)
@@ -69,3 +69,36 @@ def test_eval_start_is_a_whole_epoch_key() -> None:
         UNet3DWorkload.load_config("mini", ["train.eval_start=-1"])
     with pytest.raises(ConfigError, match="'train.eval_start'"):
         UNet3DWorkload.load_config("mini", ["train.eval_start=4", "train.eval_offset=1"])
+
+
+@pytest.mark.parametrize("batch, limit", [(2, 10000), (1, 10000), (5, 9883), (32, 8750), (56, 10000), (100, 8400)])
+def test_non_convergence_limit_from_samples_per_epoch(batch: int, limit: int) -> None:
+    """training_rules.adoc (UNET3D): "A run is classified as non-converged if the target quality metric is not
+    reached within CEILING(10000*168/samples_in_epoch) epochs" (the reference's run_and_time.sh stops at 4000)."""
+    assert BENCHMARK.closed_eval is not None and BENCHMARK.closed_eval.max_epochs(batch) == limit
+
+
+def test_full_preset_trains_to_the_non_convergence_limit_and_not_past_it() -> None:
+    cfg = UNet3DWorkload.load_config("full")
+    assert cfg.train.max_epochs == BENCHMARK.closed_eval.max_epochs(cfg.train.global_batch_size) == 10000
+    cadence_of(BENCHMARK, cfg.train, STEPS)  # accepted
+    shorter = UNet3DWorkload.load_config("full", ["train.max_epochs=4000"])  # stopping earlier: allowed
+    assert cadence_of(BENCHMARK, shorter.train, STEPS).epochs()[-1] == 4000
+    past = UNet3DWorkload.load_config("full", ["train.max_epochs=10001"])
+    with pytest.raises(ConfigError, match=r"'train.max_epochs'.*CEILING\(10000 x 168 / samples_per_epoch\) = 10000"):
+        cadence_of(BENCHMARK, past.train, STEPS)
+    opened = UNet3DWorkload.load_config("full", ["train.division=open", "train.eval_start=0", "train.max_epochs=20000"])
+    assert cadence_of(BENCHMARK, opened.train, STEPS).epochs()[-1] == 20000  # the open division: no limit
+
+
+def test_a_run_past_max_epochs_is_logged_aborted(cpu_env, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """What a non-converged run logs: the harness stops at train.max_epochs with run_stop status aborted."""
+    from tests.conftest import log_records
+    from tests.harness_toy import ToyWorkload, toy_trainer
+
+    log = tmp_path / "log.txt"
+    tr = toy_trainer(cpu_env, ToyWorkload, ["train.max_epochs=2", "train.target=1e-9"], log)
+    result = tr.run()
+    tr.log.close()
+    stops = [r for r in log_records(log) if r["key"] == "run_stop"]
+    assert result.status == "aborted" and result.epochs == 2 and stops[0]["metadata"]["status"] == "aborted"

@@ -13,7 +13,7 @@ from hpcbench.workloads.mlperf_training.unet3d.config import UNetModelConfig
 from hpcbench.workloads.mlperf_training.unet3d.inference import gaussian_map, pad_amounts, sliding_window, strides_of, trim_bounds
 from hpcbench.workloads.mlperf_training.unet3d.loss import dice_ce_per_sample, dice_score
 from hpcbench.workloads.mlperf_training.unet3d.model import UNet3D
-from hpcbench.workloads.mlperf_training.unet3d.patches import crop_corner
+from hpcbench.workloads.mlperf_training.unet3d.patches import Draws, crop_corner
 
 
 def test_one_window_equals_a_plain_forward() -> None:
@@ -113,20 +113,21 @@ def test_dice_ce_loss_against_hand_computation() -> None:
 
 
 def test_oversampled_crop_always_holds_foreground() -> None:
-    rng = np.random.default_rng(0)
+    draws = Draws(np.random.default_rng(0))
     label = np.zeros((40, 36, 50), np.uint8)
     label[30:33, 2:4, 45:48] = 1
     label[5, 30, 1] = 2
     seen = set()
     for _ in range(200):
-        c = crop_corner(label.shape, (16, 16, 16), rng, label)
+        c = crop_corner(label.shape, (16, 16, 16), draws, 1.0, lambda: label)
         assert all(0 <= a <= s - 16 for a, s in zip(c, label.shape))
         crop = label[c[0]:c[0] + 16, c[1]:c[1] + 16, c[2]:c[2] + 16]
         assert crop.any()
         seen.add(int(crop.max()))
     assert seen == {1, 2}  # both classes get drawn
-    plain = [crop_corner(label.shape, (16, 16, 16), rng) for _ in range(200)]
-    assert min(c[0] for c in plain) == 0 and max(c[0] for c in plain) == 24  # uniform over every position
+    plain = [crop_corner(label.shape, (16, 16, 16), draws, 0.0, lambda: label) for _ in range(300)]
+    # the reference's randrange(size - patch): 0 .. size - patch - 1 (its last position is never drawn)
+    assert min(c[0] for c in plain) == 0 and max(c[0] for c in plain) == 23
 
 
 def test_metric_is_the_mean_over_cases_of_kidney_and_tumour_dice() -> None:

@@ -88,6 +88,12 @@ class DatasetSpec(ABC):
     def open(self, root: Path, split: str) -> SampleSource:
         """The split's samples under ``root`` (lists files, checks files every node needs)."""
 
+    def start(self, source: SampleSource) -> None:
+        """Work on an opened split's samples that belongs inside the timed run (e.g. decoding the whole
+        split into host memory): the harness calls it for every split it opened, right after ``run_start``
+        (the rules start the clock before the data is touched). ``open`` itself reads only what the
+        harness needs before it (file lists, sample counts, per-sample costs). Default: nothing."""
+
     @abstractmethod
     def collate(self, samples: Sequence[Any]) -> Any:
         """A host batch (tensors) from validated samples; runs in a reader thread."""

@@ -17,8 +17,9 @@ BENCHMARK = Benchmark(
     summary="3D U-Net segmentation of kidneys and tumours in KiTS19 CT volumes; sliding-window mean Dice",
     layout="dataset", workload="workload:UNet3DWorkload",
     # training_rules.adoc, evaluation frequency: from epoch CEILING(1000*168/samples_per_epoch), then every
-    # CEILING(20*168/samples_per_epoch) epochs (global batch 2: 1000, 1020, ...)
-    closed_eval=ClosedEvalEpochs(start=1000, every=20, dataset=168),
+    # CEILING(20*168/samples_per_epoch) epochs (global batch 2: 1000, 1020, ...); a run is non-converged when
+    # the target is not met within CEILING(10000*168/samples_in_epoch) epochs (the UNET3D rules): max_epochs
+    closed_eval=ClosedEvalEpochs(start=1000, every=20, dataset=168, limit=10000),
     keys=HyperparameterKeys({"sgd": (  # the reference's SGD: warmup and decay boundaries in epochs
         "opt_name", "opt_base_learning_rate", "opt_momentum", "opt_weight_decay",
         "opt_learning_rate_warmup_epochs", "opt_learning_rate_decay_boundary_epochs",

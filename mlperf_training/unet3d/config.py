@@ -15,6 +15,8 @@ class UNetDataConfig(DataConfig):
     patch: tuple[int, ...] = (128, 128, 128)  # training crop (D, H, W): the reference's input_shape
     oversampling: float = 0.4  # probability that a training crop is placed around foreground
     flips: bool = True  # random flip of each axis with probability 1/3 (the reference's RandFlip)
+    # the reference's RandomBrightnessAugmentation (factor 0.3, p 0.1) and GaussianNoise (std 0.1, p 0.1)
+    intensity_augment: bool = True
     roi: tuple[int, ...] = (128, 128, 128)  # sliding-window size at evaluation (val_input_shape)
     overlap: float = 0.5  # sliding-window overlap at evaluation
     padding_value: float = -2.2  # image value of the padding around a volume at evaluation (the reference's)

@@ -1,7 +1,7 @@
 """The unet3d dataset spec: one folder of ``case_XXXXX_{x,y}.npy`` pairs, split by the reference's list.
 
 ``open(root, "train")`` gives :class:`TrainCases`, whose item ``i`` is a fresh random training patch
-of case ``i`` (foreground oversampling and flips, :mod:`.patches`) drawn from a stream seeded by
+of case ``i`` (the reference's foreground-balanced crop, flips, brightness and noise, :mod:`.patches`) drawn from a stream seeded by
 ``(seed, rank, case, how many times this rank read it)``, so a run is reproducible without any
 per-epoch state; ``open(root, "validation")`` gives :class:`EvalCases`, whose items are whole cases.
 A batch is ``(image float32 (B, 1, D, H, W), label uint8 (B, 1, D, H, W))``; evaluation batches hold
@@ -38,8 +38,9 @@ class TrainCases:
     """Training cases; item ``i`` is a random (image, label) patch of case ``i`` (validated as read)."""
 
     def __init__(self, pairs: Sequence["CasePair"], patch: Sequence[int], oversampling: float, flips: bool,
-                 seed: int) -> None:
+                 seed: int, augment: bool = True) -> None:
         self.pairs, self.patch, self.oversampling, self.flips, self.seed = list(pairs), tuple(patch), oversampling, flips, seed
+        self.augment = augment  # the reference's brightness and noise augmentations
         self.stream = 0  # the reading rank (set by the workload): ranks draw different patches
         self._reads: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -66,8 +67,9 @@ class TrainCases:
         return np.random.default_rng([self.seed, self.stream, i, n])
 
     def __getitem__(self, i: int) -> Sample:
+        """The reference's training sample: ``RandBalancedCrop``, flips, cast, brightness, noise (:mod:`.patches`)."""
         from .format import check_image, check_labels, open_pair
-        from .patches import crop_corner, flip_axes
+        from .patches import Draws, crop_corner, flip_axes, intensity
 
         pair = self.pairs[i]
         x, y = open_pair(pair)
@@ -75,19 +77,23 @@ class TrainCases:
         if any(s < p for s, p in zip(shape, self.patch)):
             raise DataError(f"{pair.image}: volume {tuple(shape)} is smaller than the training patch {self.patch} "
                             f"(data.patch); the reference pads every case to at least 128 per axis")
-        rng = self.rng(i)
-        whole = None
-        if rng.random() < self.oversampling:
+        draws = Draws(self.rng(i))
+
+        def whole_label() -> np.ndarray:
             whole = np.asarray(y[0])
             check_labels(whole, pair.label)
-        c = crop_corner(shape, self.patch, rng, whole)
+            return whole
+
+        c = crop_corner(shape, self.patch, draws, self.oversampling, whole_label)
         box = (slice(None), *(slice(a, a + p) for a, p in zip(c, self.patch)))
         image, label = np.array(x[box]), np.array(y[box])
         check_image(image, pair.image)
         check_labels(label, pair.label)
-        axes = flip_axes(rng) if self.flips else ()
+        axes = flip_axes(draws, self.flips)
         if axes:
             image, label = np.flip(image, axes).copy(), np.flip(label, axes).copy()
+        if self.augment:
+            image = intensity(image, draws)
         return image, label
 
     def costs(self) -> np.ndarray:
@@ -116,15 +122,17 @@ class KiTSData(DatasetSpec):
     layout = LAYOUT
     partition = "contiguous"
 
-    def __init__(self, patch: Sequence[int], oversampling: float, flips: bool, seed: int) -> None:
+    def __init__(self, patch: Sequence[int], oversampling: float, flips: bool, seed: int,
+                 augment: bool = True) -> None:
         self.patch, self.oversampling, self.flips, self.seed = tuple(patch), oversampling, flips, seed
+        self.augment = augment
 
     def open(self, root: Path, split: str) -> TrainCases | EvalCases:
         from .format import list_cases, split_cases
 
         pairs = split_cases(list_cases(root), split, Path(root))
         if split == self.train_split:
-            return TrainCases(pairs, self.patch, self.oversampling, self.flips, self.seed)
+            return TrainCases(pairs, self.patch, self.oversampling, self.flips, self.seed, self.augment)
         return EvalCases(pairs)
 
     def collate(self, samples: Sequence[Sample]) -> Batch:
