@@ -28,7 +28,8 @@ def generator(seed: int) -> torch.Generator:
 
 
 def one_hot(x: torch.Tensor, n: int) -> torch.Tensor:
-    return F.one_hot(x.long(), n).to(torch.float32)
+    """float32 one-hot (a scatter: ``F.one_hot`` scans for the maximum first and is several times slower)."""
+    return torch.zeros((*x.shape, n), dtype=torch.float32).scatter_(-1, x.long()[..., None], 1.0)
 
 
 def correct_msa_restypes(p: Feats) -> Feats:
@@ -85,7 +86,8 @@ def nearest_neighbor_clusters(p: Feats, gap_agreement_weight: float = 0.0) -> Fe
     weights = torch.cat([torch.ones(21), gap_agreement_weight * torch.ones(1), torch.zeros(1)])
     sample = p["msa_mask"][:, :, None] * one_hot(p["msa"], 23)
     extra = p["extra_msa_mask"][:, :, None] * one_hot(p["extra_msa"], 23)
-    agreement = extra.reshape(extra.shape[0], -1) @ (sample * weights).reshape(sample.shape[0], -1).T
+    n_res = sample.shape[1]  # explicit shapes: an MSA with no extra rows has zero of them
+    agreement = extra.reshape(extra.shape[0], n_res * 23) @ (sample * weights).reshape(sample.shape[0], n_res * 23).T
     p["extra_cluster_assignment"] = agreement.argmax(dim=1).to(torch.int64)
     return p
 
