@@ -190,5 +190,5 @@ def test_structure_follows_sequence_and_beats_trivial_predictors(synthetic):
         helix_scores.append(_lddt_ca(helix, true))
         extended_scores.append(_lddt_ca(extended, true))
     # what an ideal helix or an extended chain reaches: a mini target must sit well above both
-    assert max(np.mean(helix_scores), np.mean(extended_scores)) < 0.6
+    assert max(np.mean(helix_scores), np.mean(extended_scores)) < 0.6  # a mini target of 0.7+ is above them
     assert min(np.mean(helix_scores), np.mean(extended_scores)) > 0.1
