@@ -2,7 +2,6 @@
 synthetic dataset (readers on its files, its structure rule beating trivial predictors)."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np

@@ -73,7 +73,6 @@ def structure(sequence: str) -> tuple[np.ndarray, np.ndarray]:
     pos = np.zeros((n, 37, 3), np.float64)
     mask = np.zeros((n, 37), bool)
     N, CA, C, O, CB = (rc.ATOM_ORDER[a] for a in ("N", "CA", "C", "O", "CB"))
-    prev = [np.array([-1.2, 1.0, 0.0]), np.array([0.0, 1.4, 0.0]), np.array([0.0, 0.0, 0.0])]  # dummy C', N, CA
     for i, aa in enumerate(sequence):
         k = CLASS_OF[aa]
         phi, psi = PHI_PSI.get(k) or TURN_PHI_PSI[aa]
@@ -97,7 +96,6 @@ def structure(sequence: str) -> tuple[np.ndarray, np.ndarray]:
                 g = rc.ATOM_ORDER[chi[0][3]]
                 pos[i, g] = _place(n_, ca, pos[i, CB], 1.52, 114.0, CHI1[k])
                 mask[i, g] = True
-    del prev
     return pos.astype(np.float32), mask
 
 
@@ -165,7 +163,7 @@ def write_a3m(rng: np.random.Generator, seq: str, contacts: list[tuple[int, int]
 def write_hhr(query_name: str, query: str, hits: list[tuple[str, str]]) -> str:
     """HHsearch output: a summary table and one full block per hit (query and hit aligned column by column)."""
     L = len(query)
-    out = [f"Query         {query_name}", f"Match_columns {L}", "No_of_seqs    1 out of 1", "", 
+    out = [f"Query         {query_name}", f"Match_columns {L}", "No_of_seqs    1 out of 1", "",
            " No Hit                             Prob E-value P-value  Score    SS Cols Query HMM  Template HMM"]
     for n, (name, seq) in enumerate(hits, 1):
         out.append(f"{n:3d} {name:<30} 99.9 1e-30 1e-34  200.0   0.0 {L:4d}    1-{L:<4d}    1-{len(seq):<4d} ({len(seq)})")
