@@ -15,6 +15,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                      "(default: RESULTS_DIR/report)")
     parser.add_argument("--no-official", action="store_true", help="skip the official checker and summarizer")
     parser.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
+    parser.add_argument("--prune-failed", action="store_true",
+                        help="first move the logs of failed weak-scaling instances (not converged, not rejected; "
+                             "unreadable files) from results/<system>/weak/<benchmark>/ to "
+                             "hpcbench/<system>/weak/<benchmark>/pruned_failed/ (never deleted or overwritten), "
+                             "listing each, so the official package checker accepts the folder; then report")
     parser.add_argument("--strict", action="store_true",
                         help="exit with status 1 when hpcbench and the official tools disagree, when a log is "
                              "rejected (by the official compliance checker or by hpcbench's own checks: duplicated "
@@ -30,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.out) if args.out else Path(args.results) / "report"
     console = Console(width=None if Console().is_terminal else 120)
+    if args.prune_failed:
+        _prune(console, Path(args.results))
     try:
         rep = write_report(Path(args.results), out, official=not args.no_official, make_plots=not args.no_plots)
     except Exception:
@@ -66,3 +73,20 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"{len(valid)} of {len(rep.groups)} folder(s) are a valid MLPerf result as far as hpcbench checks "
                   "(the 'valid MLPerf result' row of each says what was checked, the 'not valid' lines what failed)")
     return 1 if ((n_bad or n_flags or n_rejected) and args.strict) else 0
+
+
+def _prune(console: "object", results: Path) -> None:
+    from rich.text import Text
+
+    from hpcbench.report.prune import prune_failed
+
+    moved, kept = prune_failed(results)
+    for m in moved:
+        console.print(Text("pruned ", style="bold") + Text(f"{m.source} -> {m.dest} ({m.why})"))  # type: ignore[attr-defined]
+    if not moved:
+        console.print("--prune-failed: no failed weak-scaling instance log to move")  # type: ignore[attr-defined]
+    else:
+        console.print(f"--prune-failed: moved {len(moved)} log(s) aside (nothing deleted)")  # type: ignore[attr-defined]
+    for path, why in kept:
+        console.print(Text("not pruned ", style="yellow") + Text(  # type: ignore[attr-defined]
+            f"{path}: rejected ({why}), not a failed instance; it stays for you to inspect"))
