@@ -47,10 +47,14 @@ def closed_ready(benchmark: str) -> dict[str, object]:
     return keys
 
 
-def _samples_and_rest(run_samples: int, eval_samples: int, extra: dict[str, object]) -> tuple[list[tuple[str, object]], dict[str, object]]:
-    """(train_samples and eval_samples, taken from ``extra`` where it has them; the rest of ``extra``)."""
+def _samples_and_rest(batch: int, run_samples: int, eval_samples: int,
+                      extra: dict[str, object]) -> tuple[list[tuple[str, object]], dict[str, object]]:
+    """(global_batch_size, train_samples and eval_samples, taken from ``extra`` where it has them; the rest
+    of ``extra``)."""
     rest = dict(extra)
-    counts = [("train_samples", rest.pop("train_samples", run_samples)), ("eval_samples", rest.pop("eval_samples", eval_samples))]
+    counts = [("global_batch_size", rest.pop("global_batch_size", batch)),
+              ("train_samples", rest.pop("train_samples", run_samples)),
+              ("eval_samples", rest.pop("eval_samples", eval_samples))]
     return counts, rest
 
 
@@ -70,8 +74,7 @@ def write_log(path: Path, run: SynthRun, benchmark: str = "cosmoflow", system: s
         log.start("staging_start", time_ms=t_init + 100)
         log.end("staging_stop", metadata={"staging_duration": run.staging_s}, time_ms=t_init + 100 + run.staging_s * 1000)
     log.event("seed", run.seed, time_ms=t - 2)
-    log.event("global_batch_size", 8, time_ms=t - 2)
-    counts, rest = _samples_and_rest(run.train_samples, 16, extra or {})
+    counts, rest = _samples_and_rest(8, run.train_samples, 16, extra or {})
     for key, value in counts:
         log.event(key, value, time_ms=t - 2)
     log.hyperparameters({**COSMOFLOW_HPARAMS, **rest})
@@ -137,8 +140,8 @@ def write_training_log(path: Path, run: SynthRun, final_metric: float, division:
     log.event("cache_clear", True, time_ms=t - 1001)
     log.start("init_start", time_ms=t - 1000)
     log.submission(sysd, bench.benchmark, division)
-    counts, rest = _samples_and_rest(run.train_samples, bench.eval_samples, extra or {})
-    for key, value in (("seed", run.seed), ("global_batch_size", bench.global_batch_size), *counts,
+    counts, rest = _samples_and_rest(bench.global_batch_size, run.train_samples, bench.eval_samples, extra or {})
+    for key, value in (("seed", run.seed), *counts,
                        ("gradient_accumulation_steps", 1)):
         log.event(key, value, time_ms=t - 2)
     log.hyperparameters({**bench.hparams, **rest})
