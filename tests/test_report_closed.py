@@ -220,3 +220,69 @@ def test_parameter_count_of_a_model_parallel_model_sums_the_shards() -> None:
     assert parameter_count(wl, parts) == 8 + 1 + 4 * 2  # type: ignore[arg-type]
     parts.parallel.comm = None
     assert parameter_count(wl, parts) == 11  # type: ignore[arg-type]
+
+
+# --- weak scaling: failed instances ------------------------------------------------------------------------
+
+
+def _weak(root: Path, failed: tuple[int, ...], n: int = 12) -> Path:
+    """A weak-scaling cosmoflow job of ``n`` concurrent instances; those in ``failed`` ran to the end without
+    meeting the target (run_stop aborted)."""
+    runs = [SynthRun(0.1 * i, 60.0 + i, seed=i, final_error=0.3 if i in failed else 0.1,
+                     status="aborted" if i in failed else "success") for i in range(n)]
+    return write_benchmark(root, "weak", runs)
+
+
+def test_prune_failed_moves_failed_instances_aside_and_the_package_checker_then_accepts(tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    folder = _weak(tmp_path, failed=(3, 7))
+    (folder / "result_12.txt").write_text("srun: error: node12: task 0: Killed\n")  # a killed instance's file
+    rep = build(tmp_path, None)
+    (g,) = rep.groups
+    assert g.score.M_prime == 10 and not g.verdict.valid
+    assert rep.submission is not None and rep.submission.package is not None
+    assert rep.submission.package.ok is False  # three non-compliant files: the package checker rejects the folder
+    assert ("weak scaling: 3 failed instance log(s) left in the folder (result_3.txt aborted, result_7.txt aborted, "
+            "result_12.txt unreadable)") in " ".join(g.verdict.failures)
+    proc = run_cli(["report", str(tmp_path), "--no-plots", "--prune-failed"], timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    aside = tmp_path / "hpcbench" / "testbox" / "weak" / "cosmoflow" / "pruned_failed"
+    for name, why in (("result_3.txt", "aborted"), ("result_7.txt", "aborted"), ("result_12.txt", "unreadable")):
+        assert f"pruned {folder / name} -> {aside / name} ({why})\n" in proc.stdout, proc.stdout
+        assert (aside / name).is_file() and not (folder / name).exists()
+    assert "moved 3 log(s) aside (nothing deleted)" in proc.stdout
+    assert "official package checker: passed" in proc.stdout, proc.stdout
+    rep = json.loads((tmp_path / "report" / "report.json").read_text())
+    (grp,) = rep["groups"]
+    assert grp["verdict"]["valid"], grp["verdict"]["failures"]
+    assert grp["score"]["M"] == 10 and grp["score"]["M_prime"] == 10
+    proc = run_cli(["report", str(tmp_path), "--no-plots", "--no-official", "--prune-failed"], timeout=120)
+    assert "no failed weak-scaling instance log to move" in proc.stdout
+
+
+def test_prune_refuses_to_overwrite_and_leaves_rejected_and_strong_logs(tmp_path: Path) -> None:
+    from hpcbench.common.errors import ConfigError
+    from hpcbench.report.prune import PRUNED, prune_failed
+
+    folder = _weak(tmp_path, failed=(1,), n=4)
+    dup = folder / "result_2.txt"
+    dup.write_text(dup.read_text() * 2)  # rejected (two runs in one file): not a failed instance
+    strong = write_benchmark(tmp_path, "strong", [SynthRun(0.0, 60.0, final_error=0.3, status="aborted")])
+    aside = tmp_path / "hpcbench" / "testbox" / "weak" / "cosmoflow" / PRUNED
+    aside.mkdir(parents=True)
+    (aside / "result_1.txt").write_text("from an earlier job\n")
+    with pytest.raises(ConfigError, match="result_1.txt already exist.*Nothing was moved"):
+        prune_failed(tmp_path)
+    assert (folder / "result_1.txt").is_file() and (aside / "result_1.txt").read_text() == "from an earlier job\n"
+    (aside / "result_1.txt").unlink()
+    moved, kept = prune_failed(tmp_path)
+    assert [(m.source.name, m.why) for m in moved] == [("result_1.txt", "aborted")]
+    assert [p.name for p, _ in kept] == ["result_2.txt"] and "second run_start" in kept[0][1]
+    assert dup.is_file() and (strong / "result_0.txt").is_file()  # strong runs count as runs: never pruned
+    (g_strong, g_weak) = sorted(build(tmp_path, None, official=False).groups, key=lambda g: g.score.mode)
+    assert not any(f.startswith("weak scaling:") for f in g_weak.verdict.failures)  # nothing failed is left
+    assert any(f.startswith("result_2.txt: rejected") for f in g_weak.verdict.failures)  # the rejected log still counts
+    assert not any(f.startswith("weak scaling:") for f in g_strong.verdict.failures)
+    with pytest.raises(ConfigError, match="not a submission folder"):
+        prune_failed(folder)

@@ -82,11 +82,12 @@ def _prune(console: "object", results: Path) -> None:
 
     moved, kept = prune_failed(results)
     for m in moved:
-        console.print(Text("pruned ", style="bold") + Text(f"{m.source} -> {m.dest} ({m.why})"))  # type: ignore[attr-defined]
+        console.print(Text("pruned ", style="bold") + Text(f"{m.source} -> {m.dest} ({m.why})"),  # type: ignore[attr-defined]
+                      soft_wrap=True)  # whole paths, copyable
     if not moved:
         console.print("--prune-failed: no failed weak-scaling instance log to move")  # type: ignore[attr-defined]
     else:
         console.print(f"--prune-failed: moved {len(moved)} log(s) aside (nothing deleted)")  # type: ignore[attr-defined]
     for path, why in kept:
         console.print(Text("not pruned ", style="yellow") + Text(  # type: ignore[attr-defined]
-            f"{path}: rejected ({why}), not a failed instance; it stays for you to inspect"))
+            f"{path}: rejected ({why}), not a failed instance; it stays for you to inspect"), soft_wrap=True)
