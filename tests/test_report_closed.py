@@ -201,6 +201,11 @@ def test_a_closed_labelled_toy_run_is_not_closed_ready(tmp_path: Path) -> None:
     assert any(w.startswith("dataset: eval_samples is ") for w in row.closed_reasons or [])
     assert not g.verdict.valid
     assert any(f.startswith(f"{row.name}: not closed-ready (model: ") for f in g.verdict.failures)
+    from conftest import run_cli
+
+    proc = run_cli(["report", str(tmp_path), "--no-plots", "--strict"], timeout=180)
+    assert proc.returncode == 1 and f"NOT CLOSED-READY {row.name}: model: " in proc.stdout, proc.stdout
+    assert "1 log(s) of closed folders not closed-ready" in proc.stdout
 
 
 def test_parameter_count_of_a_model_parallel_model_sums_the_shards() -> None:

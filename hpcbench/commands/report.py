@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict", action="store_true",
                         help="exit with status 1 when hpcbench and the official tools disagree, when a log is "
                              "rejected (by the official compliance checker or by hpcbench's own checks: duplicated "
-                             "runs, non-finite or absurd times), or when a check flags an inconsistency (division of systems/<system>.json vs the logs, run_start "
+                             "runs, non-finite or absurd times), when a log of a folder that claims the closed division is not "
+                             "closed-ready (NOT CLOSED-READY lines), or when a check flags an inconsistency (division of systems/<system>.json vs the logs, run_start "
                              "before init_stop, instances of a weak-scaling set that do not overlap in time)")
 
 
@@ -61,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     n_bad = sum(len(g.disagreements) for g in rep.groups)
     n_flags = sum(len(g.score.flags) for g in rep.groups)
     n_rejected = sum(len(g.score.rejected) for g in rep.groups)
+    n_not_ready = sum(len(g.score.not_closed_ready) for g in rep.groups)
     if n_bad:
         console.print(f"[bold red]{n_bad} disagreement(s) between hpcbench and the official tools (listed above)[/]")
     elif rep.submission is not None:
@@ -69,10 +71,13 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[bold red]{n_flags} inconsistenc{'y' if n_flags == 1 else 'ies'} flagged (FLAG lines above)[/]")
     if n_rejected:
         console.print(f"[bold red]{n_rejected} log(s) rejected and not scored (REJECTED lines above)[/]")
+    if n_not_ready:
+        console.print(f"[bold red]{n_not_ready} log(s) of closed folders not closed-ready (NOT CLOSED-READY lines "
+                      "above): not a valid closed result[/]")
     valid = [g for g in rep.groups if g.verdict.valid]
     console.print(f"{len(valid)} of {len(rep.groups)} folder(s) are a valid MLPerf result as far as hpcbench checks "
                   "(the 'valid MLPerf result' row of each says what was checked, the 'not valid' lines what failed)")
-    return 1 if ((n_bad or n_flags or n_rejected) and args.strict) else 0
+    return 1 if ((n_bad or n_flags or n_rejected or n_not_ready) and args.strict) else 0
 
 
 def _prune(console: "object", results: Path) -> None:
