@@ -65,7 +65,7 @@ def test_a_closed_ready_log_has_no_reason(tmp_path: Path) -> None:
 @pytest.mark.parametrize("case,want", [
     ("log_open", "division: the log's submission_division is 'open', not 'closed'"),
     ("system_open", "division: systems/<system>.json says 'open', not 'closed'"),
-    ("system_missing", "division: systems/<system>.json says None, not 'closed'"),
+    ("system_missing", "division: systems/<system>.json states no division (missing or unreadable)"),
     ("folder_open", "division: the submission folder is under open/, not closed/"),
     ("params_missing", f"model: no parameter count logged ({PARAMETERS_KEY}); the closed cosmoflow model has 8,907,556"),
     ("params_wrong", f"model: {PARAMETERS_KEY} is 1,234; the closed cosmoflow model has 8,907,556 parameters"),

@@ -73,7 +73,9 @@ def readiness(run: RunLog, system_division: str | None, folder_div: str | None) 
     why: list[str] = []
     if run.division != "closed":
         why.append(f"division: the log's submission_division is {run.division!r}, not 'closed'")
-    if system_division != "closed":
+    if system_division is None:
+        why.append("division: systems/<system>.json states no division (missing or unreadable), not 'closed'")
+    elif system_division != "closed":
         why.append(f"division: systems/<system>.json says {system_division!r}, not 'closed'")
     if folder_div is not None and folder_div != "closed":
         why.append(f"division: the submission folder is under {folder_div}/, not closed/")
