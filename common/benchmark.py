@@ -10,8 +10,10 @@ checked for, the quality target exactly as the official checker's ``closed_<benc
 (the metric key, bounds and inclusivity; the open division's, when it differs), the direction of the metric,
 the runs a result needs, how ``epoch_num`` is reported, whether a closed run evaluates on the cadence only,
 how many runs the olympic mean drops, a one-line summary, where the light parts live (the dataset layout, a
-converter) and which MLPerf optimizer and schedule keys the benchmark logs (:class:`HyperparameterKeys`, built
-by :mod:`hpcbench.common.mlperf_keys`).
+converter), which MLPerf optimizer and schedule keys the benchmark logs (:class:`HyperparameterKeys`, built
+by :mod:`hpcbench.common.mlperf_keys`) and what a closed-division run must have trained
+(:class:`ClosedDefinition`: the model's parameter count, the real dataset's sample counts, the hyperparameter
+values the rules fix), which ``hpcbench report`` compares each closed log with.
 """
 from __future__ import annotations
 
@@ -86,6 +88,45 @@ class HyperparameterKeys:
         return (*keys, *self.by_schedule.get(schedule, ()))
 
 
+#: the hpcbench key that states the model's parameter count in a log (every parameter of the instance's model,
+#: each counted once: model-parallel shards summed over the ranks); the checkers ignore ``hpcbench_*`` keys
+PARAMETERS_KEY = "hpcbench_model_parameters"
+
+
+@dataclass(frozen=True)
+class ClosedDefinition:
+    """What a closed-division run of the benchmark trains, as the rules, the official checker's closed YAML and
+    the reference fix it; ``hpcbench report`` compares every closed log with it (``hpcbench.report.closed``).
+
+    ``parameters``: the parameter counts a closed model may have (several where the reference allows a layout
+    difference, e.g. BERT's vocabulary padded to a multiple of 8); empty: not compared. ``train_samples`` /
+    ``eval_samples``: the real dataset's counts as the ``train_samples``/``eval_samples`` keys log them (None:
+    the key is not a dataset count, e.g. BERT's reference logs the samples trained). ``fixed``: MLPerf keys whose
+    logged value the closed rules fix (strings compare case-insensitively, numbers to 1e-9 relative, lists
+    element by element); ``fixed_by_optimizer``: more of them for the ``opt_name`` a log states.
+    ``source``: where the numbers come from, for the report and the docs."""
+
+    parameters: tuple[int, ...] = ()
+    train_samples: int | None = None
+    eval_samples: int | None = None
+    fixed: Mapping[str, object] = field(default_factory=dict)
+    fixed_by_optimizer: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fixed", MappingProxyType(dict(self.fixed)))
+        object.__setattr__(self, "fixed_by_optimizer", MappingProxyType(
+            {k: MappingProxyType(dict(v)) for k, v in self.fixed_by_optimizer.items()}))
+        if any(isinstance(n, bool) or not isinstance(n, int) or n <= 0 for n in self.parameters):
+            raise ValueError(f"ClosedDefinition.parameters: positive integers expected, got {self.parameters!r}")
+
+    def fixed_for(self, optimizer: object) -> dict[str, object]:
+        """The fixed keys of a log whose ``opt_name`` is ``optimizer`` (any case)."""
+        extra = {k.casefold(): v for k, v in self.fixed_by_optimizer.items()}
+        name = optimizer.casefold() if isinstance(optimizer, str) else None
+        return {**self.fixed, **(extra.get(name, {}) if name is not None else {})}
+
+
 @dataclass(frozen=True)
 class Benchmark:
     name: str  # CLI/registry name, e.g. "cosmoflow"
@@ -112,6 +153,9 @@ class Benchmark:
     workload: str = ""
     converter: str = ""
     keys: HyperparameterKeys | None = None  # the MLPerf optimizer/schedule keys (None: the workload logs its own)
+    # what a closed run trains (model size, dataset counts, fixed hyperparameters); None: not declared, and a
+    # closed log of the benchmark is then never called closed-ready
+    closed: ClosedDefinition | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ruleset", suite(self.suite).ruleset(self.ruleset))

@@ -119,6 +119,18 @@ def build_model(workload: Workload, parallel: Parallel, seed: int, batch: int, p
     return model, flat, choices
 
 
+def parameter_count(workload: Workload, parts: RunParts) -> int:
+    """Every parameter of the instance's model, each counted once: what every rank holds once, plus the
+    model-parallel shards (``workload.local_parameters``) summed over the instance's training ranks. A
+    collective over ``parts.parallel.comm`` (every training rank calls it)."""
+    params = {id(p): p for p in parts.model.parameters()}
+    local = {id(p) for p in workload.local_parameters(parts.model)}
+    shared = sum(p.numel() for i, p in params.items() if i not in local)
+    own = sum(p.numel() for i, p in params.items() if i in local)
+    comm = parts.parallel.comm
+    return shared + (int(comm.allreduce(own)) if comm is not None else own)
+
+
 def choose_for_hardware(workload: Workload, model: nn.Module, parallel: Parallel, batch: int,
                         progress: Progress) -> list[Choice]:
     """Resolve ``train.precision``/``train.channels_last`` = "auto" (:mod:`hpcbench.common.auto`): rank 0 of

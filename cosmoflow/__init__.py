@@ -1,5 +1,5 @@
 """CosmoFlow: 3D CNN regression of cosmological parameters (MLPerf HPC). ``BENCHMARK`` is its record."""
-from hpcbench.common.benchmark import Benchmark, HyperparameterKeys, Target
+from hpcbench.common.benchmark import Benchmark, ClosedDefinition, HyperparameterKeys, Target
 
 BENCHMARK = Benchmark(
     name="cosmoflow", benchmark="cosmoflow", suite="hpc", ruleset="3.0.0",
@@ -12,4 +12,9 @@ BENCHMARK = Benchmark(
         "opt_name", "opt_base_learning_rate", "opt_momentum", "opt_learning_rate_warmup_epochs",
         "opt_learning_rate_warmup_factor", "opt_learning_rate_decay_boundary_epochs",
         "opt_learning_rate_decay_factor", "opt_weight_decay")}),
+    closed=ClosedDefinition(
+        parameters=(8_907_556,), train_samples=524_288, eval_samples=65_536,
+        fixed={"opt_name": "sgd", "opt_momentum": 0.9},
+        source="hpc_training_rules.adoc (opt_name sgd, sgd_opt_momentum 0.9); reference configs/cosmo.yaml "
+               "(n_train 524288, n_valid 65536; the model at 128^3: 8,907,556 parameters)"),
 )

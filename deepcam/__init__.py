@@ -1,5 +1,5 @@
 """DeepCAM: segmentation of extreme weather in climate simulations (MLPerf HPC). ``BENCHMARK`` is its record."""
-from hpcbench.common.benchmark import Benchmark, HyperparameterKeys, Target
+from hpcbench.common.benchmark import Benchmark, ClosedDefinition, HyperparameterKeys, Target
 
 _ADAM = ("opt_name", "opt_lr", "opt_betas", "opt_eps", "opt_weight_decay", "scheduler_type",
          "scheduler_lr_warmup_steps", "scheduler_lr_warmup_factor")
@@ -16,4 +16,8 @@ BENCHMARK = Benchmark(
         by_schedule={"multistep": ("scheduler_milestones", "scheduler_decay_rate"),
                      "cosine": ("scheduler_t_max", "scheduler_eta_min")},
         names={"lamb": "LAMB", "adam": "Adam", "adamw": "AdamW", "sgd": "SGD"}),
+    closed=ClosedDefinition(
+        parameters=(56_454_720,), train_samples=121_266, eval_samples=15_158, fixed={"opt_eps": 1e-6},
+        source="hpc_training_rules.adoc (opt_eps 1e-6); hpc_3.0.0/closed_deepcam.yaml (train_samples 121266, "
+               "eval_samples 15158); the reference DeepLabv3+/Xception: 56,454,720 parameters"),
 )

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcbench import registry
+from hpcbench.common.benchmark import PARAMETERS_KEY
 from hpcbench.common.mllog import MLPerfLogger, result_filename
 from hpcbench.common.system import SystemDescription
 
@@ -32,9 +34,34 @@ class SynthRun:
 T0_MS = 1_700_000_000_000.0
 
 
+def closed_ready(benchmark: str) -> dict[str, object]:
+    """What a log needs beyond the synthetic defaults to be closed-ready by the benchmark's closed definition
+    (its record): the real dataset's sample counts, the model's parameter count and the fixed hyperparameters."""
+    c = registry.entry(benchmark).closed
+    assert c is not None
+    keys: dict[str, object] = {PARAMETERS_KEY: {"value": c.parameters[0]}, **c.fixed}
+    if c.train_samples is not None:
+        keys["train_samples"] = c.train_samples
+    if c.eval_samples is not None:
+        keys["eval_samples"] = c.eval_samples
+    return keys
+
+
+def _samples_and_rest(batch: int, run_samples: int, eval_samples: int,
+                      extra: dict[str, object]) -> tuple[list[tuple[str, object]], dict[str, object]]:
+    """(global_batch_size, train_samples and eval_samples, taken from ``extra`` where it has them; the rest
+    of ``extra``)."""
+    rest = dict(extra)
+    counts = [("global_batch_size", rest.pop("global_batch_size", batch)),
+              ("train_samples", rest.pop("train_samples", run_samples)),
+              ("eval_samples", rest.pop("eval_samples", eval_samples))]
+    return counts, rest
+
+
 def write_log(path: Path, run: SynthRun, benchmark: str = "cosmoflow", system: str = "testbox",
-              division: str = "open") -> Path:
-    """One instance's MLLOG file. Epochs share the run evenly; eval after each epoch."""
+              division: str = "open", extra: dict[str, object] | None = None) -> Path:
+    """One instance's MLLOG file. Epochs share the run evenly; eval after each epoch. ``extra``: keys logged
+    after (or instead of) the defaults, e.g. :func:`closed_ready`."""
     sysd = SystemDescription(system_name=system, number_of_nodes=run.nodes, accelerators_per_node=0)
     log = MLPerfLogger(path)
     t = T0_MS + run.start_s * 1000.0
@@ -47,10 +74,10 @@ def write_log(path: Path, run: SynthRun, benchmark: str = "cosmoflow", system: s
         log.start("staging_start", time_ms=t_init + 100)
         log.end("staging_stop", metadata={"staging_duration": run.staging_s}, time_ms=t_init + 100 + run.staging_s * 1000)
     log.event("seed", run.seed, time_ms=t - 2)
-    log.event("global_batch_size", 8, time_ms=t - 2)
-    log.event("train_samples", run.train_samples, time_ms=t - 2)
-    log.event("eval_samples", 16, time_ms=t - 2)
-    log.hyperparameters(COSMOFLOW_HPARAMS)
+    counts, rest = _samples_and_rest(8, run.train_samples, 16, extra or {})
+    for key, value in counts:
+        log.event(key, value, time_ms=t - 2)
+    log.hyperparameters({**COSMOFLOW_HPARAMS, **rest})
     log.end("init_stop", time_ms=t - 1)
     _timed_run(log, t, run, "eval_error", lambda e: run.final_error * (1 + 0.5 * (run.epochs - e)))
     log.end("run_stop", metadata={"status": run.status}, time_ms=t + run.duration_s * 1000.0)
@@ -59,11 +86,11 @@ def write_log(path: Path, run: SynthRun, benchmark: str = "cosmoflow", system: s
 
 
 def write_benchmark(root: Path, mode: str, runs: list[SynthRun], benchmark: str = "cosmoflow",
-                    system: str = "testbox", division: str = "open") -> Path:
+                    system: str = "testbox", division: str = "open", extra: dict[str, object] | None = None) -> Path:
     """root/results/<system>/<mode>/<benchmark>/result_<k>.txt and root/systems/<system>.json."""
     folder = root / "results" / system / mode / benchmark
     for k, run in enumerate(runs):
-        write_log(folder / result_filename(k), run, benchmark, system, division)
+        write_log(folder / result_filename(k), run, benchmark, system, division, extra)
     nodes = sum(r.nodes for r in runs) if mode == "weak" else max(r.nodes for r in runs)
     SystemDescription(system_name=system, number_of_nodes=nodes, division=division,
                       framework="PyTorch").write(root / "systems" / f"{system}.json")
@@ -102,7 +129,8 @@ UNET3D = TrainingBench("unet3d", 42, UNET3D_HPARAMS, 7)  # closed training 4.0.0
 
 
 def write_training_log(path: Path, run: SynthRun, final_metric: float, division: str = "open",
-                       system: str = "testbox", bench: TrainingBench = DLRM) -> Path:
+                       system: str = "testbox", bench: TrainingBench = DLRM,
+                       extra: dict[str, object] | None = None) -> Path:
     """One run's log of a training-suite benchmark with the keys its ruleset requires
     (gradient_accumulation_steps, the opt_* keys, eval_accuracy with epoch_num); ``run.status``
     "incomplete" leaves out run_stop."""
@@ -112,11 +140,11 @@ def write_training_log(path: Path, run: SynthRun, final_metric: float, division:
     log.event("cache_clear", True, time_ms=t - 1001)
     log.start("init_start", time_ms=t - 1000)
     log.submission(sysd, bench.benchmark, division)
-    for key, value in (("seed", run.seed), ("global_batch_size", bench.global_batch_size),
-                       ("train_samples", run.train_samples), ("eval_samples", bench.eval_samples),
+    counts, rest = _samples_and_rest(bench.global_batch_size, run.train_samples, bench.eval_samples, extra or {})
+    for key, value in (("seed", run.seed), *counts,
                        ("gradient_accumulation_steps", 1)):
         log.event(key, value, time_ms=t - 2)
-    log.hyperparameters(bench.hparams)
+    log.hyperparameters({**bench.hparams, **rest})
     log.end("init_stop", time_ms=t - 1)
     _timed_run(log, t, run, "eval_accuracy", lambda e: final_metric - 0.01 * (run.epochs - e))
     if run.status != "incomplete":
@@ -126,11 +154,12 @@ def write_training_log(path: Path, run: SynthRun, final_metric: float, division:
 
 
 def write_training_benchmark(root: Path, runs: list[SynthRun], metrics: list[float], division: str = "open",
-                             system: str = "testbox", bench: TrainingBench = DLRM) -> Path:
+                             system: str = "testbox", bench: TrainingBench = DLRM,
+                             extra: dict[str, object] | None = None) -> Path:
     """root/results/<system>/<benchmark>/result_<k>.txt (the training layout) and root/systems/<system>.json."""
     folder = root / "results" / system / bench.benchmark
     for k, (run, value) in enumerate(zip(runs, metrics)):
-        write_training_log(folder / result_filename(k), run, value, division, system, bench)
+        write_training_log(folder / result_filename(k), run, value, division, system, bench, extra)
     SystemDescription(system_name=system, number_of_nodes=max(r.nodes for r in runs), division=division,
                       framework="PyTorch").write(root / "systems" / f"{system}.json")
     return folder

@@ -9,7 +9,7 @@ import yaml
 
 from hpcbench.report.build import build
 from hpcbench.report.targets import TRAINING_TARGETS
-from mllog_synth import UNET3D, SynthRun, write_training_benchmark
+from mllog_synth import UNET3D, SynthRun, closed_ready, write_training_benchmark
 
 
 def _times(n: int) -> list[SynthRun]:
@@ -20,7 +20,7 @@ def test_closed_ten_runs_olympic_mean_agrees_with_the_official_summarizer(tmp_pa
     runs = _times(10)
     aurocs = [0.8030] * 10
     aurocs[3] = 0.8020  # below 0.80275: not converged, counted as the dropped slowest run by both
-    write_training_benchmark(tmp_path, runs, aurocs, division="closed")
+    write_training_benchmark(tmp_path, runs, aurocs, division="closed", extra=closed_ready("dlrm_dcnv2"))
     report = build(tmp_path, None)
     (g,) = report.groups
     assert (g.group.suite, g.group.ruleset, g.group.label) == ("training", "5.1.0", "training")
@@ -33,7 +33,8 @@ def test_closed_ten_runs_olympic_mean_agrees_with_the_official_summarizer(tmp_pa
     assert not g.official.compliance["result_3.txt"][0] and g.official.compliance["result_0.txt"][0]
     assert not g.disagreements, g.disagreements
     assert g.verdict.valid, g.verdict.failures
-    assert g.verdict.label.startswith("yes") and "closed-division model, dataset and hyperparameter rules" in g.verdict.label
+    assert g.verdict.label.startswith("yes (a valid closed result") and "every log is closed-ready" in g.verdict.label
+    assert all(r.closed_ready for r in g.score.runs)
 
 
 @pytest.mark.parametrize("failed", [3, 5])

@@ -15,10 +15,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                      "(default: RESULTS_DIR/report)")
     parser.add_argument("--no-official", action="store_true", help="skip the official checker and summarizer")
     parser.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
+    parser.add_argument("--prune-failed", action="store_true",
+                        help="first move the logs of failed weak-scaling instances (not converged, not rejected; "
+                             "unreadable files) from results/<system>/weak/<benchmark>/ to "
+                             "hpcbench/<system>/weak/<benchmark>/pruned_failed/ (never deleted or overwritten), "
+                             "listing each, so the official package checker accepts the folder; then report")
     parser.add_argument("--strict", action="store_true",
                         help="exit with status 1 when hpcbench and the official tools disagree, when a log is "
                              "rejected (by the official compliance checker or by hpcbench's own checks: duplicated "
-                             "runs, non-finite or absurd times), or when a check flags an inconsistency (division of systems/<system>.json vs the logs, run_start "
+                             "runs, non-finite or absurd times), when a log of a folder that claims the closed division is not "
+                             "closed-ready (NOT CLOSED-READY lines), or when a check flags an inconsistency (division of systems/<system>.json vs the logs, run_start "
                              "before init_stop, instances of a weak-scaling set that do not overlap in time)")
 
 
@@ -30,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.out) if args.out else Path(args.results) / "report"
     console = Console(width=None if Console().is_terminal else 120)
+    if args.prune_failed:
+        _prune(console, Path(args.results))
     try:
         rep = write_report(Path(args.results), out, official=not args.no_official, make_plots=not args.no_plots)
     except Exception:
@@ -54,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     n_bad = sum(len(g.disagreements) for g in rep.groups)
     n_flags = sum(len(g.score.flags) for g in rep.groups)
     n_rejected = sum(len(g.score.rejected) for g in rep.groups)
+    n_not_ready = sum(len(g.score.not_closed_ready) for g in rep.groups)
     if n_bad:
         console.print(f"[bold red]{n_bad} disagreement(s) between hpcbench and the official tools (listed above)[/]")
     elif rep.submission is not None:
@@ -62,7 +71,28 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[bold red]{n_flags} inconsistenc{'y' if n_flags == 1 else 'ies'} flagged (FLAG lines above)[/]")
     if n_rejected:
         console.print(f"[bold red]{n_rejected} log(s) rejected and not scored (REJECTED lines above)[/]")
+    if n_not_ready:
+        console.print(f"[bold red]{n_not_ready} log(s) of closed folders not closed-ready (NOT CLOSED-READY lines "
+                      "above): not a valid closed result[/]")
     valid = [g for g in rep.groups if g.verdict.valid]
     console.print(f"{len(valid)} of {len(rep.groups)} folder(s) are a valid MLPerf result as far as hpcbench checks "
                   "(the 'valid MLPerf result' row of each says what was checked, the 'not valid' lines what failed)")
-    return 1 if ((n_bad or n_flags or n_rejected) and args.strict) else 0
+    return 1 if ((n_bad or n_flags or n_rejected or n_not_ready) and args.strict) else 0
+
+
+def _prune(console: "object", results: Path) -> None:
+    from rich.text import Text
+
+    from hpcbench.report.prune import prune_failed
+
+    moved, kept = prune_failed(results)
+    for m in moved:
+        console.print(Text("pruned ", style="bold") + Text(f"{m.source} -> {m.dest} ({m.why})"),  # type: ignore[attr-defined]
+                      soft_wrap=True)  # whole paths, copyable
+    if not moved:
+        console.print("--prune-failed: no failed weak-scaling instance log to move")  # type: ignore[attr-defined]
+    else:
+        console.print(f"--prune-failed: moved {len(moved)} log(s) aside (nothing deleted)")  # type: ignore[attr-defined]
+    for path, why in kept:
+        console.print(Text("not pruned ", style="yellow") + Text(  # type: ignore[attr-defined]
+            f"{path}: rejected ({why}), not a failed instance; it stays for you to inspect"), soft_wrap=True)

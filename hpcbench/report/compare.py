@@ -77,10 +77,11 @@ def disagreements(checks: list[Check]) -> list[Check]:
 class Verdict:
     """Whether a folder is a valid MLPerf result: every official tool passes (compliance checker,
     result summarizer, package and system-description checkers), the run count is met, no log was
-    rejected, hpcbench agrees with the official tools and flagged no inconsistency. ``failures`` says
-    which of these fails (per log where it applies). What is *not* checked is said in ``label``: the
-    closed-division comparison of model, dataset and hyperparameters beyond what the official
-    checker checks is not made."""
+    rejected, hpcbench agrees with the official tools and flagged no inconsistency, and (weak scaling) no
+    failed instance's log is left in the folder. A folder that claims the closed division (a log, the
+    system JSON or the folder says closed) is "a valid closed result" only when every log is also
+    closed-ready (:mod:`.closed`: model parameter count, dataset sample counts, fixed hyperparameters,
+    divisions). ``failures`` says which of these fails, per log where it applies."""
 
     valid: bool
     label: str
@@ -91,8 +92,10 @@ class Verdict:
 
 
 SCOPE_OPEN = "open-division checks: the official tools pass, the run count is met, no log was rejected"
-SCOPE_CLOSED = ("the official tools pass, the run count is met, no log was rejected; the closed-division "
-                "model, dataset and hyperparameter rules beyond the official checker are not checked by hpcbench")
+SCOPE_CLOSED = ("a valid closed result: the official tools pass, the run count is met, no log was rejected, every "
+                "log is closed-ready: the benchmark's parameter count, dataset sample counts and fixed "
+                "hyperparameters, closed in the log, the system JSON and the folder")
+PRUNE_HINT = "`hpcbench report --prune-failed` moves them aside"
 
 
 def verdict(score: Score, off: Official | None, submission: SubmissionChecks | None, checks: list[Check],
@@ -118,10 +121,17 @@ def verdict(score: Score, off: Official | None, submission: SubmissionChecks | N
                      else f"run count: M'={score.M_prime} converged models of the {score.required_runs} the rules require")
     if (score.score_min if score.mode == "strong" else score.ttta_min) is None:
         fails.append("no score (see the notes)")
+    for name, why in score.not_closed_ready:
+        fails.append(f"{name}: not closed-ready ({why})")
+    failed = score.failed_instances
+    if failed:
+        fails.append(f"weak scaling: {len(failed)} failed instance log(s) left in the folder ("
+                     + ", ".join(f"{n} {o}" for n, o in failed) + "): each is a non-compliant file to the official "
+                     f"package checker, which rejects a folder with two or more; {PRUNE_HINT}")
     for c in disagreements(checks):
         fails.append(f"hpcbench and the official tools disagree: {c.what}")
     for flag in score.flags:
         fails.append(f"inconsistency: {flag}")
     if fails:
         return Verdict(False, f"no ({len(fails)} failing: see below)", fails)
-    return Verdict(True, "yes (" + (SCOPE_CLOSED if score.division == "closed" else SCOPE_OPEN) + ")", [])
+    return Verdict(True, "yes (" + (SCOPE_CLOSED if score.closed else SCOPE_OPEN) + ")", [])

@@ -40,6 +40,7 @@ class RunLog:
     nodes: int | None = None
     accelerators_per_node: int | None = None
     train_samples: int | None = None
+    eval_samples: int | None = None
     global_batch_size: int | None = None
     epochs: int = 0  # epoch_stop events, or epochs covered by block_stop events
     train_ms: float = 0.0  # time inside epochs/blocks (training only)
@@ -51,6 +52,7 @@ class RunLog:
     metrics: list[Eval] = field(default_factory=list)
     tracked_throughput: list[tuple[float, float]] = field(default_factory=list)  # (samples/s, epoch ms)
     settings: dict[str, Any] = field(default_factory=dict)  # hpcbench_* choices, e.g. precision: "bf16"
+    values: dict[str, Any] = field(default_factory=dict)  # every POINT_IN_TIME key's first logged value
     problems: list[str] = field(default_factory=list)
     bad_lines: list[str] = field(default_factory=list)  # MLLOG lines that do not parse (the official parser rejects the file)
     # why the log is not scored: our own checks (duplicated runs, non-finite or absurd times) and the
@@ -188,7 +190,8 @@ def parse_log(path: Path) -> RunLog:
     scalar = {"submission_benchmark": "benchmark", "submission_division": "division",
               "submission_platform": "platform", "submission_org": "org", "seed": "seed",
               "number_of_nodes": "nodes", "accelerators_per_node": "accelerators_per_node",
-              "train_samples": "train_samples", "global_batch_size": "global_batch_size"}
+              "train_samples": "train_samples", "eval_samples": "eval_samples",
+              "global_batch_size": "global_batch_size"}
     records, log.bad_lines = _records(path)
     if not records:
         raise NotAResultLog(f"{path}: no readable ':::MLLOG' lines; is this an MLPerf result log?")
@@ -201,6 +204,8 @@ def parse_log(path: Path) -> RunLog:
             continue  # a non-finite time is not used in any figure
         if key in EVAL_KEYS:
             evals.append((lineno, key, t))
+        if rec.get("event_type") == "POINT_IN_TIME":
+            log.values.setdefault(key, value)
         if key in scalar:
             setattr(log, scalar[key], value)
         elif key == "cache_clear":

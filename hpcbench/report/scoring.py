@@ -24,6 +24,7 @@ from typing import Any
 
 from hpcbench import registry
 
+from .closed import claims_closed, folder_division, readiness
 from .discover import Group
 from .logs import RunLog
 from .targets import target_for
@@ -52,6 +53,12 @@ class RunRow:
     final_metric: float | None
     problems: list[str]
     rejected: list[str] = field(default_factory=list)  # why the log is not scored (ours, then the official checker's)
+    # why the log is not closed-ready (hpcbench.report.closed); None: not judged (the folder is open)
+    closed_reasons: list[str] | None = None
+
+    @property
+    def closed_ready(self) -> bool | None:
+        return None if self.closed_reasons is None else not self.closed_reasons
 
     @classmethod
     def of(cls, run: RunLog, t0_ms: float | None) -> "RunRow":
@@ -84,6 +91,8 @@ class Score:
     suite: str = "hpc"  # hpc | training
     ruleset: str = "3.0.0"
     system_division: str | None = None  # division in systems/<system>.json
+    folder_division: str | None = None  # closed/ or open/ above <org>/results (MLPerf's package layout)
+    closed: bool = False  # the logs, the system JSON or the folder claim the closed division: logs judged closed-ready
     # strong
     score_min: float | None = None
     # weak
@@ -114,7 +123,22 @@ class Score:
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
 
-        return {**asdict(self), "scored": self.scored, "rejected": [list(x) for x in self.rejected]}
+        return {**asdict(self), "scored": self.scored, "rejected": [list(x) for x in self.rejected],
+                "not_closed_ready": [list(x) for x in self.not_closed_ready]}
+
+    @property
+    def not_closed_ready(self) -> list[tuple[str, str]]:
+        """(log, why) for every log of a closed folder that is not closed-ready."""
+        return [(r.name, "; ".join(r.closed_reasons)) for r in self.runs if r.closed_reasons]
+
+    @property
+    def failed_instances(self) -> list[tuple[str, str]]:
+        """Weak scaling: (log, outcome) of every instance log that is not a converged model and not rejected
+        (those are named as rejected), unreadable files included: what ``--prune-failed`` moves aside."""
+        if self.mode != "weak":
+            return []
+        return ([(r.name, r.status) for r in self.runs if not r.converged and not r.rejected]
+                + [(name, "unreadable") for name, _ in self.skipped])
 
 
 def _start(group: Group, mode: str, t0_ms: float | None) -> Score:
@@ -149,6 +173,15 @@ def _start(group: Group, mode: str, t0_ms: float | None) -> Score:
         s.flags.append(f"division mismatch: {group.system_file or 'the system file'} says "
                        f"{s.system_division!r} but the logs say {division!r} ({', '.join(odd[:5])}"
                        f"{', ...' if len(odd) > 5 else ''})")
+    s.folder_division = folder_division(group.folder) if group.official_layout else None
+    if s.folder_division is not None and any(r.division != s.folder_division for r in runs):
+        odd = [r.name for r in runs if r.division != s.folder_division]
+        s.flags.append(f"division mismatch: the submission folder is under {s.folder_division}/ but "
+                       f"{', '.join(odd[:5])}{', ...' if len(odd) > 5 else ''} say(s) otherwise in submission_division")
+    s.closed = claims_closed([*(r.division for r in runs), s.system_division, s.folder_division])
+    if s.closed:
+        for row, run in zip(s.runs, runs):
+            row.closed_reasons = readiness(run, s.system_division, s.folder_division)
     uncleared = [r.name for r in runs if r.division == "closed" and r.cache_clear is not True]
     if uncleared:  # the official checker asks only that cache_clear has a value
         s.flags.append(f"closed division: {len(uncleared)} run(s) did not log cache_clear true ("

@@ -70,6 +70,13 @@ def print_group(console: Any, score: Score, off: Official | None, checks: list[C
     for r in score.runs:
         for why in r.rejected:
             console.print(Text("REJECTED ", style="bold red") + Text(f"{r.name} (not scored): {why}"))
+    for r in score.runs:
+        for why in r.closed_reasons or []:
+            console.print(Text("NOT CLOSED-READY ", style="bold red") + Text(f"{r.name}: {why}"))
+    if score.closed and not score.not_closed_ready and score.runs:
+        console.print(Text("closed-ready: ", style="green") + Text(
+            f"every log ({len(score.runs)}) has the {score.benchmark} closed definition's parameter count, dataset "
+            "sample counts and fixed hyperparameters, and says closed as the system JSON does"))
     for note in score.notes:
         console.print(Text("note ", style="yellow") + Text(note))
     for r in score.runs:
@@ -133,7 +140,7 @@ def write_json(path: Path, entries: dict[str, Any]) -> None:
 CSV_COLUMNS = ("system", "mode", "benchmark", "division", "run", "seed", "status", "converged", "start_offset_s",
                "time_to_solution_s", "epochs", "samples_per_s", "staging_s", "final_metric", "official_compliance",
                "score_min", "official_score_min", "T", "S", "M", "M_prime", "ttta_min", "models_per_min",
-               "job_span_min_ours", "valid")
+               "job_span_min_ours", "valid", "closed_ready")
 
 
 def write_csv(path: Path, pairs: list[tuple[Score, Official | None, Verdict]]) -> None:
@@ -146,5 +153,6 @@ def write_csv(path: Path, pairs: list[tuple[Score, Official | None, Verdict]]) -
                         r.converged, r.start_offset_s, r.time_to_solution_s, r.epochs, r.samples_per_s, r.staging_s,
                         r.final_metric, None if off is None else off.compliance.get(r.name, (False, ""))[0],
                         score.score_min, None if off is None else off.score_min, score.T, score.S, score.M,
-                        score.M_prime, score.ttta_min, score.models_per_min, score.job_span_min, verdict.valid])
+                        score.M_prime, score.ttta_min, score.models_per_min, score.job_span_min, verdict.valid,
+                        r.closed_ready])
     atomic_write_text(path, buf.getvalue())

@@ -3,7 +3,7 @@ training 4.0.0): the ImageNet folder layout, a synthetic image generator, Pillow
 the reference augmentation and a decoded-image cache, and the workload on the shared harness. See
 docs/resnet.md.
 """
-from hpcbench.common.benchmark import Benchmark, HyperparameterKeys, Target, upper_bound_only
+from hpcbench.common.benchmark import Benchmark, ClosedDefinition, HyperparameterKeys, Target, upper_bound_only
 
 _POLY = ("opt_base_learning_rate", "opt_end_learning_rate", "opt_learning_rate_decay_poly_power",
          "opt_learning_rate_decay_steps", "opt_weight_decay", "opt_momentum")
@@ -24,4 +24,13 @@ BENCHMARK = Benchmark(
         "lars": ("opt_name", *(f"lars_{k}" for k in _POLY), "lars_epsilon", "lars_opt_learning_rate_warmup_epochs"),
         "sgd": ("opt_name", *(f"sgd_{k}" for k in _POLY), "opt_learning_rate_warmup_epochs"),
     }),
+    closed=ClosedDefinition(
+        parameters=(25_557_032,), train_samples=1_281_167, eval_samples=50_000,
+        fixed_by_optimizer={
+            "lars": {"lars_opt_end_learning_rate": 0.0001, "lars_opt_learning_rate_decay_poly_power": 2,
+                     "lars_epsilon": 0.0},
+            "sgd": {"sgd_opt_end_learning_rate": 0.0001, "sgd_opt_learning_rate_decay_poly_power": 2,
+                    "sgd_opt_momentum": 0.9}},
+        source="training_rules.adoc (resnet lars/sgd rows); training_4.0.0/closed_resnet_{lars,sgd}.yaml; "
+               "ImageNet-1k: 1,281,167 training and 50,000 validation images; ResNet-50 v1.5: 25,557,032 parameters"),
 )

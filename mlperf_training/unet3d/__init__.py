@@ -4,7 +4,7 @@ evaluation and the workload spec (``workload.py``, presets in ``configs/``; see 
 """
 import math
 
-from hpcbench.common.benchmark import Benchmark, HyperparameterKeys, Target, upper_bound_only
+from hpcbench.common.benchmark import Benchmark, ClosedDefinition, HyperparameterKeys, Target, upper_bound_only
 from hpcbench.common.cadence import ClosedEvalEpochs
 
 # training 4.0.0: the newest training ruleset of the installed mlperf-logging that lists unet3d
@@ -24,4 +24,11 @@ BENCHMARK = Benchmark(
         "opt_name", "opt_base_learning_rate", "opt_momentum", "opt_weight_decay",
         "opt_learning_rate_warmup_epochs", "opt_learning_rate_decay_boundary_epochs",
         "opt_learning_rate_decay_factor")}),
+    closed=ClosedDefinition(
+        parameters=(31_190_243,), train_samples=168, eval_samples=42,
+        fixed={"opt_name": "sgd", "oversampling": 0.4, "training_input_shape": [128, 128, 128],
+               "validation_input_shape": [128, 128, 128], "validation_overlap": 0.5},
+        source="training_rules.adoc (unet3d: sgd; oversampling, input shapes, overlap and data_train_samples fixed "
+               "to the reference: 0.4, 128^3, 128^3, 0.5); training_4.0.0/closed_unet3d.yaml (168/42); the "
+               "reference Unet3D(1, 3, instancenorm, relu): 31,190,243 parameters"),
 )
