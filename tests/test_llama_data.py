@@ -222,7 +222,7 @@ def test_synthetic_corpus_entropy_bounds_the_mini_target(tmp_path: Path) -> None
     target = tomllib.loads((Path(__file__).parents[1] / "mlperf_training/llama31_8b/configs/mini.toml").read_text())
     target = target["train"]["target"]
     assert src.entropy_rate() == pytest.approx(0.5181, abs=1e-3)
-    assert src.entropy_rate() + 0.15 < target < 1.0 < src.unigram_entropy() - 4  # unigram ~ ln 511 = 6.2 nats
+    assert src.entropy_rate() + 0.1 < target < 1.0 < src.unigram_entropy() - 4  # unigram ~ ln 511 = 6.2 nats
     n = synth.write_split(tmp_path / "train" / "synth", src, documents=50, min_len=20, max_len=60, stream=0)
     ds = indexed.IndexedDataset(tmp_path / "train" / "synth", vocab_size=512)
     assert ds.num_tokens == n and ds.dtype == np.uint16 and len(ds) == 50
