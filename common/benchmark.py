@@ -36,6 +36,13 @@ class Target:
     high: float
     low_inclusive: bool
     high_inclusive: bool
+    # the metric improves downwards: always for eval_error; for an eval_accuracy that is a loss (an LLM's
+    # log perplexity, whose closed check is "v <= 3.3 and v > 0")
+    lower_is_better: bool = False
+
+    def __post_init__(self) -> None:
+        if self.key == "eval_error":
+            object.__setattr__(self, "lower_is_better", True)
 
     def met(self, value: float) -> bool:
         above = value >= self.low if self.low_inclusive else value > self.low
@@ -45,18 +52,19 @@ class Target:
     @property
     def threshold(self) -> float:
         """The number a plot draws as the target line (the bound that is not 0 or 1)."""
-        return self.high if self.key == "eval_error" else self.low
+        return self.high if self.lower_is_better else self.low
 
     def describe(self) -> str:
-        if self.low == -math.inf:
+        if self.low == -math.inf and not self.lower_is_better:
             return f"{self.key} <= {self.high:g} (no quality threshold)"
-        return f"{self.key} {'<=' if self.key == 'eval_error' else '>='} {self.threshold:g}"
+        return f"{self.key} {'<=' if self.lower_is_better else '>='} {self.threshold:g}"
 
 
-def upper_bound_only(key: str, high: float, inclusive: bool) -> Target:
+def upper_bound_only(key: str, high: float, inclusive: bool, lower_is_better: bool = False) -> Target:
     """A target that only bounds ``key`` from above: the training rulesets' open division, which sets no
-    quality threshold (every complete log counts)."""
-    return Target(key, -math.inf, high, True, inclusive)
+    quality threshold (every complete log counts); for a metric that improves downwards (``lower_is_better``)
+    the bound is the open division's threshold."""
+    return Target(key, -math.inf, high, True, inclusive, lower_is_better)
 
 
 EPOCH_REPORTING = ("epoch", "fraction", "samples")
@@ -161,8 +169,9 @@ class Benchmark:
         object.__setattr__(self, "ruleset", suite(self.suite).ruleset(self.ruleset))
         if self.epoch_reporting not in EPOCH_REPORTING:
             raise ValueError(f"{self.name}: epoch_reporting {self.epoch_reporting!r} is not one of {EPOCH_REPORTING}")
-        if self.higher_is_better != (self.target.key != "eval_error"):
-            raise ValueError(f"{self.name}: higher_is_better={self.higher_is_better} contradicts {self.target.key}")
+        if self.higher_is_better == self.target.lower_is_better:
+            raise ValueError(f"{self.name}: higher_is_better={self.higher_is_better} contradicts the target "
+                             f"{self.target.key} (lower_is_better={self.target.lower_is_better})")
 
     @property
     def metric_key(self) -> str:

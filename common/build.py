@@ -26,6 +26,7 @@ from .parts import DataPosition, DataState, RankWeights, RNGStreams, SharedWeigh
 from .precision import Precision, module_to_channels_last
 from .progress import Progress
 from .schedule import Schedule
+from .sharded import ShardedAdamW, ShardedModel, ShardedParams
 from .step import TrainStep, prepare_batch
 from .workload import DataShard, DataSizes, EpochLoader, Workload
 
@@ -52,10 +53,15 @@ class RunParts:
     data_state: DataState = field(default_factory=lambda: DataState({}))
     rng: RNGStreams = field(default_factory=RNGStreams)
 
-    def checkpointed(self) -> tuple[dict[str, Stateful], dict[str, Stateful]]:
-        """(replicated, per-rank) parts by name, for the checkpoint manager."""
+    def checkpointed(self) -> tuple[dict[str, Stateful], dict[str, Stateful], dict[str, Stateful]]:
+        """(replicated, per-rank, sharded) parts by name, for the checkpoint manager."""
         assert self.optimizer is not None, "evaluation ranks take no checkpoints"
         device = self.parallel.device
+        if isinstance(self.flat, ShardedParams):  # the model and its optimizer as DTensors
+            per: dict[str, Stateful] = {"precision": ToDevice(self.precision, device), "rng": self.rng,
+                                        "data": self.data_state}
+            return {"position": self.position}, per, {"model": ShardedModel(self.model),
+                                                      "optimizer": self.optimizer}  # type: ignore[dict-item]
         replicated: dict[str, Stateful] = {"weights": SharedWeights(self.flat), "position": self.position}
         per_rank: dict[str, Stateful] = {
             "rank_weights": RankWeights(self.model, self.flat),
@@ -64,7 +70,7 @@ class RunParts:
             "rng": self.rng,
             "data": self.data_state,
         }
-        return replicated, per_rank
+        return replicated, per_rank, {}
 
 
 def dataset_spec(workload: Workload) -> Any:  # noqa: ANN401
@@ -114,6 +120,8 @@ def build_model(workload: Workload, parallel: Parallel, seed: int, batch: int, p
     if tc.channels_last:
         model = module_to_channels_last(model)
     model = workload.distribute(model, parallel)
+    if workload.shards_parameters:  # every rank built the same seeded model and kept its shards of it
+        return model, ShardedParams(model, parallel.size), choices  # type: ignore[return-value]
     flat = FlatParams(model, workload.local_parameters(model), workload.sparse_parameters(model))
     parallel.broadcast_model(model, flat)
     return model, flat, choices
@@ -176,8 +184,12 @@ def build_training(parts: RunParts, workload: Workload) -> None:
     """On a training rank: optimizer, data (loaders and sizes of the instance), schedule and step."""
     cfg, tc, par = workload.cfg, workload.cfg.train, parts.parallel
     torch.manual_seed(parts.seed * 1000 + par.rank)  # per-rank randomness (dropout) from here on
-    parts.optimizer = build_optimizer(parts.flat, cfg.optim, par.size, par.rank, allow_apex=tc.precision != "fp16",
-                                      decay_exempt=[workload.no_weight_decay(n) for n in parts.flat.names])
+    exempt = [workload.no_weight_decay(n) for n in parts.flat.names]
+    if isinstance(parts.flat, ShardedParams):
+        parts.optimizer = ShardedAdamW(parts.flat, cfg.optim, exempt)  # type: ignore[assignment]
+    else:
+        parts.optimizer = build_optimizer(parts.flat, cfg.optim, par.size, par.rank, allow_apex=tc.precision != "fp16",
+                                          decay_exempt=exempt)
     group = reader_group(par.env, node_local(workload))
     dp_rank, dp_size = par.reader_shard(group.rank, group.size)
     shard = DataShard(rank=dp_rank, size=dp_size, seed=parts.seed, local_batch_size=parts.local_batch,
@@ -195,7 +207,7 @@ def build_training(parts: RunParts, workload: Workload) -> None:
                                              parts.local_batch)
     parts.schedule = Schedule.from_config(cfg.optim, data.steps_per_epoch, tc.max_epochs)
     parts.step = TrainStep(workload, parts.model, parts.flat, parts.optimizer, parts.schedule, parts.precision,
-                           tc.graph, world=par.size)
+                           tc.graph, world=par.size, accum=tc.grad_accum)
 
 
 def build_eval_data(parts: RunParts, workload: Workload) -> None:

@@ -10,6 +10,11 @@ Layout, per instance: ``<checkpoint_dir>/instance_<k>/epoch_<NNNN>/`` holding
 * ``manifest.json``: format, epoch, ranks, the parts in each file, and every file's size and sha256,
   written last;
 
+* ``sharded/`` for the parts whose state holds DTensors (a model that shards its own parameters with FSDP2 or
+  tensor parallelism, and its optimizer; :mod:`hpcbench.common.sharded`): written collectively with
+  ``torch.distributed.checkpoint`` (each rank its own shards in ``__<r>_0.distcp``, one ``.metadata``) and read
+  back into the same layout;
+
 plus ``latest`` naming the newest complete checkpoint; the newest ``KEEP`` are kept.
 
 Every file is written to a temporary name, fsynced and renamed; the directory is assembled as
@@ -38,6 +43,7 @@ from .errors import ConfigError, DataError
 from .parts import Stateful
 
 FORMAT = 3  # 3: parts by name, one shard per rank, manifest with checksums
+SHARDED = "sharded"  # the torch.distributed.checkpoint folder of the sharded parts
 KEEP = 2  # complete checkpoints kept per instance (older ones are removed after a save)
 MANIFEST = "manifest.json"
 REPLICATED = "replicated.pt"
@@ -67,10 +73,11 @@ class CheckpointManager:
     """Saves and restores named parts at epoch ends. Collective over ``comm`` (every rank calls it)."""
 
     def __init__(self, root: Path, comm: Any, replicated: Mapping[str, Stateful],  # noqa: ANN401
-                 per_rank: Mapping[str, Stateful]) -> None:
+                 per_rank: Mapping[str, Stateful], sharded: Mapping[str, Stateful] | None = None) -> None:
         self.root, self.comm = Path(root), comm
         self.rank, self.world = comm.Get_rank(), comm.Get_size()
         self.replicated, self.per_rank = dict(replicated), dict(per_rank)
+        self.sharded = dict(sharded or {})
 
     # saving -------------------------------------------------------------------------------------
     def save(self, epoch: int) -> Path:
@@ -99,6 +106,8 @@ class CheckpointManager:
             err = None
         except OSError as exc:
             err = f"rank {self.rank}: cannot write its checkpoint file in {tmp}: {exc}"
+        if self.sharded and not any(e for _, e in self.comm.allgather((None, err))):
+            err = self._save_sharded(tmp, files)
         gathered = self.comm.allgather((files, err))
         errors = [e for _, e in gathered if e]
         if errors:
@@ -115,6 +124,19 @@ class CheckpointManager:
         self.comm.Barrier()
         return final
 
+    def _save_sharded(self, tmp: Path, files: dict[str, dict[str, Any]]) -> str | None:
+        """The sharded parts with torch.distributed.checkpoint (collective); this rank's files' sizes and checksums."""
+        import torch.distributed.checkpoint as dcp
+
+        try:
+            dcp.save({k: p.state_dict() for k, p in self.sharded.items()}, checkpoint_id=str(tmp / SHARDED))
+            self.comm.Barrier()  # every rank's shard file and the metadata are in place
+            for f in _sharded_files_of(tmp / SHARDED, self.rank):
+                files[f"{SHARDED}/{f.name}"] = _digest(f)
+        except (OSError, RuntimeError) as exc:
+            return f"rank {self.rank}: cannot write its sharded checkpoint in {tmp / SHARDED}: {exc}"
+        return None
+
     def _publish(self, tmp: Path, final: Path, epoch: int, files: list[dict[str, Any]]) -> None:
         """Rank 0: check every rank's file, write the manifest, rename, move ``latest``, drop old ones."""
         listed: dict[str, Any] = {}
@@ -122,6 +144,8 @@ class CheckpointManager:
             listed.update(f)
         manifest = {"format": FORMAT, "epoch": epoch, "ranks": self.world,
                     "replicated": sorted(self.replicated), "per_rank": sorted(self.per_rank), "files": listed}
+        if self.sharded:
+            manifest["sharded"] = sorted(self.sharded)
         _verify_files(tmp, manifest)
         atomic_write_text(tmp / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
         shutil.rmtree(final, ignore_errors=True)
@@ -148,6 +172,8 @@ class CheckpointManager:
             manifest = self._manifest(path)
             replicated = _read(path, REPLICATED, manifest)
             mine = _read(path, _rank_file(self.rank), manifest)
+            for f in _sharded_files_of(path / SHARDED, self.rank) if self.sharded else ():
+                _check_file(path, f"{SHARDED}/{f.name}", manifest)
             state = (replicated, mine, int(manifest["epoch"]))
             err: BaseException | None = None
         except (ConfigError, DataError) as exc:
@@ -162,6 +188,13 @@ class CheckpointManager:
             part.load_state_dict(replicated[name])
         for name, part in self.per_rank.items():
             part.load_state_dict(mine[name])
+        if self.sharded:
+            import torch.distributed.checkpoint as dcp
+
+            state_sharded = {k: p.state_dict() for k, p in self.sharded.items()}
+            dcp.load(state_sharded, checkpoint_id=str(path / SHARDED))  # in place, into this run's layout
+            for name, part in self.sharded.items():
+                part.load_state_dict(state_sharded[name])
         return epoch
 
     def _manifest(self, path: Path) -> dict[str, Any]:
@@ -178,6 +211,9 @@ class CheckpointManager:
         if manifest.get("ranks") != self.world:
             raise ConfigError(f"checkpoint {path} holds per-rank state for {manifest.get('ranks')} ranks, this instance "
                               f"has {self.world}; resume with the same number of ranks")
+        if manifest.get("sharded", []) != sorted(self.sharded):
+            raise ConfigError(f"checkpoint {path} holds sharded parts {manifest.get('sharded', [])}, this run has "
+                              f"{sorted(self.sharded)}; it was written for a different model or setup")
         for kind, have in (("replicated", self.replicated), ("per_rank", self.per_rank)):
             if manifest.get(kind) != sorted(have):
                 raise ConfigError(f"checkpoint {path} holds {kind} parts {manifest.get(kind)}, this run has "
@@ -185,18 +221,38 @@ class CheckpointManager:
         return manifest
 
 
-def _read(path: Path, name: str, manifest: dict[str, Any]) -> dict[str, Any]:
-    """One file of a checkpoint, checked against its manifest entry before it is unpickled."""
+def _digest(f: Path) -> dict[str, Any]:
+    h = hashlib.sha256()
+    with open(f, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 24), b""):
+            h.update(chunk)
+    return {"bytes": f.stat().st_size, "sha256": h.hexdigest()}
+
+
+def _sharded_files_of(folder: Path, rank: int) -> list[Path]:
+    """The torch.distributed.checkpoint files rank ``rank`` vouches for: its own ``__<rank>_*.distcp`` and, on rank 0,
+    the ``.metadata``."""
+    mine = sorted(folder.glob(f"__{rank}_*.distcp"))
+    return mine + ([folder / ".metadata"] if rank == 0 else [])
+
+
+def _check_file(path: Path, name: str, manifest: dict[str, Any]) -> None:
+    """A file of a checkpoint against its manifest entry (size and sha256)."""
     meta = manifest["files"].get(name)
     if meta is None:
         raise DataError(f"checkpoint {path}: {MANIFEST} lists no {name}")
-    try:
-        data = (path / name).read_bytes()
-    except FileNotFoundError:
-        raise DataError(f"checkpoint file {path / name} is missing") from None
-    if len(data) != meta["bytes"] or hashlib.sha256(data).hexdigest() != meta["sha256"]:
-        raise DataError(f"checkpoint file {path / name} is damaged: {len(data)} bytes with another checksum, "
+    if not (path / name).is_file():
+        raise DataError(f"checkpoint file {path / name} is missing")
+    got = _digest(path / name)
+    if got != {"bytes": meta["bytes"], "sha256": meta["sha256"]}:
+        raise DataError(f"checkpoint file {path / name} is damaged: {got['bytes']} bytes with another checksum, "
                         f"{MANIFEST} expects {meta['bytes']} bytes, sha256 {meta['sha256'][:12]}...")
+
+
+def _read(path: Path, name: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    """One file of a checkpoint, checked against its manifest entry before it is unpickled."""
+    _check_file(path, name, manifest)
+    data = (path / name).read_bytes()
     try:
         return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
     except Exception as exc:  # noqa: BLE001 - torch raises many types for corrupt files
@@ -208,6 +264,8 @@ def _verify_files(tmp: Path, manifest: dict[str, Any]) -> None:
     missing = [f for f, meta in manifest["files"].items()
                if not (tmp / f).is_file() or (tmp / f).stat().st_size != meta["bytes"]]
     expected = {REPLICATED, *(_rank_file(r) for r in range(manifest["ranks"]))}
+    if manifest.get("sharded"):
+        expected.add(f"{SHARDED}/.metadata")
     missing += sorted(expected - set(manifest["files"]))
     if missing:
         raise DataError(f"checkpoint {tmp} is incomplete: {', '.join(missing)} not written")

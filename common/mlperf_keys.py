@@ -89,6 +89,14 @@ _VALUES: dict[str, Callable[[_Run], Any]] = {
     "opt_adagrad_initial_accumulator_value": lambda r: r.optim.initial_accumulator,
     "opt_adagrad_epsilon": lambda r: r.optim.eps,
     "lars_epsilon": lambda r: r.optim.eps,
+    "opt_adamw_beta_1": lambda r: r.optim.betas[0],
+    "opt_adamw_beta_2": lambda r: r.optim.betas[1],
+    "opt_adamw_epsilon": lambda r: r.optim.eps,
+    "opt_adamw_weight_decay": lambda r: r.optim.weight_decay,
+    "opt_gradient_clip_norm": lambda r: r.optim.max_grad_norm,
+    # the training 6.0 LLMs' words for the schedule ("cosine with linear warmup")
+    "opt_learning_rate_decay_schedule": lambda r: (f"{r.schedule.kind} with linear warmup" if r.schedule.warmup_steps
+                                                   else r.schedule.kind),
     # warmup
     "opt_learning_rate_warmup_factor": lambda r: r.optim.warmup_factor,
     "opt_learning_rate_warmup_epochs": lambda r: r.epochs(r.optim.warmup, r.schedule.warmup_steps),

@@ -196,6 +196,17 @@ class Parallel:
         if degrees.bn_group > 1:
             self.bn = consecutive_groups(degrees.bn_group)
 
+    def device_mesh(self) -> Any:  # noqa: ANN401 - torch.distributed.device_mesh.DeviceMesh
+        """The part's ranks as a 2-D ``DeviceMesh`` named ``("dp", "tp")`` (data-parallel groups x consecutive
+        tensor-parallel groups of ``degrees.tensor_parallel``), for FSDP2 and tensor parallelism; made once
+        (collective over the part's torch group). None without a torch group (one process)."""
+        if getattr(self, "_mesh", None) is None and tdist.is_initialized():
+            from torch.distributed.device_mesh import init_device_mesh
+
+            tp = 1 if self.is_eval else self.degrees.tensor_parallel
+            self._mesh = init_device_mesh(self.device.type, (self.size // tp, tp), mesh_dim_names=("dp", "tp"))
+        return getattr(self, "_mesh", None)
+
     @property
     def train_dp_size(self) -> int:
         """Data-parallel ranks among the instance's training ranks (the global batch splits over them)."""

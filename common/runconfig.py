@@ -136,6 +136,8 @@ class TrainConfig:
     # "auto": measured on a CPU, by rule on a GPU (common/auto.py)
     channels_last: bool | Literal["auto"] = False
     graph: Literal["eager", "compile", "cuda_graph"] = "eager"
+    # micro-batches per optimizer step (gradient accumulation): each rank's batch is cut into this many
+    grad_accum: int = 1
     loader: Literal["torch", "dali"] = "torch"
     bn_group_size: int = 1  # >1: SyncBatchNorm over groups of this many ranks of the instance (CUDA)
     checkpoint_dir: str = ""
@@ -176,6 +178,8 @@ class TrainConfig:
         if self.eval_every_samples and self.eval_every != 1:
             raise ConfigError(f"config keys 'train.eval_every' ({self.eval_every:g}) and 'train.eval_every_samples' "
                               f"({self.eval_every_samples}) both set the evaluation cadence; give only one")
+        if self.grad_accum < 1:
+            raise ConfigError(f"config key 'train.grad_accum': must be >= 1, got {self.grad_accum}")
         if self.bn_group_size < 1:
             raise ConfigError(f"config key 'train.bn_group_size': must be >= 1, got {self.bn_group_size}")
         if self.eval_ranks < 0:

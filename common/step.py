@@ -58,14 +58,26 @@ def prepare_batch(batch: Any, device: torch.device, channels_last: bool) -> Any:
     return tree_map(move, batch)
 
 
+def split_batch(batch: Any, parts: int) -> list[Any]:
+    """``batch`` cut into ``parts`` micro-batches along every tensor's first (sample) dimension."""
+    if parts == 1:
+        return [batch]
+    n = tensors_of(batch)[0].shape[0]
+    if n % parts:
+        raise ConfigError(f"config key 'train.grad_accum' = {parts}: a rank's batch of {n} samples does not split "
+                          f"into {parts} equal micro-batches")
+    return [tree_map(lambda t, i=i: t.tensor_split(parts)[i], batch) for i in range(parts)]
+
+
 class TrainStep:
     """Callable ``step(batch) -> loss tensor`` for the configured graph mode."""
 
     def __init__(self, workload: Any, model: nn.Module, flat: FlatParams, optimizer: FlatOptimizer,
                  schedule: Schedule, precision: Precision, mode: str = "eager", warmup_iters: int = 3,
-                 world: int = 1) -> None:
+                 world: int = 1, accum: int = 1) -> None:
         self.workload, self.model, self.flat = workload, model, flat
         self.world = world
+        self.accum = accum  # micro-batches per step (gradient accumulation, train.grad_accum)
         self.optimizer, self.schedule, self.precision = optimizer, schedule, precision
         self.mode = mode
         self.warmup_iters = warmup_iters
@@ -89,6 +101,18 @@ class TrainStep:
             raise ConfigError("config key 'train.graph': the model has sparse embedding gradients (their row count "
                               "changes every step), which a CUDA graph cannot capture; use eager or compile, or "
                               "set the workload's sparse-gradient switch (e.g. model.sparse_grads) to false")
+        if getattr(optimizer, "sharded", False) and getattr(flat, "tensors", None) is not None:
+            if mode == "cuda_graph":
+                raise ConfigError("config key 'train.graph': the model shards its own parameters (FSDP/tensor "
+                                  "parallel), whose collectives this harness does not capture; use eager or compile")
+            if precision.scaled:
+                raise ConfigError("config key 'train.precision': fp16 loss scaling is not offered for a model that "
+                                  "shards its own parameters; use bf16 or fp32")
+        if accum < 1:
+            raise ConfigError(f"config key 'train.grad_accum': must be >= 1, got {accum}")
+        if accum > 1 and mode == "cuda_graph":
+            raise ConfigError("config keys 'train.grad_accum' > 1 and 'train.graph' = cuda_graph are not combined; "
+                              "use eager or compile")
         if flat.outside and precision.scaled:
             raise ConfigError("config key 'train.precision': fp16 loss scaling covers the flat gradient only, not the "
                               "sparse embedding gradients; use bf16 or fp32")
@@ -119,14 +143,26 @@ class TrainStep:
     def eager(self, batch: Any) -> torch.Tensor:
         self.flat.zero_grad()
         count, handle = self._loss_count(batch)
-        with self.precision.autocast():
-            loss = self._fwd_loss(batch)
-        if count is not None:
-            if handle is not None:
-                handle.wait()
-            # gradients are averaged over the ranks: scale so the result is the global mean
-            loss = loss.float() * self.world / count.clamp(min=1.0)
-        self.precision.backward(loss)
+        micro = split_batch(batch, self.accum)
+        sync = getattr(self.model, "set_requires_gradient_sync", None)  # FSDP2: reduce after the last one only
+        total: torch.Tensor | None = None
+        for i, part in enumerate(micro):
+            if sync is not None and len(micro) > 1:
+                sync(i == len(micro) - 1)
+            with self.precision.autocast():
+                loss = self._fwd_loss(part)
+            if count is not None:
+                if handle is not None:
+                    handle.wait()
+                    handle = None
+                # gradients are averaged over the ranks: scale so the result is the global mean
+                loss = loss.float() * self.world / count.clamp(min=1.0)
+            elif len(micro) > 1:
+                loss = loss / len(micro)  # per-rank means: the step's is their mean
+            self.precision.backward(loss)
+            total = loss.detach() if total is None else total + loss.detach()
+        assert total is not None
+        loss = total
         self.flat.check_grads()
         skip = self.precision.unscale_(self.flat.grads)
         lr = self.schedule(self.optimizer.step_count)

@@ -95,6 +95,10 @@ class Workload(ABC, Generic[C]):
     # "sums": additive statistics per batch (eval_sums/metric); "samples": the metric needs every
     # sample's outputs (eval_samples/metric_of_samples, e.g. exact AUROC)
     eval_kind: ClassVar[str] = "sums"
+    # True: ``distribute`` returns a model that shards its own parameters (FSDP2 / tensor-parallel DTensors):
+    # the harness then trains it with :mod:`hpcbench.common.sharded` (no flat buffer, no broadcast, AdamW on the
+    # local shards, checkpoints through torch.distributed.checkpoint)
+    shards_parameters: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

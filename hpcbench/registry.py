@@ -27,6 +27,7 @@ WORKLOADS: dict[str, str] = {
     "oc20": "hpcbench.workloads.opencatalyst",
     "dlrm_dcnv2": "hpcbench.workloads.mlperf_training.dlrm_dcnv2",
     "bert": "hpcbench.workloads.mlperf_training.bert",
+    "llama31_8b": "hpcbench.workloads.mlperf_training.llama31_8b",
     "unet3d": "hpcbench.workloads.mlperf_training.unet3d",
     "resnet": "hpcbench.workloads.mlperf_training.resnet",
 }

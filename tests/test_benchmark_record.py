@@ -154,7 +154,10 @@ def test_keys_equal_what_each_workload_logged_before_the_builder() -> None:
         changed = CHANGED.get("|".join(key.split("|")[:2]), {})
         expected[key] = [[k, changed.get(k, v)] for k, v in items]
     seen = {}
+    before = {k.split("|")[0] for k in expected}
     for name in registry.names():
+        if name not in before:  # registered after the builder (llama31_8b): nothing hand-written to compare with
+            continue
         cls = registry.get(name)
         for preset in ("mini", "full"):
             for over in VARIANTS.get(name, [[]]):
@@ -178,7 +181,10 @@ def test_workloads_add_only_keys_no_other_workload_has() -> None:
         hp = wl.hyperparameters()
         assert {k: hp[k] for k in built} == built
         own[name] = set(hp) - set(built)
+    # the data's shape key that both language models log, each from its own data section (bert data.max_seq_len,
+    # llama31_8b data.seq_len): not an optimizer/schedule key of common/mlperf_keys.py
+    shared = {"max_sequence_length"}
     for name, keys in own.items():
         others = set().union(*(v for n, v in own.items() if n != name))
-        assert not keys & others, (name, keys & others)
+        assert not (keys & others) - shared, (name, keys & others)
         assert not any(k.startswith(("opt_", "lars_", "sgd_", "scheduler_")) for k in keys), (name, keys)

@@ -1,0 +1,20 @@
+"""MLPerf Training Llama 3.1 8B pretraining (training 6.0.0's small LLM), registered as workload ``llama31_8b`` of
+the training suite: Megatron indexed datasets and GPT samples (``indexed.py``, ``gpt.py``), a synthetic Markov
+corpus of known entropy (``synth.py``), the Llama 3.1 model (``model.py``), FSDP2 + tensor parallelism
+(``parallelize.py``) and the workload on the shared harness (``workload.py``). See docs/llama31_8b.md.
+"""
+from hpcbench.common.benchmark import Benchmark, HyperparameterKeys, Target, upper_bound_only
+
+BENCHMARK = Benchmark(
+    name="llama31_8b", benchmark="llama31_8b", suite="training", ruleset="6.0.0",
+    # closed_llama31_8b.yaml: "(v['value'] <= 3.3) and v['value'] > 0.0" - a log perplexity, lower is better
+    target=Target("eval_accuracy", 0.0, 3.3, False, True, lower_is_better=True),
+    open_target=upper_bound_only("eval_accuracy", 1.0, inclusive=False, lower_is_better=True),  # "v['value'] < 1.0"
+    higher_is_better=False, required_runs=10, epoch_reporting="samples",
+    summary="Llama 3.1 8B pretraining on Megatron indexed datasets (C4), FSDP2 + tensor parallel; eval log perplexity",
+    layout="dataset", workload="workload:LlamaWorkload",
+    keys=HyperparameterKeys({"adamw": (
+        "opt_name", "opt_base_learning_rate", "opt_end_learning_rate", "opt_learning_rate_warmup_steps",
+        "opt_learning_rate_decay_steps", "opt_learning_rate_decay_schedule", "opt_adamw_beta_1", "opt_adamw_beta_2",
+        "opt_adamw_epsilon", "opt_adamw_weight_decay", "opt_gradient_clip_norm")}, names={"adamw": "adamw"}),
+)

@@ -1,0 +1,56 @@
+"""Llama 3.1 8B config: the shared run sections plus ``data`` and ``model`` (sizes default to the MLPerf model's)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hpcbench.common.errors import ConfigError
+from hpcbench.common.runconfig import DataConfig, RunConfig
+
+
+@dataclass
+class LlamaDataConfig(DataConfig):
+    """``root`` holds ``train/`` and ``validation/`` folders of indexed datasets (PREFIX.bin + PREFIX.idx)."""
+
+    seq_len: int = 8192  # tokens per sample's input (samples hold seq_len + 1); the closed max_sequence_length
+    train_samples: int = 0  # samples the training index is built for (Megatron: steps x batch); 0: one pass
+    eval_samples: int = 1024  # the first N samples of validation/ (the closed rules: 1024)
+
+    def validate(self) -> None:
+        super().validate()
+        if self.seq_len < 1 or self.train_samples < 0 or self.eval_samples < 1:
+            raise ConfigError(f"config keys 'data.seq_len' >= 1, 'data.train_samples' >= 0, 'data.eval_samples' >= 1; "
+                              f"got {self.seq_len}, {self.train_samples}, {self.eval_samples}")
+
+
+@dataclass
+class LlamaModelConfig:
+    vocab_size: int = 128256
+    dim: int = 4096
+    layers: int = 32
+    heads: int = 32
+    kv_heads: int = 8
+    ffn_dim: int = 14336
+    rope_theta: float = 500000.0
+    tensor_parallel: int = 1  # ranks that split each layer (torch.distributed.tensor.parallel)
+    activation_checkpointing: bool = False  # recompute each block's activations in the backward pass
+    max_steps: int = 1200000  # the schedule's length the closed rules fix (logged as max_steps)
+
+    def validate(self) -> None:
+        if min(self.vocab_size, self.dim, self.layers, self.heads, self.kv_heads, self.ffn_dim, self.tensor_parallel) < 1:
+            raise ConfigError("config keys 'model.*' sizes must be >= 1")
+        if self.dim % self.heads or self.heads % self.kv_heads or (self.dim // self.heads) % 2:
+            raise ConfigError(f"config keys 'model.dim' ({self.dim}), 'model.heads' ({self.heads}), 'model.kv_heads' "
+                              f"({self.kv_heads}): heads must divide dim into an even head size, kv_heads divide heads")
+
+
+@dataclass
+class LlamaConfig(RunConfig):
+    data: LlamaDataConfig = field(default_factory=LlamaDataConfig)
+    model: LlamaModelConfig = field(default_factory=LlamaModelConfig)
+
+    def validate(self) -> None:
+        o = self.optim
+        if o.name != "adamw" or o.schedule != "cosine" or o.unit != "steps":
+            raise ConfigError(f"config keys 'optim.name', 'optim.schedule', 'optim.unit': llama31_8b trains with adamw "
+                              f"and a cosine schedule with linear warmup in steps; got {o.name!r}, {o.schedule!r}, "
+                              f"{o.unit!r}")

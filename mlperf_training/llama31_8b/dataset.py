@@ -1,0 +1,63 @@
+"""The Llama 3.1 8B dataset spec: ``train/`` and ``validation/`` folders of Megatron indexed datasets
+(``PREFIX.bin`` + ``PREFIX.idx``, the files the reference's preprocessing writes for C4:
+``c4-train.en_<k>_text_document`` and ``c4-validation-91205-samples.en_text_document``).
+
+A split's prefixes (name order) form one list of documents (:class:`~.gpt.Corpus`); the training samples are
+built from it as Megatron's GPT dataset builds them, in the order its shuffle index fixes from the run's seed
+(:mod:`.gpt`), and read in that stored order (``order = "stored"``: contiguous global batches, as Megatron's
+sampler hands them out); the evaluation samples are the first ``data.eval_samples`` of the validation split in
+document order, unshuffled (the reference: "We do not shuffle the validation dataset"). A batch is
+``(B, seq_len + 1)`` int64 tokens. Light to import (``hpcbench pack``/``stage`` load :data:`LAYOUT`).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hpcbench.common.data.layout import FileLayout
+from hpcbench.common.data.spec import DatasetSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from .gpt import GPTSamples
+
+LAYOUT = FileLayout("llama31_8b", ("*.bin", "*.idx"), ("train", "validation"),
+                    describe="Megatron indexed datasets (PREFIX.bin + PREFIX.idx)")
+EVAL_SEED = 0  # unused by an unshuffled split; fixed so that the evaluation set never depends on the run's seed
+
+
+class LlamaData(DatasetSpec):
+    layout = LAYOUT
+    order = "stored"
+    partition = "contiguous"
+    train_split = "train"
+    eval_split = "validation"
+
+    def __init__(self, seq_len: int, vocab_size: int, seed: int, train_samples: int = 0, eval_samples: int = 0) -> None:
+        self.seq_len, self.vocab_size, self.seed = seq_len, vocab_size, seed
+        self.train_samples, self.eval_samples = train_samples, eval_samples
+
+    def open(self, root: Path, split: str) -> "GPTSamples":
+        from .gpt import Corpus, GPTSamples
+        from .indexed import list_prefixes
+
+        self.layout.list_split(root, split)  # a missing or empty split folder, named
+        corpus = Corpus.open(list_prefixes(Path(root) / split), self.vocab_size)
+        if split == self.train_split:
+            return GPTSamples(corpus, self.seq_len, self.seed, self.train_samples, shuffle=True)
+        return GPTSamples(corpus, self.seq_len, EVAL_SEED, self.eval_samples, shuffle=False, limit=self.eval_samples)
+
+    def collate(self, samples: Sequence[np.ndarray]) -> "torch.Tensor":
+        import torch
+
+        return torch.from_numpy(np.stack(samples))
+
+    def read_batch(self, source: Any, indices: Sequence[int], pin: bool = False) -> "torch.Tensor":
+        import torch
+
+        out = torch.from_numpy(source.read(indices))
+        return out.pin_memory() if pin else out

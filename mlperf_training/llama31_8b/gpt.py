@@ -1,0 +1,184 @@
+"""GPT training samples over indexed datasets, built as Megatron-LM's ``GPTDataset`` builds them.
+
+A sample is ``seq_len + 1`` consecutive tokens of the stream of documents (inputs = the first ``seq_len``,
+labels = the last ``seq_len``), crossing document boundaries; consecutive samples share one token. Three
+arrays fix which tokens and in which order (Megatron ``megatron/core/datasets/gpt_dataset.py``:
+``_build_document_sample_shuffle_indices``, ``_build_document_index``, ``_build_shuffle_index`` and
+``helpers.build_sample_idx``), all from one ``numpy.random.RandomState(seed)``:
+
+* the **document index**: every document id once per epoch (as many epochs as the requested samples need:
+  ``epochs x tokens_per_epoch >= num_samples x seq_len + 1``), shuffled as one array - or, when the last epoch
+  would contribute fewer than 80% of an epoch's samples, the first ``epochs - 1`` shuffled together and the last
+  one on its own (``separate_final_epoch``);
+* the **sample index**: ``(position in the document index, offset in that document)`` where each sample starts,
+  ``(epochs x tokens_per_epoch - 1) // seq_len`` samples + 1 rows; sample ``i`` runs from row ``i`` to row
+  ``i + 1`` inclusive. Computed here with one ``searchsorted`` over the cumulative document lengths (the C++
+  helper walks the documents; the rows are the same, empty documents included);
+* the **shuffle index**: a permutation of the samples (the samples of a separate final epoch shuffled apart).
+
+``shuffle=False`` (the evaluation split: the reference reads its validation samples in the stored order)
+keeps the document order and the identity permutation. Memory is that of Megatron's arrays: O(documents x
+epochs) for the document index and its cumulative lengths, O(samples) for the sample and shuffle indices;
+nothing is per token, and a sample's tokens are read from the memory-mapped .bin when it is asked for.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from hpcbench.common.errors import DataError
+
+from .indexed import IndexedDataset
+
+SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80  # Megatron's: a last epoch under 80% of one is shuffled on its own
+
+
+class Corpus:
+    """Several indexed datasets seen as one list of documents (sequences), in the given order."""
+
+    def __init__(self, datasets: Sequence[IndexedDataset]) -> None:
+        if not datasets:
+            raise DataError("an empty corpus: no indexed dataset given")
+        self.datasets = list(datasets)
+        self.lengths = np.concatenate([d.sequence_lengths for d in datasets]).astype(np.int32)
+        self.starts = np.cumsum([0] + [len(d) for d in datasets]).astype(np.int64)
+
+    @classmethod
+    def open(cls, prefixes: Sequence[Path], vocab_size: int) -> "Corpus":
+        return cls([IndexedDataset(p, vocab_size) for p in prefixes])
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def get(self, doc: int, offset: int = 0, length: int | None = None) -> np.ndarray:
+        k = int(np.searchsorted(self.starts, doc, side="right")) - 1
+        return self.datasets[k].get(doc - int(self.starts[k]), offset, length)
+
+    def where(self) -> str:
+        return ", ".join(str(d.bin_path) for d in self.datasets)
+
+    def close(self) -> None:
+        for d in self.datasets:
+            d.close()
+
+
+def num_epochs_for(tokens_per_epoch: int, num_samples: int, seq_len: int) -> int:
+    """Megatron's ``_get_num_epochs``: passes over the documents that give ``num_samples x seq_len + 1`` tokens."""
+    need = num_samples * seq_len + 1
+    return max(1, -(-need // tokens_per_epoch))
+
+
+def build_document_index(documents: np.ndarray, epochs: int, rng: np.random.RandomState | None,
+                         separate_final_epoch: bool) -> np.ndarray:
+    """Every document once per epoch, shuffled (``rng``) as Megatron's ``_build_document_index``; int32."""
+    if not separate_final_epoch or epochs == 1:
+        index = np.tile(documents.astype(np.int32), epochs)
+        if rng is not None:
+            rng.shuffle(index)
+        return index
+    first = build_document_index(documents, epochs - 1, rng, False)
+    last = build_document_index(documents, 1, rng, False)
+    return np.concatenate((first, last))
+
+
+def build_sample_index(lengths: np.ndarray, document_index: np.ndarray, seq_len: int, epochs: int,
+                       tokens_per_epoch: int) -> np.ndarray:
+    """``(num_samples + 1, 2)`` int64 rows (document-index position, offset) where samples start and end, the
+    rows ``helpers.build_sample_idx`` writes: sample ``i`` is the tokens from row ``i`` to row ``i + 1`` inclusive."""
+    num_samples = (epochs * tokens_per_epoch - 1) // seq_len
+    doc_lengths = lengths[document_index].astype(np.int64)
+    cum = np.zeros(doc_lengths.size + 1, dtype=np.int64)
+    np.cumsum(doc_lengths, out=cum[1:])
+    positions = np.arange(num_samples + 1, dtype=np.int64) * seq_len
+    where = np.searchsorted(cum, positions, side="right") - 1  # the non-empty document holding each position
+    out = np.empty((num_samples + 1, 2), dtype=np.int64)
+    out[:, 0] = where
+    out[:, 1] = positions - cum[where]
+    out[0] = (0, 0)  # the helper starts at the first document, empty or not (the same tokens)
+    return out
+
+
+def build_shuffle_index(num_samples: int, total: int, rng: np.random.RandomState | None) -> np.ndarray:
+    """``[0, num_samples)`` shuffled, then ``[num_samples, total)`` shuffled apart (Megatron's ``_build_shuffle_index``)."""
+    dtype = np.uint32 if total < np.iinfo(np.uint32).max - 1 else np.int64
+    first = np.arange(num_samples, dtype=dtype)
+    if rng is not None:
+        rng.shuffle(first)
+    if num_samples == total:
+        return first
+    last = np.arange(num_samples, total, dtype=dtype)
+    if rng is not None:
+        rng.shuffle(last)
+    return np.concatenate((first, last))
+
+
+class GPTSamples:
+    """The samples of one split: item ``i`` is ``seq_len + 1`` int64 tokens (a :class:`SampleSource`).
+
+    ``num_samples``: the samples the run asks for (Megatron: training iterations x global batch); 0 = one pass
+    over the documents. As in Megatron, the index holds every sample of the epochs it needed, at least
+    ``num_samples``; ``limit`` > 0 keeps the first ``limit`` of them (the evaluation set)."""
+
+    def __init__(self, corpus: Corpus, seq_len: int, seed: int, num_samples: int = 0, shuffle: bool = True,
+                 limit: int = 0) -> None:
+        if seq_len < 1:
+            raise ValueError(f"sequence length {seq_len}")
+        self.corpus, self.seq_len = corpus, seq_len
+        documents = np.arange(len(corpus), dtype=np.int64)
+        tokens = int(corpus.lengths.sum(dtype=np.int64))
+        if tokens < seq_len + 1:
+            raise DataError(f"{corpus.where()}: {tokens} tokens in all, fewer than one sample of {seq_len + 1} "
+                            "(config key 'data.seq_len')")
+        if num_samples <= 0:
+            num_samples = (tokens - 1) // seq_len
+        epochs = num_epochs_for(tokens, num_samples, seq_len)
+        separate = False
+        if epochs > 1:
+            before_final = ((epochs - 1) * tokens - 1) // seq_len
+            per_epoch = (tokens - 1) // seq_len
+            separate = num_samples - before_final < int(SEPARATE_FINAL_EPOCH_THRESHOLD * per_epoch)
+        rng = np.random.RandomState(seed) if shuffle else None
+        self.epochs, self.separate_final_epoch = epochs, separate
+        self.document_index = build_document_index(documents, epochs, rng, separate)
+        self.sample_index = build_sample_index(corpus.lengths, self.document_index, seq_len, epochs, tokens)
+        total = self.sample_index.shape[0] - 1
+        first = before_final if separate else total
+        self.shuffle_index = build_shuffle_index(first, total, rng)
+        self.size = total
+        if limit:
+            if limit > total:
+                raise DataError(f"{corpus.where()}: {limit} samples of {seq_len + 1} tokens asked for (config key "
+                                f"'data.eval_samples'), the split holds {total}")
+            self.size = limit
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if not 0 <= i < self.size:
+            raise IndexError(f"sample {i} of {self.size}")
+        j = int(self.shuffle_index[i])
+        (d0, o0), (d1, o1) = self.sample_index[j], self.sample_index[j + 1]
+        doc = self.document_index
+        if d0 == d1:
+            parts = [self.corpus.get(int(doc[d0]), int(o0), int(o1 - o0 + 1))]
+        else:
+            parts = [self.corpus.get(int(doc[d0]), int(o0))]
+            parts += [self.corpus.get(int(doc[k])) for k in range(int(d0) + 1, int(d1))]
+            parts.append(self.corpus.get(int(doc[d1]), 0, int(o1) + 1))
+        out = np.concatenate(parts).astype(np.int64)
+        if out.size != self.seq_len + 1:  # the index arithmetic is ours: never hand out a short sample
+            raise DataError(f"{self.corpus.where()}: sample {i} has {out.size} tokens, expected {self.seq_len + 1}")
+        return out
+
+    def read(self, indices: Sequence[int]) -> np.ndarray:
+        """``(len(indices), seq_len + 1)`` int64 tokens."""
+        out = np.empty((len(indices), self.seq_len + 1), dtype=np.int64)
+        for row, i in enumerate(indices):
+            out[row] = self[int(i)]
+        return out
+
+    def costs(self) -> np.ndarray:
+        return np.ones(self.size)

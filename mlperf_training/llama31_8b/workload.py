@@ -1,0 +1,128 @@
+"""Llama 3.1 8B pretraining on the harness (training suite, ruleset training 6.0.0).
+
+Data: Megatron indexed datasets, GPT samples of ``seq_len + 1`` tokens in the seeded Megatron order
+(``dataset.py``). Model: Llama 3.1 (``model.py``), sharded by ``distribute`` with FSDP2 over the data-parallel
+ranks and tensor parallelism over ``model.tensor_parallel`` (``parallelize.py``); the harness trains it with
+:mod:`hpcbench.common.sharded` (``shards_parameters``). Loss: the summed next-token cross entropy of the rank's
+batch over its token count (the harness divides by the instance's count, so the gradient is that of the global
+mean). Evaluation: ``eval_accuracy`` = log perplexity, the mean next-token cross entropy (nats) over every token
+of the evaluation samples - (summed loss, token count) added over batches and ranks (ranks of a tensor-parallel
+group add the same batch twice to both, which leaves the ratio as it is). Weight decay spares the 1-D tensors
+(RMSNorm weights), as Megatron's parameter groups do.
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from hpcbench.common.errors import ConfigError
+from hpcbench.common.workload import DataShard, EpochLoader, Workload
+
+from . import BENCHMARK
+from .config import LlamaConfig
+from .dataset import LlamaData
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+    from torch import nn
+
+    from hpcbench.common.parallel import Degrees, Parallel
+
+
+class LlamaWorkload(Workload[LlamaConfig]):
+    record = BENCHMARK
+    config_cls = LlamaConfig
+    shards_parameters: ClassVar[bool] = True
+
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__(cfg)
+        d = cfg.data
+        self._spec = LlamaData(d.seq_len, cfg.model.vocab_size, cfg.train.seed, d.train_samples, d.eval_samples)
+
+    def dataset(self) -> LlamaData:
+        return self._spec
+
+    def train_loader(self, shard: DataShard) -> EpochLoader:
+        self._spec.seed = shard.seed  # the instance's seed fixes the Megatron order (set before the split opens)
+        return super().train_loader(shard)
+
+    # model ----------------------------------------------------------------------------------
+    def model_config(self) -> Any:
+        from .model import LlamaConfig as Shape
+
+        m = self.cfg.model
+        return Shape(vocab_size=m.vocab_size, dim=m.dim, layers=m.layers, heads=m.heads, kv_heads=m.kv_heads,
+                     ffn_dim=m.ffn_dim, rope_theta=m.rope_theta)
+
+    def build_model(self) -> "nn.Module":
+        from .model import Llama
+
+        return Llama(self.model_config())
+
+    def parallel_degrees(self) -> "Degrees":
+        from hpcbench.common.parallel import Degrees
+
+        return Degrees(tensor_parallel=self.cfg.model.tensor_parallel, model_parallel=True,
+                       model_parallel_what="parameters sharded over the ranks (FSDP2)")
+
+    def distribute(self, model: "nn.Module", parallel: "Parallel") -> "nn.Module":
+        from .parallelize import parallelize
+
+        return parallelize(model, parallel.device_mesh(), self.cfg.model.activation_checkpointing)  # type: ignore[arg-type]
+
+    def no_weight_decay(self, name: str) -> bool:
+        return name.endswith("norm.weight")
+
+    def forward(self, model: "nn.Module", batch: "torch.Tensor") -> "torch.Tensor":
+        return model(batch[:, :-1])
+
+    def loss(self, outputs: "torch.Tensor", batch: "torch.Tensor") -> "torch.Tensor":
+        from .model import token_nll_sum
+
+        return token_nll_sum(outputs, batch[:, 1:])
+
+    def loss_count(self, batch: "torch.Tensor") -> "torch.Tensor":
+        return batch.new_full((), batch[:, 1:].numel())
+
+    # evaluation -----------------------------------------------------------------------------
+    def eval_sums(self, outputs: "torch.Tensor", batch: "torch.Tensor") -> Mapping[str, "torch.Tensor"]:
+        from .model import token_nll_sum
+
+        return {"nll": token_nll_sum(outputs, batch[:, 1:]), "tokens": self.loss_count(batch)}
+
+    def metric(self, sums: Mapping[str, float]) -> float:
+        return sums["nll"] / max(1.0, sums["tokens"])
+
+    def hyperparameters(self) -> dict[str, Any]:
+        return {**super().hyperparameters(), "max_sequence_length": self.cfg.data.seq_len,
+                "max_steps": self.cfg.model.max_steps}
+
+    # synthetic data -------------------------------------------------------------------------
+    @classmethod
+    def add_datagen_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--train-documents", type=int, default=4000)
+        parser.add_argument("--eval-documents", type=int, default=400)
+        parser.add_argument("--vocab-size", type=int, default=512, help="ids of the Markov corpus (the last ends a document)")
+        parser.add_argument("--min-len", type=int, default=40, help="words per document, at least")
+        parser.add_argument("--max-len", type=int, default=400, help="words per document, at most")
+
+    @classmethod
+    def embedded_datagen_args(cls) -> list[str]:
+        return ["--train-documents", "4000", "--eval-documents", "400", "--vocab-size", "512"]
+
+    @classmethod
+    def datagen(cls, args: argparse.Namespace) -> None:
+        from .synth import MarkovSource, write_split
+
+        if args.train_documents < 1 or args.eval_documents < 1:
+            raise ConfigError("--train-documents and --eval-documents must be >= 1")
+        src = MarkovSource(args.vocab_size, args.seed)
+        out = Path(args.out)
+        n_train = write_split(out / "train" / "synth_train_text_document", src, args.train_documents, args.min_len,
+                              args.max_len, stream=1)
+        n_eval = write_split(out / "validation" / "synth_validation_text_document", src, args.eval_documents,
+                             args.min_len, args.max_len, stream=2)
+        print(f"wrote {n_train} training and {n_eval} validation tokens (Markov corpus, vocabulary {args.vocab_size}, "
+              f"entropy rate {src.entropy_rate():.3f} nats/token, unigram entropy {src.unigram_entropy():.2f}) to {out}")

@@ -1,0 +1,231 @@
+"""llama31_8b data: the Megatron indexed-dataset reader against an independent writer built here from the
+published layout, refusals of corrupt files by name, our writer read back independently, the GPT sample /
+document / shuffle indices against a direct transcription of Megatron's sample-index walk, and the synthetic
+corpus's entropy bounds."""
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hpcbench.common.errors import DataError
+from hpcbench.workloads.mlperf_training.llama31_8b import gpt, indexed, synth
+
+CODES = {"uint8": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "float64": 6, "float32": 7, "uint16": 8}
+
+
+def independent_write(prefix: Path, docs: list[list[int]], dtype: str = "int32") -> None:
+    """The published layout with struct only: header, int32 lengths, int64 byte pointers, int64 doc index."""
+    fmt = {"int32": "i", "uint16": "H", "int64": "q", "uint8": "B"}[dtype]
+    size = struct.calcsize(fmt)
+    with open(str(prefix) + ".bin", "wb") as fh:
+        for d in docs:
+            fh.write(struct.pack(f"<{len(d)}{fmt}", *d))
+    lengths = [len(d) for d in docs]
+    pointers, at = [], 0
+    for n in lengths:
+        pointers.append(at)
+        at += n * size
+    doc_index = list(range(len(docs) + 1))
+    with open(str(prefix) + ".idx", "wb") as fh:
+        fh.write(b"MMIDIDX\x00\x00")
+        fh.write(struct.pack("<Q", 1))
+        fh.write(struct.pack("<B", CODES[dtype]))
+        fh.write(struct.pack("<Q", len(lengths)))
+        fh.write(struct.pack("<Q", len(doc_index)))
+        fh.write(struct.pack(f"<{len(lengths)}i", *lengths))
+        fh.write(struct.pack(f"<{len(pointers)}q", *pointers))
+        fh.write(struct.pack(f"<{len(doc_index)}q", *doc_index))
+
+
+def independent_read(prefix: Path) -> list[list[int]]:
+    raw = Path(str(prefix) + ".idx").read_bytes()
+    assert raw[:9] == b"MMIDIDX\x00\x00" and struct.unpack("<Q", raw[9:17])[0] == 1
+    code = raw[17]
+    fmt = {1: "B", 4: "i", 5: "q", 8: "H"}[code]
+    n, d = struct.unpack("<QQ", raw[18:34])
+    lengths = struct.unpack(f"<{n}i", raw[34 : 34 + 4 * n])
+    pointers = struct.unpack(f"<{n}q", raw[34 + 4 * n : 34 + 12 * n])
+    docs = struct.unpack(f"<{d}q", raw[34 + 12 * n :])
+    assert docs[0] == 0 and docs[-1] == n
+    data = Path(str(prefix) + ".bin").read_bytes()
+    size = struct.calcsize(fmt)
+    return [list(struct.unpack(f"<{m}{fmt}", data[p : p + m * size])) for m, p in zip(lengths, pointers)]
+
+
+def _docs(rng: np.random.RandomState, n: int, vocab: int, empty: bool = False) -> list[list[int]]:
+    out = [list(map(int, rng.randint(0, vocab, size=rng.randint(1, 40)))) for _ in range(n)]
+    if empty:
+        out[3] = []
+        out[7] = []
+    return out
+
+
+def test_reader_reads_an_independently_written_dataset(tmp_path: Path) -> None:
+    rng = np.random.RandomState(0)
+    for dtype, vocab in (("int32", 128256), ("uint16", 5000)):
+        docs = _docs(rng, 20, vocab, empty=True)
+        docs[0] = list(range(1, 9))
+        independent_write(tmp_path / dtype, docs, dtype)
+        ds = indexed.IndexedDataset(tmp_path / dtype, vocab_size=vocab)
+        assert len(ds) == 20 and ds.document_count == 20 and ds.dtype == np.dtype(dtype)
+        assert [ds.get(i).tolist() for i in range(20)] == docs
+        assert ds.get(0, 2, 3).tolist() == docs[0][2:5]
+        ds.check_tokens()
+        ds.close()
+
+
+def test_our_writer_is_read_by_the_independent_reader(tmp_path: Path) -> None:
+    docs = _docs(np.random.RandomState(1), 15, 128256)
+    w = indexed.IndexedWriter(tmp_path / "ours", np.int32, vocab_size=128256)
+    for d in docs:
+        w.add_document(d)
+    w.finish().close()
+    assert independent_read(tmp_path / "ours") == docs
+    assert not list(tmp_path.glob(".*"))  # no temporary file left behind
+
+
+def _corrupt(tmp_path: Path, name: str) -> Path:
+    prefix = tmp_path / name
+    independent_write(prefix, [[1, 2, 3], [4, 5], [6]], "int32")
+    return prefix
+
+
+@pytest.mark.parametrize("damage, expected", [
+    (lambda idx, b: idx.write_bytes(b"XXIDIDX\x00\x00" + idx.read_bytes()[9:]), "magic"),
+    (lambda idx, b: idx.write_bytes(idx.read_bytes()[:9] + struct.pack("<Q", 2) + idx.read_bytes()[17:]), "version 2"),
+    (lambda idx, b: idx.write_bytes(idx.read_bytes()[:17] + bytes([9]) + idx.read_bytes()[18:]), "dtype code 9"),
+    (lambda idx, b: idx.write_bytes(idx.read_bytes()[:17] + bytes([7]) + idx.read_bytes()[18:]), "not an integer"),
+    (lambda idx, b: idx.write_bytes(idx.read_bytes()[:-3]), "header announces"),
+    (lambda idx, b: idx.write_bytes(idx.read_bytes()[:20]), "shorter than the 34-byte index header"),
+    (lambda idx, b: b.write_bytes(b.read_bytes()[:-4]), "describes 6 tokens"),
+    (lambda idx, b: idx.write_bytes(idx.read_bytes()[:34 + 12] + struct.pack("<q", 8) + idx.read_bytes()[34 + 20:]),
+     "points at byte 8"),
+    (lambda idx, b: idx.write_bytes(idx.read_bytes()[:-8] + struct.pack("<q", 2)), "document index runs from 0 to 2"),
+    (lambda idx, b: idx.write_bytes(idx.read_bytes()[:34] + struct.pack("<i", -1) + idx.read_bytes()[38:]),
+     "length -1"),
+])
+def test_corrupt_files_are_refused_by_name(tmp_path: Path, damage, expected: str) -> None:  # noqa: ANN001
+    prefix = _corrupt(tmp_path, "c4")
+    idx, b = Path(str(prefix) + ".idx"), Path(str(prefix) + ".bin")
+    damage(idx, b)
+    with pytest.raises(DataError, match=expected) as err:
+        indexed.IndexedDataset(prefix, vocab_size=100)
+    assert "c4." in str(err.value)
+
+
+def test_token_ids_beyond_the_vocabulary_and_missing_files(tmp_path: Path) -> None:
+    independent_write(tmp_path / "big", [[1, 2], [3, 500]], "int32")
+    ds = indexed.IndexedDataset(tmp_path / "big", vocab_size=100)
+    assert ds.get(0).tolist() == [1, 2]
+    with pytest.raises(DataError, match=r"big.bin.*sequence 1 holds token id 500.*\[0, 100\)"):
+        ds.get(1)
+    with pytest.raises(DataError, match="token id 500"):
+        ds.check_tokens()
+    Path(str(tmp_path / "big") + ".bin").unlink()
+    with pytest.raises(DataError, match=r"big.bin: no such file"):
+        indexed.IndexedDataset(tmp_path / "big")
+    with pytest.raises(ValueError, match="outside"):
+        indexed.IndexedWriter(tmp_path / "w", np.uint16, vocab_size=10).add_document([3, 11])
+
+
+def walk_sample_index(sizes: np.ndarray, doc_idx: np.ndarray, seq_length: int, num_epochs: int,
+                      tokens_per_epoch: int) -> np.ndarray:
+    """Megatron's helpers.build_sample_idx, transcribed as its loop (the reference for our vectorized form)."""
+    num_samples = (num_epochs * tokens_per_epoch - 1) // seq_length
+    out = np.zeros((num_samples + 1, 2), dtype=np.int64)
+    doc_i, offset = 0, 0
+    out[0] = (doc_i, offset)
+    for s in range(1, num_samples + 1):
+        remaining = seq_length + 1
+        while remaining != 0:
+            length = int(sizes[doc_idx[doc_i]]) - offset
+            remaining -= length
+            if remaining <= 0:
+                offset += remaining + length - 1
+                remaining = 0
+            else:
+                doc_i += 1
+                offset = 0
+        out[s] = (doc_i, offset)
+    return out
+
+
+@pytest.mark.parametrize("seq_len", [1, 7, 16, 64])
+def test_sample_index_equals_megatrons_walk(seq_len: int) -> None:
+    rng = np.random.RandomState(seq_len)
+    lengths = rng.randint(0, 30, size=40).astype(np.int32)
+    lengths[[0, 5, 6, 39]] = 0  # empty documents, the first and the last among them
+    tokens = int(lengths.sum())
+    for epochs in (1, 3):
+        doc_index = gpt.build_document_index(np.arange(40), epochs, np.random.RandomState(3), False)
+        ours = gpt.build_sample_index(lengths, doc_index, seq_len, epochs, tokens)
+        assert np.array_equal(ours, walk_sample_index(lengths, doc_index, seq_len, epochs, tokens))
+
+
+def _corpus(tmp_path: Path, docs: list[list[int]]) -> gpt.Corpus:
+    independent_write(tmp_path / "corpus", docs, "int32")
+    return gpt.Corpus.open([tmp_path / "corpus"], vocab_size=1000)
+
+
+def test_gpt_samples_cross_documents_in_the_seeded_order(tmp_path: Path) -> None:
+    docs = _docs(np.random.RandomState(5), 30, 1000, empty=True)
+    corpus = _corpus(tmp_path, docs)
+    seq = 16
+    s = gpt.GPTSamples(corpus, seq, seed=1234, num_samples=50)
+    assert len(s) >= 50 and s.epochs >= 1
+    # the token stream of the shuffled document order, and each sample a window of it (one shared token)
+    stream = np.concatenate([np.array(docs[d], dtype=np.int64) for d in s.document_index])
+    for i in range(len(s)):
+        j = int(s.shuffle_index[i])
+        assert np.array_equal(s[i], stream[j * seq : j * seq + seq + 1])
+    assert sorted(map(int, s.shuffle_index)) == list(range(len(s)))
+    same = gpt.GPTSamples(corpus, seq, seed=1234, num_samples=50)
+    other = gpt.GPTSamples(corpus, seq, seed=99, num_samples=50)
+    assert np.array_equal(same.read(range(10)), s.read(range(10)))
+    assert not np.array_equal(other.read(range(10)), s.read(range(10)))
+    assert s.read([3, 1]).shape == (2, seq + 1)
+
+
+def test_megatron_epochs_and_separate_final_epoch(tmp_path: Path) -> None:
+    docs = [[1] * 10 for _ in range(10)]  # 100 tokens, 9 samples of 11 per epoch at seq 11 ... (100-1)//11 = 9
+    corpus = _corpus(tmp_path, docs)
+    one = gpt.GPTSamples(corpus, 11, seed=1, num_samples=0)
+    assert (one.epochs, len(one)) == (1, 9)
+    # 10 samples need a second epoch, whose 1 sample is < 80% of an epoch: shuffled apart
+    two = gpt.GPTSamples(corpus, 11, seed=1, num_samples=10)
+    assert two.epochs == 2 and two.separate_final_epoch
+    before = ((2 - 1) * 100 - 1) // 11
+    assert sorted(map(int, two.shuffle_index[:before])) == list(range(before))
+    # 17 samples: the last epoch gives 8 >= 0.8 x 9, shuffled with the rest
+    assert not gpt.GPTSamples(corpus, 11, seed=1, num_samples=17).separate_final_epoch
+
+
+def test_eval_samples_are_the_first_in_document_order(tmp_path: Path) -> None:
+    docs = _docs(np.random.RandomState(6), 20, 1000)
+    corpus = _corpus(tmp_path, docs)
+    ev = gpt.GPTSamples(corpus, 8, seed=0, shuffle=False, limit=5)
+    stream = np.concatenate([np.array(d, dtype=np.int64) for d in docs])
+    assert len(ev) == 5 and all(np.array_equal(ev[i], stream[8 * i : 8 * i + 9]) for i in range(5))
+    with pytest.raises(DataError, match="data.eval_samples"):
+        gpt.GPTSamples(corpus, 8, seed=0, shuffle=False, limit=10**6)
+    with pytest.raises(DataError, match="data.seq_len"):
+        gpt.GPTSamples(corpus, 10**6, seed=0)
+
+
+def test_synthetic_corpus_entropy_bounds_the_mini_target(tmp_path: Path) -> None:
+    import tomllib
+
+    src = synth.MarkovSource(vocab_size=512, seed=1)
+    target = tomllib.loads((Path(__file__).parents[1] / "mlperf_training/llama31_8b/configs/mini.toml").read_text())
+    target = target["train"]["target"]
+    assert src.entropy_rate() == pytest.approx(0.5181, abs=1e-3)
+    assert src.entropy_rate() + 0.1 < target < 1.0 < src.unigram_entropy() - 4  # unigram ~ ln 511 = 6.2 nats
+    n = synth.write_split(tmp_path / "train" / "synth", src, documents=50, min_len=20, max_len=60, stream=0)
+    ds = indexed.IndexedDataset(tmp_path / "train" / "synth", vocab_size=512)
+    assert ds.num_tokens == n and ds.dtype == np.uint16 and len(ds) == 50
+    succ = src.successors()
+    doc = ds.get(0)
+    assert doc[-1] == src.eod and all(int(b) in succ[int(a)] for a, b in zip(doc[:-2], doc[1:-1]))

@@ -1,0 +1,47 @@
+"""llama31_8b model: the full model's parameter count on the meta device, the Llama 3.1 RoPE frequency scaling,
+causality and GQA of a tiny model, and the loss of an untrained model near ln(vocab)."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from hpcbench.workloads.mlperf_training.llama31_8b.model import (LLAMA31_8B, Llama, LlamaConfig, parameter_count,
+                                                                 rope_frequencies, token_nll_sum)
+
+TINY = LlamaConfig(vocab_size=97, dim=32, layers=2, heads=4, kv_heads=2, ffn_dim=48)
+
+
+def test_full_model_has_8_030_261_248_parameters_on_the_meta_device() -> None:
+    with torch.device("meta"):
+        model = Llama(LLAMA31_8B)
+    n = sum(p.numel() for p in model.parameters())
+    assert n == parameter_count(LLAMA31_8B) == 8_030_261_248
+    assert model.output.weight is not model.tok_embeddings.weight  # untied
+    a = model.layers[0].attention
+    assert (a.wq.weight.shape, a.wk.weight.shape, model.layers[0].feed_forward.w1.weight.shape) == (
+        (4096, 4096), (1024, 4096), (14336, 4096))
+
+
+def test_llama31_rope_scaling() -> None:
+    inv = rope_frequencies(LLAMA31_8B)
+    plain = 1.0 / (500000.0 ** (torch.arange(0, 128, 2, dtype=torch.float64) / 128))
+    wavelen = 2 * math.pi / plain
+    high = wavelen < 8192 / 4  # short wavelengths kept
+    low = wavelen > 8192 / 1  # long ones divided by 8
+    assert torch.equal(inv[high], plain[high]) and torch.allclose(inv[low], plain[low] / 8)
+    mid = ~(high | low)
+    assert mid.any() and bool(((inv[mid] < plain[mid]) & (inv[mid] > plain[mid] / 8)).all())
+
+
+def test_tiny_model_is_causal_and_starts_near_uniform() -> None:
+    torch.manual_seed(0)
+    model = Llama(TINY).double()
+    x = torch.randint(0, 97, (2, 12))
+    y = model(x)
+    x2 = x.clone()
+    x2[:, 8:] = (x2[:, 8:] + 1) % 97
+    y2 = model(x2)
+    assert torch.allclose(y[:, :8], y2[:, :8]) and not torch.allclose(y[:, 8:], y2[:, 8:])
+    nll = token_nll_sum(y[:, :-1], x[:, 1:]) / x[:, 1:].numel()
+    assert abs(float(nll) - math.log(97)) < 0.1
