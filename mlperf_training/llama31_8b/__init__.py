@@ -3,7 +3,7 @@ the training suite: Megatron indexed datasets and GPT samples (``indexed.py``, `
 corpus of known entropy (``synth.py``), the Llama 3.1 model (``model.py``), FSDP2 + tensor parallelism
 (``parallelize.py``) and the workload on the shared harness (``workload.py``). See docs/llama31_8b.md.
 """
-from hpcbench.common.benchmark import Benchmark, HyperparameterKeys, Target, upper_bound_only
+from hpcbench.common.benchmark import Benchmark, ClosedDefinition, HyperparameterKeys, Target, upper_bound_only
 
 BENCHMARK = Benchmark(
     name="llama31_8b", benchmark="llama31_8b", suite="training", ruleset="6.0.0",
@@ -17,4 +17,11 @@ BENCHMARK = Benchmark(
         "opt_name", "opt_base_learning_rate", "opt_end_learning_rate", "opt_learning_rate_warmup_steps",
         "opt_learning_rate_decay_steps", "opt_learning_rate_decay_schedule", "opt_adamw_beta_1", "opt_adamw_beta_2",
         "opt_adamw_epsilon", "opt_adamw_weight_decay", "opt_gradient_clip_norm")}, names={"adamw": "adamw"}),
+    closed=ClosedDefinition(
+        parameters=(8_030_261_248,), eval_samples=1024,
+        fixed={"max_sequence_length": 8192, "opt_name": "adamw", "opt_adamw_beta_1": 0.9, "opt_adamw_beta_2": 0.95,
+               "opt_adamw_epsilon": 1e-5, "opt_adamw_weight_decay": 0.1, "opt_gradient_clip_norm": 1.0,
+               "opt_learning_rate_decay_schedule": "cosine with linear warmup", "max_steps": 1_200_000},
+        source="training 6.0.0 closed_llama31_8b.yaml (sequence 8192, AdamW 0.9/0.95/1e-5/0.1, clip 1.0, cosine with "
+               "linear warmup, max_steps 1,200,000, 1,024 evaluation samples); Llama 3.1 8B: 8,030,261,248 parameters"),
 )
