@@ -15,7 +15,7 @@ from hpcbench.workloads.openfold_mlperf.model.structure import (atom14_to_atom37
 
 
 def _table(a: np.ndarray, idx: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return torch.as_tensor(np.asarray(a)).to(dtype)[idx]
+    return torch.tensor(np.asarray(a)).to(dtype)[idx]
 
 
 def ground_truth(aatype: torch.Tensor, gen: torch.Generator) -> dict[str, torch.Tensor]:
@@ -28,22 +28,22 @@ def ground_truth(aatype: torch.Tensor, gen: torch.Generator) -> dict[str, torch.
     bb = Rigid(rot, trans)
     ang = torch.rand(r, 7, generator=gen) * 2 * np.pi
     sc = torch.stack([torch.sin(ang), torch.cos(ang)], dim=-1)
-    default = torch.as_tensor(rc.RESTYPE_RIGID_GROUP_DEFAULT_FRAME)
+    default = torch.tensor(rc.RESTYPE_RIGID_GROUP_DEFAULT_FRAME)
     frames = torsion_angles_to_frames(bb, sc, aatype, default)
-    group_idx = torch.as_tensor(rc.RESTYPE_ATOM14_TO_RIGID_GROUP)
-    mask14 = torch.as_tensor(rc.RESTYPE_ATOM14_MASK)
-    lit = torch.as_tensor(rc.RESTYPE_ATOM14_RIGID_GROUP_POSITIONS)
+    group_idx = torch.tensor(rc.RESTYPE_ATOM14_TO_RIGID_GROUP)
+    mask14 = torch.tensor(rc.RESTYPE_ATOM14_MASK)
+    lit = torch.tensor(rc.RESTYPE_ATOM14_RIGID_GROUP_POSITIONS)
     pos14 = frames_to_atom14(Rigid(frames.rot[None], frames.trans[None]), aatype[None], group_idx, mask14, lit)[0]
     periodic = _table(np.asarray(rc.CHI_PI_PERIODIC), aatype)  # [R, 4]
     flip = torch.cat([torch.ones(r, 3), 1 - 2 * periodic], dim=-1).unsqueeze(-1)
     frames_alt = torsion_angles_to_frames(bb, sc * flip, aatype, default)
-    swap = torch.as_tensor(rc.RESTYPE_ATOM14_AMBIGUOUS_ATOMS_SWAP_IDX)[aatype]
+    swap = torch.tensor(rc.RESTYPE_ATOM14_AMBIGUOUS_ATOMS_SWAP_IDX)[aatype]
     pos14_alt = torch.gather(pos14, 0 - 2, swap.unsqueeze(-1).expand(r, 14, 3))
     exists14 = mask14[aatype]
-    r37to14 = torch.as_tensor(rc.RESTYPE_ATOM37_TO_ATOM14)[aatype]
+    r37to14 = torch.tensor(rc.RESTYPE_ATOM37_TO_ATOM14)[aatype]
     exists37 = _table(rc.RESTYPE_ATOM37_MASK, aatype)
     pos37 = atom14_to_atom37(pos14[None], r37to14[None], exists37[None])[0]
-    chi_mask = torch.cat([torch.as_tensor(np.asarray(rc.CHI_ANGLES_MASK, np.float32)),
+    chi_mask = torch.cat([torch.tensor(np.asarray(rc.CHI_ANGLES_MASK, np.float32)),
                           torch.zeros(1, 4)])[aatype]
     return {
         "backbone_rigid_tensor": frames.to_4x4()[:, 0], "backbone_rigid_mask": torch.ones(r),
@@ -53,7 +53,7 @@ def ground_truth(aatype: torch.Tensor, gen: torch.Generator) -> dict[str, torch.
         "atom14_gt_positions": pos14, "atom14_alt_gt_positions": pos14_alt,
         "atom14_gt_exists": exists14, "atom14_alt_gt_exists": exists14, "atom14_atom_exists": exists14,
         "atom14_atom_is_ambiguous": _table(rc.RESTYPE_ATOM14_AMBIGUOUS_ATOMS, aatype),
-        "residx_atom14_to_atom37": torch.as_tensor(rc.RESTYPE_ATOM14_TO_ATOM37)[aatype],
+        "residx_atom14_to_atom37": torch.tensor(rc.RESTYPE_ATOM14_TO_ATOM37)[aatype],
         "residx_atom37_to_atom14": r37to14, "atom37_atom_exists": exists37,
         "all_atom_positions": pos37, "all_atom_mask": exists37,
         "chi_angles_sin_cos": sc[:, 3:], "chi_mask": chi_mask,
