@@ -40,13 +40,15 @@ class OC20Data(DatasetSpec):
     def plan_static(self, which: str, totals: np.ndarray, per_dim: int, pad_distance: float) -> int:
         """Pad batches from now on to buckets chosen over the batch ``totals`` (graphs, atoms, edges,
         triplets per batch) of every loader planned so far (``which``: its name; a new plan replaces
-        that loader's); returns how many distinct shapes those batches take."""
+        that loader's); returns how many distinct shapes to expect: those the batches take, plus a
+        quarter (at least 2) for shapes that epochs beyond the simulated ones may add."""
         from .static import choose_buckets, padding_overhead
 
         self._totals[which] = totals
         every = np.concatenate(list(self._totals.values()))
         self.buckets, self.pad_distance = choose_buckets(every, per_dim), pad_distance
-        return int(padding_overhead(every, self.buckets)["shapes"])
+        seen = int(padding_overhead(every, self.buckets)["shapes"])
+        return seen + max(2, seen // 4)
 
     def open(self, root: Path, split: str) -> "SplitDataset":
         from .lmdbio import SplitDataset

@@ -22,16 +22,21 @@ Real atoms, edges and triplets keep their indices, so the real graphs' energies,
 gradient are those of the unpadded batch (up to the order of sums inside GEMMs over more rows).
 
 Buckets come from the split's stored per-sample sizes (the LMDB files' ``"sizes"`` key) and the batches
-the rank's sampler will actually form: for each dimension, the ``k`` boundaries that minimise the total
-padding over those batches (an exact dynamic programme over the batch totals, rounded up to ``align``).
-A batch above the largest bucket (possible only outside the simulated epochs) is padded to the largest
-bucket grown by 25% steps, so shapes stay few even then.
+the rank's sampler will actually form (its first epochs, as it forms them): for each dimension, the ``k``
+boundaries that minimise the total padding over those batches (an exact dynamic programme over the
+batch totals, rounded up to ``align``), ``k`` = ``data.shape_buckets``, or with 0 the fewest that keep
+that dimension's padding within 8% (at most 16). Dimensions are bucketed independently, so a batch's
+shape is one of the combinations; the sizes correlate, and the batches reach only some of them
+(``benchmarks/oc20_static_buckets.py`` counts them). A batch above the largest bucket (possible only
+outside the simulated epochs) is padded to the largest bucket grown by 25% steps, so shapes stay few
+even then.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -43,6 +48,8 @@ from .batch import GraphBatch
 DIMS = ("graphs", "atoms", "edges", "triplets")
 GROWTH = 1.25  # overflow buckets: the largest one times GROWTH**k
 MAX_CANDIDATES = 512  # distinct batch totals the optimiser works on (more are rounded up onto quantiles)
+AUTO_GOAL = 0.08  # data.shape_buckets = 0: per dimension the fewest sizes with <= 8% padding of the simulated batches
+MAX_AUTO = 16
 
 
 def _round_up(x: int | np.ndarray, align: int) -> int | np.ndarray:
@@ -103,6 +110,19 @@ def batch_totals(sizes: np.ndarray, batches: Iterable[np.ndarray]) -> np.ndarray
     return np.asarray(rows, np.int64).reshape(-1, 4)
 
 
+def sampler_totals(sampler: Any, sizes: np.ndarray, first_epoch: int, epochs: int) -> np.ndarray:
+    """:func:`batch_totals` of the batches a sampler (``set_epoch``/``batches``, e.g. the shared
+    ``EpochSampler``) forms in ``epochs`` epochs from ``first_epoch``; the sampler's epoch is restored."""
+    saved = getattr(sampler, "epoch", None)
+    batches: list[np.ndarray] = []
+    for epoch in range(first_epoch, first_epoch + epochs):
+        sampler.set_epoch(epoch)
+        batches.extend(sampler.batches())
+    if saved is not None:
+        sampler.set_epoch(saved)
+    return batch_totals(sizes, batches)
+
+
 def best_boundaries(values: np.ndarray, k: int, align: int = 1) -> tuple[int, ...]:
     """At most ``k`` sizes, the largest = max(values), minimising sum(bucket(v) - v) where bucket(v) is
     the smallest size >= v: an exact dynamic programme over the distinct values (rounded up to
@@ -142,15 +162,30 @@ def best_boundaries(values: np.ndarray, k: int, align: int = 1) -> tuple[int, ..
     return tuple(sorted(out))
 
 
-def choose_buckets(totals: np.ndarray, per_dim: int, align: int = 8) -> Buckets:
-    """Buckets for batches with these (graphs, atoms, edges, triplets) ``totals`` [m, 4], ``per_dim`` per
-    dimension; atoms and edges reserve one padding entry."""
+def _fewest(values: np.ndarray, k: int, align: int, goal: float, reserve: int) -> tuple[int, ...]:
+    """``k`` boundaries, or with ``k`` = 0 the fewest (at most MAX_AUTO) padding ``values`` by at most ``goal``
+    of their real sum (``values`` minus the ``reserve`` padding entries each holds)."""
+    if k:
+        return best_boundaries(values, k, align)
+    real = max(float(np.sum(values)) - reserve * len(values), 1.0)
+    for n in range(1, MAX_AUTO + 1):
+        bounds = best_boundaries(values, n, align)
+        padded = float(np.asarray(bounds)[np.searchsorted(bounds, values)].sum())
+        if padded - real <= goal * real:
+            return bounds
+    return bounds
+
+
+def choose_buckets(totals: np.ndarray, per_dim: int, align: int = 8, goal: float = AUTO_GOAL) -> Buckets:
+    """Buckets for batches with these (graphs, atoms, edges, triplets) ``totals`` [m, 4]: ``per_dim`` sizes
+    per dimension, or with 0 the fewest per dimension whose padding of these batches is at most ``goal``
+    of the real atoms, edges or triplets; atoms and edges reserve one padding entry."""
     totals = np.asarray(totals, np.int64).reshape(-1, 4)
     if totals.shape[0] == 0:
         raise ConfigError("static shapes: no batches to choose bucket sizes from (the split gives no batch)")
-    return Buckets(graphs=int(totals[:, 0].max()), atoms=best_boundaries(totals[:, 1] + 1, per_dim, align),
-                   edges=best_boundaries(totals[:, 2] + 1, per_dim, align),
-                   triplets=best_boundaries(np.maximum(totals[:, 3], 1), per_dim, align), align=align)
+    return Buckets(graphs=int(totals[:, 0].max()), atoms=_fewest(totals[:, 1] + 1, per_dim, align, goal, 1),
+                   edges=_fewest(totals[:, 2] + 1, per_dim, align, goal, 1),
+                   triplets=_fewest(np.maximum(totals[:, 3], 1), per_dim, align, goal, 0), align=align)
 
 
 def padding_overhead(totals: np.ndarray, buckets: Buckets) -> dict[str, float]:

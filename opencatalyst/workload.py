@@ -40,16 +40,18 @@ class OC20DataConfig(DataConfig):
     # step has a few fixed shapes (static compilation, a CUDA graph per bucket): true, false, or "auto"
     # (on for a CUDA device, where the step is launch-bound; off on a CPU, where padding is only extra work)
     static_shapes: bool | Literal["auto"] = "auto"
-    shape_buckets: int = 4  # bucket sizes per dimension, chosen from the split's stored per-sample sizes
+    # bucket sizes per dimension (atoms, edges, triplets), chosen from the split's stored per-sample sizes and
+    # the batches the sampler forms; 0: per dimension the fewest with at most 8% padding (at most 16)
+    shape_buckets: int = 0
 
     def validate(self) -> None:
         super().validate()
         if self.static_shapes not in (True, False, "auto"):
             raise ConfigError(f"config key 'data.static_shapes': {self.static_shapes!r}; expected true, false "
                               "or \"auto\"")
-        if not 1 <= self.shape_buckets <= 16:
+        if not 0 <= self.shape_buckets <= 16:
             raise ConfigError(f"config key 'data.shape_buckets': {self.shape_buckets}; expected 1 to 16 bucket "
-                              "sizes per dimension")
+                              "sizes per dimension, or 0 (per dimension the fewest with at most 8% padding)")
 
 
 @dataclass
@@ -122,19 +124,16 @@ class OC20Workload(Workload[OC20Config]):
         import copy
         import math
 
-        from .static import batch_totals
+        from .static import sampler_totals
 
         sampler = copy.copy(loader.sampler)  # type: ignore[attr-defined]
         per_epoch = max(1, len(sampler))
         epochs = 1 if which == "eval" else max(1, min(self.cfg.train.max_epochs, math.ceil(SIMULATED_BATCHES / per_epoch)))
-        batches = []
-        for epoch in range(epochs):
-            sampler.set_epoch(epoch)
-            batches.extend(sampler.batches())
         source = self.source(self._dataset.train_split if which == "train" else self._dataset.eval_split)
         sizes = source.sizes()  # type: ignore[attr-defined]
         table = np.stack([sizes["natoms"], sizes["edges"], sizes["triplets"]], axis=1)
-        count = self._dataset.plan_static(which, batch_totals(table, batches), d.shape_buckets,
+        totals = sampler_totals(sampler, table, 0, epochs)
+        count = self._dataset.plan_static(which, totals, d.shape_buckets,
                                           2.0 * self.cfg.model.cutoff)
         self.static_shapes, self.static_shape_count = True, count
 

@@ -130,6 +130,14 @@ def test_buckets_cover_every_batch_and_grow_past_the_largest() -> None:
     assert big.graphs == 6 and big.atoms >= 501 and big.triplets >= 100_000 and big.triplets % bk.align == 0
     over = static.padding_overhead(totals, bk)
     assert over["shapes"] <= 8 and all(over[d] >= 0 for d in ("atoms", "edges", "triplets"))
+    # data.shape_buckets = 0: per dimension the fewest sizes with at most 8% padding of these batches
+    rng = np.random.default_rng(0)
+    wide = np.stack([np.full(500, 4), rng.integers(40, 200, 500), rng.integers(1000, 9000, 500),
+                     rng.integers(10_000, 300_000, 500)], axis=1)
+    auto = static.choose_buckets(wide, 0)
+    over = static.padding_overhead(wide, auto)
+    assert max(over["atoms"], over["edges"], over["triplets"]) <= static.AUTO_GOAL
+    assert 1 < len(auto.triplets) <= static.MAX_AUTO and len(static.choose_buckets(wide, 1).triplets) == 1
     with pytest.raises(ValueError, match="cannot hold"):
         static.pad_batch(collate([datagen.make_sample(SPEC, 0, "train", 0)]), static.Shape(1, 5, 5, 5), 8.0)
 
@@ -168,7 +176,7 @@ def test_loaders_pad_to_few_shapes_with_static_shapes_on(tmp_path: Path) -> None
     assert next(iter(w2.train_loader(shard))).graph_mask is None and not w2.static_shapes
 
 
-@pytest.mark.parametrize("key,value", [("data.static_shapes", "maybe"), ("data.shape_buckets", "0")])
+@pytest.mark.parametrize("key,value", [("data.static_shapes", "maybe"), ("data.shape_buckets", "17")])
 def test_bad_static_shape_keys_are_refused_by_name(key: str, value: str) -> None:
     with pytest.raises(ConfigError, match=key):
         OC20Workload(OC20Workload.load_config("mini", [f"{key}={value}"]))
@@ -178,3 +186,48 @@ def test_spec_collate_is_unpadded_until_planned(samples: list[dict]) -> None:
     w = OC20Workload(OC20Workload.load_config("mini"))
     spec = w.dataset()
     assert isinstance(spec, DatasetSpec) and spec.collate(samples[:2]).graph_mask is None
+
+
+def padded_training_batches(root: Path, device: torch.device, count: int) -> tuple[OC20Workload, list[GraphBatch]]:
+    write_split(root, "train", 24)
+    write_split(root, "validation", 4)
+    w = OC20Workload(OC20Workload.load_config("mini", [f"data.root={root}", "data.static_shapes=true",
+                                                       "data.shape_buckets=2", "data.threads=0"]))
+    loader = w.train_loader(DataShard(rank=0, size=1, seed=1, local_batch_size=4, device=device))
+    batches: list[GraphBatch] = []
+    epoch = 0
+    while len(batches) < count:
+        loader.set_epoch(epoch)
+        batches.extend(b for _, b in zip(range(count - len(batches)), loader))
+        epoch += 1
+    return w, batches
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graph capture needs a GPU")
+def test_cuda_graph_per_bucket_equals_eager(tmp_path: Path) -> None:
+    """One CUDA graph per padded shape, replayed, trains as the eager step (the tolerance of
+    tests/test_gpu_graphs.py: index_add on a GPU sums in no fixed order)."""
+    from tests.harness_graph import _interleave, stepper
+
+    dev = torch.device("cuda")
+    w, batches = padded_training_batches(tmp_path, dev, 10)
+    steppers = [stepper(w, mode, dev) for mode in ("eager", "cuda_graph")]
+    out = _interleave(steppers, batches, warm=1)
+    graphed = steppers[1][0]
+    shapes = {tuple(tuple(t.shape) for t in tensors_of(b)) for b in batches}
+    assert graphed.graph_count == min(len(shapes), graphed.max_graphs) and len(shapes) > 1
+    assert out["max_diff"] <= 1e-4 + 1e-3 * out["param_scale"], out
+    assert out["loss_diff"] <= 1e-3 * max(out["loss_scale"], 1e-6), out
+
+
+def test_padded_batches_through_the_harness_step_on_cpu(tmp_path: Path) -> None:
+    """The same comparison as the GPU test, eager vs eager on the CPU: the padded loader's batches run
+    through the harness's TrainStep (loss over the free-atom count, optimizer) and train identically."""
+    from tests.harness_graph import _interleave, stepper
+
+    dev = torch.device("cpu")
+    w, batches = padded_training_batches(tmp_path, dev, 2)
+    steppers = [stepper(w, "eager", dev) for _ in range(2)]
+    assert steppers[0][0].max_graphs == w.static_shape_count > 1
+    out = _interleave(steppers, batches, warm=1)
+    assert out["max_diff"] == 0.0 and out["loss_diff"] == 0.0 and out["loss_scale"] > 0
