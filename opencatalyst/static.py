@@ -97,10 +97,6 @@ class Buckets:
         return Shape(max(self.graphs, graphs), self._fit(atoms + 1, self.atoms), self._fit(edges + 1, self.edges),
                      self._fit(triplets, self.triplets))
 
-    def shape_count(self) -> int:
-        """Distinct shapes the buckets allow (an upper bound: batches reach fewer, sizes correlate)."""
-        return len(self.atoms) * len(self.edges) * len(self.triplets)
-
 
 def batch_totals(sizes: np.ndarray, batches: Iterable[np.ndarray]) -> np.ndarray:
     """int64 [batches, 4]: (graphs, atoms, edges, triplets) of each batch of sample indices, from the

@@ -128,13 +128,13 @@ class OC20Workload(Workload[OC20Config]):
 
         sampler = copy.copy(loader.sampler)  # type: ignore[attr-defined]
         per_epoch = max(1, len(sampler))
-        epochs = 1 if which == "eval" else max(1, min(self.cfg.train.max_epochs, math.ceil(SIMULATED_BATCHES / per_epoch)))
+        epochs = 1 if which == "eval" else max(1, min(self.cfg.train.max_epochs,
+                                                       math.ceil(SIMULATED_BATCHES / per_epoch)))
         source = self.source(self._dataset.train_split if which == "train" else self._dataset.eval_split)
         sizes = source.sizes()  # type: ignore[attr-defined]
         table = np.stack([sizes["natoms"], sizes["edges"], sizes["triplets"]], axis=1)
         totals = sampler_totals(sampler, table, 0, epochs)
-        count = self._dataset.plan_static(which, totals, d.shape_buckets,
-                                          2.0 * self.cfg.model.cutoff)
+        count = self._dataset.plan_static(which, totals, d.shape_buckets, 2.0 * self.cfg.model.cutoff)
         self.static_shapes, self.static_shape_count = True, count
 
     # model and maths ----------------------------------------------------------------------
