@@ -41,8 +41,8 @@ def test_a_spent_budget_skips_the_rest_and_says_so() -> None:
     proc = bench(["-m", "benchmarks.oc20_sampler_balance", "--samples", "2000", "--budget-s", "0.001"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "plain strided partition (baseline)" in proc.stdout  # the baseline is always measured
-    assert "SKIPPED edge-balanced LPT partition: --budget-s 0.001 spent" in proc.stdout
-    assert proc.stdout.splitlines()[-1].endswith("skipped: edge-balanced LPT partition")
+    assert "SKIPPED window-balanced partition (now) at 2 per rank: --budget-s 0.001 spent" in proc.stdout
+    assert proc.stdout.splitlines()[-1].endswith("window-balanced partition (now) at 8 per rank")
 
 
 def test_bert_packing_benchmark_runs_all_variants_within_its_budget() -> None:
