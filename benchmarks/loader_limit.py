@@ -30,7 +30,9 @@ training on the CPU (for information; the transform writes into reused outputs a
 CosmoFlow plain >= 80% of (a) per core, gzip >= 80% of (b), DeepCAM >= 80% of (d). With CUDA, the training step's samples/s (the harness's step,
 bf16 channels-last, on a batch from the loader) is printed beside them; DALI, when installed, is
 shown with its transform. The page cache is warmed first (every file read once), so the rates are
-CPU costs, not the disk's. Rounds interleave every measurement; the best round counts. Each
+CPU costs, not the disk's. Rounds interleave every measurement; the tables show each one's best
+round, and the goals are judged on the median over rounds of the loader / limit ratio measured
+within one round. Each
 measurement is printed when it is made; ``--budget-s`` bounds the whole run (datagen gets the time
 left as its timeout; rounds and datasets the budget does not reach are skipped and said).
 
@@ -232,6 +234,7 @@ class Case:
         self.title, self.wl, self.files, self.sample_bytes = title, wl, files, sample_bytes
         self.limits, self.goal, self.note = limits, goal, note
         self.best: dict[str, tuple[float, float]] = {}
+        self.paired: dict[int, list[float]] = {}  # threads -> loader / judged limit, measured in the same round
         self.round_s = float("inf")  # the fastest round so far: what one more round costs
 
     def record(self, key: str, rate: tuple[float, float]) -> None:
@@ -242,11 +245,15 @@ class Case:
 
 def run_round(case: Case, thread_counts: list[int], batch: int, device: torch.device, dali: bool) -> None:
     for n in thread_counts:
+        judged = 0.0
         for key, fn, _ in case.limits:
             lim = parallel_rate(fn, case.files, n)
+            judged = judged or lim
             case.record(f"{key}/{n}", (lim / case.sample_bytes, lim))
         ld = loader(case.wl, n, batch, device)
-        case.record(f"loader/{n}", loader_rate(storage_batches(ld), case.sample_bytes))
+        got = loader_rate(storage_batches(ld), case.sample_bytes)
+        case.record(f"loader/{n}", got)
+        case.paired.setdefault(n, []).append(got[1] / judged)
         if device.type == "cpu":
             case.record(f"loader+transform/{n}", loader_rate(ld, case.sample_bytes))
         if dali:
@@ -353,7 +360,8 @@ def main() -> None:
 
     say(f"loader_limit: device {device}, reader threads 0 and {n_threads}, best of the interleaved rounds done "
           f"({', '.join(f'{k} {v}' for k, v in done.items()) or 'none'} of {a.rounds}), "
-          f"page cache warm; torch threads {torch.get_num_threads()}; DALI {'installed' if dali else 'not installed'}")
+          f"page cache warm; torch threads {torch.get_num_threads()}; DALI {'installed' if dali else 'not installed'}; "
+          f"load at the end {' / '.join(f'{x:.2f}' for x in os.getloadavg())} (1/5/15 min)")
     print("loader rate = read + validate (CRCs, shapes, dtypes) + batch, in the storage dtype (what a GPU receives)")
     for name, case in cases.items():
         batch = a.batch or (8 if name.startswith("cf") else 4)
@@ -361,14 +369,18 @@ def main() -> None:
         if device.type == "cuda" and a.steps and name != "cf-gzip":
             step = step_rate(case.wl, loader(case.wl, n_threads, batch, device), batch, device, a.steps)
         print(f"batch {batch}: " + "\n".join(report(case, thread_counts, step)))
-    print("goals (loader / limit):")
+    print("goals (loader / limit): judged on the median over the rounds of the ratio measured within one round (the "
+          "loader right after its limit: a shared box's load drifts between rounds, and the best of each over "
+          "different rounds can pair a quiet limit with a loaded loader); the best-of ratio beside it")
     for name, case in cases.items():
         key, _, limit_name = case.limits[0]
         for n in thread_counts:
-            lim, got = case.best[f"{key}/{n}"][1], case.best[f"loader/{n}"][1]
-            verdict = "met" if got >= 0.8 * lim else f"MISSED by {100 * (0.8 - got / lim):.1f} points"
-            print(f"  {case.title:26s} threads={n}: {100 * got / lim:5.1f}% of {limit_name} "
-                  f"(goal >= 80%): {verdict}")
+            ratios = case.paired[n]
+            med = float(np.median(ratios))
+            best = case.best[f"loader/{n}"][1] / case.best[f"{key}/{n}"][1]
+            verdict = "met" if med >= 0.8 else f"MISSED by {100 * (0.8 - med):.1f} points"
+            print(f"  {case.title:26s} threads={n}: {100 * med:5.1f}% of {limit_name} (rounds "
+                  f"{', '.join(f'{100 * r:.0f}%' for r in ratios)}; best-of {100 * best:.1f}%) (goal >= 80%): {verdict}")
     budget.done()
 
 

@@ -105,3 +105,18 @@ def test_gpu_check_smoke_runs_end_to_end_on_the_cpu() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     line = next(ln for ln in proc.stdout.splitlines() if "end to end" in ln)
     assert "samples/s after epoch 1" in line and "; ok)" in line and "Traceback" not in proc.stderr
+
+
+def test_data_cache_names_the_machine_and_judges_each_workload(tmp_path: Path) -> None:
+    out = tmp_path / "dc.json"
+    proc = bench(["-m", "benchmarks.data_cache", "--work", str(tmp_path), "--shape", "tiny", "--epochs", "2",
+                  "--batch", "2", "--device", "cpu", "--budget-s", "100", "--json", str(out)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("# ") and "transparent hugepages " in lines[0] and "(1/5/15 min)" in lines[0]
+    for name in ("cosmoflow", "deepcam"):
+        verdict = [ln for ln in lines if ln.startswith(f"{name}: cache=host ") and "less CPU per sample" in ln]
+        assert len(verdict) == 1 and verdict[0].endswith(("met", "MISSED")) and "these are tiny shapes" in verdict[0]
+    res = json.loads(out.read_text())
+    assert res["machine"]["transparent_hugepage"] and len(res["machine"]["load_avg"]) == 3
+    assert {len(res["workloads"][w][m]) for w in ("cosmoflow", "deepcam") for m in ("none", "host")} == {2}
