@@ -116,7 +116,9 @@ def test_data_cache_names_the_machine_and_judges_each_workload(tmp_path: Path) -
     assert lines[0].startswith("# ") and "transparent hugepages " in lines[0] and "(1/5/15 min)" in lines[0]
     for name in ("cosmoflow", "deepcam"):
         verdict = [ln for ln in lines if ln.startswith(f"{name}: cache=host ") and "less CPU per sample" in ln]
-        assert len(verdict) == 1 and verdict[0].endswith(("met", "MISSED")) and "these are tiny shapes" in verdict[0]
+        assert len(verdict) == 2 and all(v.endswith(("met", "MISSED")) and "these are tiny shapes" in v for v in verdict)
+        assert any("storage-dtype batch" in v for v in verdict) and any("CPU transform" in v for v in verdict)
     res = json.loads(out.read_text())
     assert res["machine"]["transparent_hugepage"] and len(res["machine"]["load_avg"]) == 3
-    assert {len(res["workloads"][w][m]) for w in ("cosmoflow", "deepcam") for m in ("none", "host")} == {2}
+    assert {len(res["workloads"][w][v][m]) for w in ("cosmoflow", "deepcam") for v in ("storage", "transform")
+            for m in ("none", "host")} == {2}
