@@ -122,3 +122,12 @@ def test_data_cache_names_the_machine_and_judges_each_workload(tmp_path: Path) -
     assert res["machine"]["transparent_hugepage"] and len(res["machine"]["load_avg"]) == 3
     assert {len(res["workloads"][w][v][m]) for w in ("cosmoflow", "deepcam") for v in ("storage", "transform")
             for m in ("none", "host")} == {2}
+
+
+def test_transform_outputs_compares_fresh_and_reused_outputs_of_equal_values() -> None:
+    proc = bench(["-m", "benchmarks.transform_outputs", "--rounds", "1", "--batch", "1"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("# ") and "transparent hugepages " in lines[0]
+    rows = [ln for ln in lines if "fresh output" in ln and "reused output" in ln]
+    assert len(rows) == 2 and rows[0].startswith("DeepCAM") and rows[1].startswith("CosmoFlow")
