@@ -105,3 +105,12 @@ def test_output_on_the_host_is_pooled_and_shaped() -> None:
     del held
     gc.collect()
     assert pool.output((2, 3, 5), torch.int64, torch.device("cpu")).data_ptr() == ptr
+
+
+@pytest.mark.parametrize("make", [cosmoflow, deepcam, resnet], ids=["cosmoflow", "deepcam", "resnet"])
+def test_off_the_host_the_output_is_the_devices_own(make: Any) -> None:
+    spec, batch, want = make(True)
+    b = tuple(t.to("meta") for t in batch(1))  # a device other than the host: shapes and dtypes only
+    out = spec.transform(b)
+    assert out[0].device.type == "meta" and out[0].shape == want(batch(1)).shape and out[0].dtype == torch.float32
+    assert not any(getattr(spec, "_outputs")._free.values())  # nothing taken from (or given to) the host pool
