@@ -41,8 +41,8 @@ def test_a_spent_budget_skips_the_rest_and_says_so() -> None:
     proc = bench(["-m", "benchmarks.oc20_sampler_balance", "--samples", "2000", "--budget-s", "0.001"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "plain strided partition (baseline)" in proc.stdout  # the baseline is always measured
-    assert "SKIPPED edge-balanced LPT partition: --budget-s 0.001 spent" in proc.stdout
-    assert proc.stdout.splitlines()[-1].endswith("skipped: edge-balanced LPT partition")
+    assert "SKIPPED window-balanced partition (now) at 2 per rank: --budget-s 0.001 spent" in proc.stdout
+    assert proc.stdout.splitlines()[-1].endswith("window-balanced partition (now) at 8 per rank")
 
 
 def test_bert_packing_benchmark_runs_all_variants_within_its_budget() -> None:
@@ -105,3 +105,29 @@ def test_gpu_check_smoke_runs_end_to_end_on_the_cpu() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     line = next(ln for ln in proc.stdout.splitlines() if "end to end" in ln)
     assert "samples/s after epoch 1" in line and "; ok)" in line and "Traceback" not in proc.stderr
+
+
+def test_data_cache_names_the_machine_and_judges_each_workload(tmp_path: Path) -> None:
+    out = tmp_path / "dc.json"
+    proc = bench(["-m", "benchmarks.data_cache", "--work", str(tmp_path), "--shape", "tiny", "--epochs", "2",
+                  "--batch", "2", "--device", "cpu", "--budget-s", "100", "--json", str(out)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("# ") and "transparent hugepages " in lines[0] and "(1/5/15 min)" in lines[0]
+    for name in ("cosmoflow", "deepcam"):
+        verdict = [ln for ln in lines if ln.startswith(f"{name}: cache=host ") and "less CPU per sample" in ln]
+        assert len(verdict) == 2 and all(v.endswith(("met", "MISSED")) and "these are tiny shapes" in v for v in verdict)
+        assert any("storage-dtype batch" in v for v in verdict) and any("CPU transform" in v for v in verdict)
+    res = json.loads(out.read_text())
+    assert res["machine"]["transparent_hugepage"] and len(res["machine"]["load_avg"]) == 3
+    assert {len(res["workloads"][w][v][m]) for w in ("cosmoflow", "deepcam") for v in ("storage", "transform")
+            for m in ("none", "host")} == {2}
+
+
+def test_transform_outputs_compares_fresh_and_reused_outputs_of_equal_values() -> None:
+    proc = bench(["-m", "benchmarks.transform_outputs", "--rounds", "1", "--batch", "1"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("# ") and "transparent hugepages " in lines[0]
+    rows = [ln for ln in lines if "fresh output" in ln and "reused output" in ln]
+    assert len(rows) == 2 and rows[0].startswith("DeepCAM") and rows[1].startswith("CosmoFlow")
