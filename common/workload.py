@@ -211,7 +211,10 @@ class Workload(ABC, Generic[C]):
     # model and maths ----------------------------------------------------------------------
     @abstractmethod
     def build_model(self) -> "nn.Module":
-        """Single-device model in fp32; the harness moves it, wraps it and sets precision."""
+        """Single-device model in fp32; the harness moves it, wraps it and sets precision. A workload that
+        shards its parameters (``shards_parameters``) may return it on the meta device (no storage): the
+        harness then leaves the move to :meth:`distribute`, which must give every parameter storage and its
+        initial values (``to_empty`` + an init that draws from the state the harness seeded)."""
 
     @abstractmethod
     def forward(self, model: "nn.Module", batch: Any) -> Any:
@@ -264,7 +267,8 @@ class Workload(ABC, Generic[C]):
     def distribute(self, model: "nn.Module", parallel: "Parallel") -> "nn.Module":
         """The model as this rank of the instance holds it (e.g. embedding tables sharded over the ranks,
         a spatial group's slab), on the groups of the layout object ``parallel``. Called on every rank after
-        the same seeded build and the move to the device."""
+        the same seeded build and the move to the device (for a model built on the meta device: no move,
+        and this materialises it on ``parallel.device``)."""
         return model
 
     def local_parameters(self, model: "nn.Module") -> list["nn.Parameter"]:
