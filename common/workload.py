@@ -289,12 +289,18 @@ class Workload(ABC, Generic[C]):
 
     def hyperparameters(self) -> dict[str, Any]:
         """The benchmark's MLPerf hyperparameter keys with values: the optimizer and schedule keys its record
-        names (built by :mod:`hpcbench.common.mlperf_keys`); a workload adds the keys only it logs
+        names and the shared data keys (built by :mod:`hpcbench.common.mlperf_keys`); a workload adds the keys only it logs
         (``{**super().hyperparameters(), "dropout": ...}``). ``self.sizes`` is set when the harness calls this."""
-        from .mlperf_keys import optimizer_keys
+        from .mlperf_keys import data_keys, optimizer_keys
 
         steps = self.sizes.steps_per_epoch if self.sizes is not None else 0
-        return optimizer_keys(self.record, self.cfg.optim, steps, self.cfg.train.max_epochs)
+        return {**optimizer_keys(self.record, self.cfg.optim, steps, self.cfg.train.max_epochs),
+                **data_keys(self.max_sequence_length())}
+
+    def max_sequence_length(self) -> int | None:
+        """Tokens per sample for a language model (logged as ``max_sequence_length`` by
+        :meth:`hyperparameters`, :func:`hpcbench.common.mlperf_keys.data_keys`); None: not a sequence model."""
+        return None
 
     def loader_batch_size(self) -> int:
         """Rows the instance's loaders deliver per step (split over the data-parallel ranks). Default

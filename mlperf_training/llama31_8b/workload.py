@@ -112,9 +112,11 @@ class LlamaWorkload(Workload[LlamaConfig]):
     def metric(self, sums: Mapping[str, float]) -> float:
         return sums["nll"] / max(1.0, sums["tokens"])
 
+    def max_sequence_length(self) -> int:
+        return self.cfg.data.seq_len
+
     def hyperparameters(self) -> dict[str, Any]:
-        return {**super().hyperparameters(), "max_sequence_length": self.cfg.data.seq_len,
-                "max_steps": self.cfg.model.max_steps}
+        return {**super().hyperparameters(), "max_steps": self.cfg.model.max_steps}
 
     # synthetic data -------------------------------------------------------------------------
     @classmethod
