@@ -113,15 +113,16 @@ class Runner:
     def __init__(self, shape: Shape, variant: str, device: torch.device, dtype: torch.dtype, seed: int) -> None:
         torch.manual_seed(seed)
         self.device, self.dtype, self.variant = device, dtype, variant
-        model: nn.Module = Llama(shape.cfg).to(device)
+        with torch.device(device):  # storage on the device; the values drawn on the CPU (Llama.init_weights)
+            model: nn.Module = Llama(shape.cfg)
         cuda = device.type == "cuda"
-        self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-5, weight_decay=0.1,
-                                     fused=cuda or None, capturable=variant == "cudagraphs")
-        if variant == "fp8":
+        if variant == "fp8":  # before the optimizer: the swapped modules' parameters are the ones it steps
             from torchao.float8 import convert_to_float8_training
 
             convert_to_float8_training(model, module_filter_fn=lambda mod, fqn: fqn != "output" and isinstance(
                 mod, nn.Linear) and mod.in_features % 16 == 0 and mod.out_features % 16 == 0)
+        self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-5, weight_decay=0.1,
+                                     fused=cuda or None, capturable=variant == "cudagraphs")
         if variant in ("compile", "fp8"):
             model = torch.compile(model)
         self.model = model
@@ -158,19 +159,18 @@ class Runner:
                 self.opt.zero_grad(set_to_none=True)
                 self._step()
         torch.cuda.current_stream(self.device).wait_stream(side)
+        # gradients set to None before the capture: the captured backward allocates them from the graph's pool and
+        # each replay writes them afresh (PyTorch's whole-network capture recipe), so no zeroing between replays
         self.opt.zero_grad(set_to_none=True)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            self.loss = self._step()  # grads are accumulated into by each replay: the capture's own
+            self.loss = self._step()
         self.sync()
 
     def step(self) -> float:
         self.sync()
         t = time.perf_counter()
         if self.graph is not None:
-            for p in self.model.parameters():  # the graph's backward adds into these buffers
-                if p.grad is not None:
-                    p.grad.zero_()
             self.graph.replay()
         else:
             self.opt.zero_grad(set_to_none=True)
@@ -183,8 +183,9 @@ def measure(shape: Shape, variant: str, device: torch.device, dtype: torch.dtype
             budget: Budget) -> dict[str, Any]:
     runner = Runner(shape, variant, device, dtype, args.seed)
     t0 = time.perf_counter()
-    for _ in range(max(1, args.warmup)):
-        runner.warm() if _ == 0 else runner.step()
+    runner.warm()
+    for _ in range(args.warmup - 1):
+        runner.step()
     warm_s = time.perf_counter() - t0
     times = [runner.step()]
     for _ in range(budget.fit(times[0], args.steps - 1, share=args.share)):
@@ -198,6 +199,7 @@ def measure(shape: Shape, variant: str, device: torch.device, dtype: torch.dtype
            "step_s_best": best, "tokens_per_s": tokens / med, "model_flops_per_s": fpt * tokens / med,
            "mfu": fpt * tokens / med / peak, "mfu_best_step": fpt * tokens / best / peak}
     del runner
+    torch._dynamo.reset()  # the compiled variants' graphs go with their model
     if device.type == "cuda":
         res["max_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
         torch.cuda.reset_peak_memory_stats(device)
