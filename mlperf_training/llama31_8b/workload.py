@@ -42,7 +42,8 @@ class LlamaWorkload(Workload[LlamaConfig]):
 
         self._init_rng = torch.random.get_rng_state()  # replaced by build_model's (the harness seeds before it)
         d = cfg.data
-        self._spec = LlamaData(d.seq_len, cfg.model.vocab_size, cfg.train.seed, d.train_samples, d.eval_samples)
+        self._spec = LlamaData(d.seq_len, cfg.model.vocab_size, cfg.train.seed, d.train_samples, d.eval_samples,
+                               d.train_blend)
 
     def dataset(self) -> LlamaData:
         return self._spec
