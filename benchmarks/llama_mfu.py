@@ -99,7 +99,7 @@ def why_not(variant: str, device: torch.device) -> str | None:
         return "needs a CUDA GPU"
     if variant == "fp8":
         try:
-            from torchao.float8 import convert_to_float8_training  # noqa: F401
+            from torchao.float8 import convert_to_float8_training  # noqa: F401 - importable is the question
         except ImportError as e:
             return f"torchao's float8 training is not importable ({e})"
         if torch.cuda.get_device_capability(device) < (8, 9):
