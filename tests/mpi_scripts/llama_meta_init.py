@@ -64,6 +64,9 @@ def main() -> None:
         print(json.dumps({"rank": 0, "compared": compared, "shard_diff": int(counts[0]), "gathered_diff": int(counts[1]),
                           "max_local_elems": int(elems[0]), "total_elems": total, "all_dtensor": all_dtensor,
                           "rope_equal": rope}), flush=True)
+    env.barrier()  # both ranks done with the group before it is torn down, and after (as the dlrm scripts do)
+    env.close()
+    env.barrier()
 
 
 if __name__ == "__main__":
