@@ -131,3 +131,29 @@ def test_transform_outputs_compares_fresh_and_reused_outputs_of_equal_values() -
     assert lines[0].startswith("# ") and "transparent hugepages " in lines[0]
     rows = [ln for ln in lines if "fresh output" in ln and "reused output" in ln]
     assert len(rows) == 2 and rows[0].startswith("DeepCAM") and rows[1].startswith("CosmoFlow")
+
+
+def test_llama_mfu_counts_the_8b_flops_and_reports_mfu_and_its_skips(tmp_path: Path) -> None:
+    from benchmarks.llama_mfu import flops_per_token
+    from hpcbench.workloads.mlperf_training.llama31_8b.model import LLAMA31_8B, parameter_count
+
+    c = LLAMA31_8B  # 6 N: every weight but the embedding table and the norms; attention 12 L d S
+    matmul = parameter_count(c) - c.vocab_size * c.dim - (2 * c.layers + 1) * c.dim
+    assert matmul == 7_504_658_432
+    assert flops_per_token(c, 8192) == 6 * matmul + 12 * 32 * 4096 * 8192
+    out = tmp_path / "mfu.json"
+    proc = bench(["-m", "benchmarks.llama_mfu", "--shapes", "mini", "--variants", "eager,cudagraphs,fp8", "--steps", "2",
+                  "--warmup", "1", "--peak-s", "0.5", "--device", "cpu", "--budget-s", "60", "--json", str(out)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("# ") and "torch threads 1" in lines[0]
+    assert any(ln.startswith("measured bfloat16 matmul peak") or ln.startswith("measured float32 matmul peak")
+               for ln in lines)
+    assert any(ln.startswith("  mini eager") and "tokens/s" in ln and "MFU" in ln for ln in lines)
+    assert any("mini cudagraphs skipped: needs a CUDA GPU" in ln for ln in lines)
+    assert "H100 goal: >= 45% MFU at 8B-shaped layers in bf16: not measured here (no GPU)" in lines
+    assert lines[-1].startswith("# done in ")
+    res = json.loads(out.read_text())
+    eager = res["results"]["mini"]["eager"]
+    assert eager["mfu"] == eager["model_flops_per_s"] / res["peak_flops"] > 0
+    assert res["skipped"]["mini/cudagraphs"] == "needs a CUDA GPU" and "mini/fp8" in res["skipped"]
