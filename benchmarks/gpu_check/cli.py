@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import shutil
 import subprocess
 import sys
@@ -70,9 +71,12 @@ def run_workload(name: str, a: argparse.Namespace, budget: Budget, device: torch
     t = time.perf_counter()
     datagen(plan, root, a.smoke, budget.timeout(max(share, 60)))
     say(f"== {name}: data ready in {time.perf_counter() - t:.0f} s ({root})")
-    modes = [m for m in plan.modes if device.type == "cuda" or m == "eager" or (m == "compile" and a.compile_on_cpu)]
+    wl = measure.load_workload(name, preset, [f"data.root={root}", *([] if a.smoke else plan.overrides_full)])
+    static = getattr(wl, "static_shapes", True)
+    modes = [m for m in plan.modes if (device.type == "cuda" or m == "eager" or (m == "compile" and a.compile_on_cpu))
+             and (m != "cuda_graph" or static)]
     batches = (plan.batch_smoke,) if a.smoke else plan.batches_full
-    base_mode = measure.load_workload(name, preset, [f"data.root={root}"]).cfg.train.graph
+    base_mode = wl.cfg.train.graph
     out: dict[str, Any] = {"note": ("default plan: " if plan.default else "") + plan.note, "batches": []}
     deadline = time.monotonic() + share
     for batch in batches:
@@ -163,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"--workloads: {', '.join(unknown)} not registered; registered: {', '.join(workloads())}")
     res: dict[str, Any] = {"machine": header(describe()), "device_line": device_line(device),
+                           "date": datetime.date.today().isoformat(),
                            "preset": "mini" if a.smoke else "full", "workloads": {}, "skipped": []}
     say(res["machine"])
     say(res["device_line"])

@@ -75,15 +75,43 @@ def load_workload(name: str, preset: str, overrides: list[str]) -> Any:
     return cls(cls.load_config(preset, overrides))
 
 
+def build_step(wl: Any, mode: str, device: torch.device) -> Any:
+    """The harness's training step for ``wl`` on one device, built as :mod:`hpcbench.common.build` builds it
+    for one rank: "auto" precision and channels-last resolved (no CPU probe) into ``wl.cfg`` and the dataset
+    spec, model-parallel and sparse-gradient parameters kept as the trainer keeps them, the benchmark's
+    optimizer with its weight-decay exemptions."""
+    from hpcbench.common.auto import choose_channels_last, choose_precision
+    from hpcbench.common.flat import FlatParams
+    from hpcbench.common.optim import build_optimizer
+    from hpcbench.common.precision import Precision, module_to_channels_last
+    from hpcbench.common.schedule import Schedule
+    from hpcbench.common.step import TrainStep
+
+    torch.manual_seed(0)
+    cfg, tc = wl.cfg, wl.cfg.train
+    model = wl.build_model().to(device)
+    tc.precision = choose_precision(tc.precision, device).value
+    tc.channels_last = choose_channels_last(tc.channels_last, device, model, tc.precision, None).value
+    if tc.channels_last:
+        model = module_to_channels_last(model)
+    spec = wl.dataset()
+    if hasattr(spec, "channels_last"):
+        spec.channels_last = tc.channels_last
+    flat = FlatParams(model, wl.local_parameters(model), wl.sparse_parameters(model))
+    opt = build_optimizer(flat, cfg.optim, 1, 0, allow_apex=tc.precision != "fp16",
+                          decay_exempt=[wl.no_weight_decay(n) for n in flat.names])
+    schedule = Schedule.from_config(cfg.optim, steps_per_epoch=100, max_epochs=tc.max_epochs)
+    return TrainStep(wl, model, flat, opt, schedule, Precision(tc.precision, device), mode)
+
+
 def model_only(name: str, preset: str, overrides: list[str], mode: str, device: torch.device, seconds: float,
                count_flops: bool) -> StepRate:
     """The harness's training step alone, repeated on one batch of the files already on the device, for
     about ``seconds`` after three warm-up steps (which include compilation or graph capture)."""
     from hpcbench.common.step import prepare_batch
-    from tests.harness_graph import stepper
 
     wl = load_workload(name, preset, overrides)
-    step, _ = stepper(wl, mode, device)  # first: it resolves "auto" precision / channels-last into wl.cfg
+    step = build_step(wl, mode, device)  # first: it resolves "auto" precision / channels-last into wl.cfg
     spec = wl.dataset()
     source = spec.open(wl.data_root(), spec.train_split)
     spec.start(source)

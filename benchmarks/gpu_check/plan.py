@@ -42,9 +42,9 @@ def _batches(name: str, fallback: tuple[int, ...]) -> tuple[int, ...]:
 def _known() -> dict[str, Plan]:
     tables = _dlrm_tables()
     return {p.name: p for p in (
-        Plan("cosmoflow", ("--samples", "256", "--val-samples", "16", "--size", "128", "--plain"),
+        Plan("cosmoflow", ("--samples", "128", "--val-samples", "16", "--size", "128", "--plain"),
              ("--samples", "16", "--val-samples", "8", "--size", "16"), _batches("cosmoflow", (1,)), 4),
-        Plan("deepcam", ("--samples", "64", "--eval-samples", "8", "--height", "768", "--width", "1152"),
+        Plan("deepcam", ("--samples", "48", "--eval-samples", "8", "--height", "768", "--width", "1152"),
              ("--samples", "16", "--eval-samples", "8", "--height", "96", "--width", "144"),
              _batches("deepcam", (1,)), 4),
         Plan("oc20", ("--train", "1024", "--val", "64", "--size", "4,4,4"),  # ~70 atoms per system, as OC20
