@@ -151,6 +151,13 @@ def count_flop(step: Any, batch: Any, samples: int) -> tuple[float, str]:
     return counter.get_total_flops() / max(1, samples), ""
 
 
+def failure(output: str) -> str:
+    """The line of ``hpcbench train``'s output that says why it failed (a named error), else its last line."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    named = [ln for ln in lines if "error:" in ln.lower()]
+    return (named[0] if named else lines[-1] if lines else "no output")[:400]
+
+
 def end_to_end(name: str, preset: str, overrides: list[str], mode: str, cache: str, device: str, epochs: int,
                timeout: float) -> EndToEnd:
     """``hpcbench train`` on the files: the tracked throughput of each epoch (training time only, the
@@ -176,6 +183,5 @@ def end_to_end(name: str, preset: str, overrides: list[str], mode: str, cache: s
         out.per_epoch = [tp for tp, _ms in parse_log(logs[0]).tracked_throughput] if logs else []
         # exit 4: stopped at max_epochs without reaching the quality target, as intended here
         if proc.returncode not in (0, 4) or not out.per_epoch:
-            why = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:] or ["no output"]
-            out.status = f"failed (exit {proc.returncode}): {why[0][:300]}"
+            out.status = f"failed (exit {proc.returncode}): {failure(proc.stdout + proc.stderr)}"
     return out

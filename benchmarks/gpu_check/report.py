@@ -47,6 +47,9 @@ def render_batch(name: str, row: dict[str, Any], peak: float) -> list[str]:
         e = row.get(key)
         if not e:
             continue
+        if not e["cache"]:
+            out.append(f"  end to end, {label}: {e['status']}")
+            continue
         rate = e["rate"]
         epochs = ", ".join(f"{r:.1f}" for r in e["per_epoch"]) or "none"
         model = row.get("model_only", {}).get(e["mode"], {}).get("samples_per_s", 0.0)
