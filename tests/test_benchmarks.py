@@ -242,3 +242,15 @@ def test_gpu_check_counts_the_test_summary_and_merges_parts(tmp_path: Path) -> N
     assert "0.50x NVIDIA" in eager and "100 GFLOP/sample, 10 TFLOP/s = 1.0% of the peak" in eager
     assert any("files -> loader -> device" in ln and "0.25x NVIDIA, 0.50x of model-only eager" in ln for ln in lines)
     assert "== oc20: FAILED RuntimeError: x" in lines and lines[-1] == "# skipped: oc20 batch 16"
+
+
+def test_gpu_check_gives_a_workload_without_a_plan_a_default_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A workload registered after gpu_check's plans were written (llama31_8b, openfold) is still measured:
+    on its mini dataset, at NVIDIA's local batch where a figure exists, and named as a default plan."""
+    from benchmarks.gpu_check import plan
+
+    monkeypatch.setattr(plan, "_known", dict)
+    p = plan.plan_for("deepcam")
+    assert p.default and p.datagen_smoke == p.datagen_full and "--height" in p.datagen_smoke
+    assert p.batches_full == (1, 8) and p.batch_smoke == 4 and p.cache == "device"
+    assert "no gpu_check plan" in p.note

@@ -183,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     say(res["machine"])
     say(res["device_line"])
     if a.tests != "none":
-        t = suite.run_suite(a.tests, budget.timeout(budget.left() * 0.6), a.test_workers)
+        share = 0.9 if a.no_workloads else 0.4  # the rest: the peak, and the workloads
+        t = suite.run_suite(a.tests, budget.timeout(budget.left() * share), a.test_workers)
         res["tests"] = asdict(t)
         say(f"== GPU tests: {t.counts} (exit {t.exit_code}, {t.seconds:.0f} s)")
     flops, what = measure.gemm_peak(device)
