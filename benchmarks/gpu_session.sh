@@ -34,19 +34,22 @@ if [ "$part" = merge ]; then
     exec "$py" -m benchmarks.gpu_check --merge "${parts[@]}" --out "benchmarks/results/gpu_check_${day:-$(date +%F)}_${dev}"
 fi
 
+case "$part" in
+    tests|hpc|training) ;;
+    *) echo "gpu_session.sh: unknown part '$part' (tests, hpc, training, merge)" >&2; exit 2 ;;
+esac
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
     "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 mkdir -p "$out"
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$out/nvidia-smi_$part.csv" || true
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$out/nvidia-smi_$part.csv" 2>&1 || true
 case "$part" in
     tests)    args=(--tests gpu --test-workers 4 --no-workloads --budget-s 420) ;;
     hpc)      args=(--tests none --workloads cosmoflow,deepcam,oc20 --seconds 5 --budget-s 500) ;;
     training) rest=$("$py" -c "from hpcbench import registry; print(','.join(n for n in registry.names() if n not in ('cosmoflow', 'deepcam', 'oc20')))")
               args=(--tests none --workloads "$rest" --seconds 5 --budget-s 500) ;;
-    *) echo "gpu_session.sh: unknown part '$part' (tests, hpc, training, merge)" >&2; exit 2 ;;
 esac
 "$py" -m benchmarks.gpu_check "${args[@]}" --work /tmp/hpcbench-gpu-check --out "$out/gpu_check_part-$part" 2>&1 \
     | tee "$out/gpu_check_part-$part.log"
