@@ -28,11 +28,18 @@ TR31 = "mlcommons/training_results_v3.1 NVIDIA/results"
 TR40 = "mlcommons/training_results_v4.0 NVIDIA/results"
 
 FIGURES: tuple[Figure, ...] = (
-    Figure("cosmoflow", 1, 200.8, f"{HPC3}/eos_n64_ngc23.09_pytorch/strong/cosmoflow (train throughput per GPU)"),
-    Figure("deepcam", 1, 30.0, f"{HPC3}/eos_n256_ngc23.09_pytorch/strong/deepcam (train throughput per GPU)"),
-    Figure("deepcam", 8, 81.9, f"{HPC3}/eos_n256_ngc23.09_pytorch/weak/deepcam (train throughput per GPU)"),
-    Figure("oc20", 4, 208.6, f"{HPC3}/eos_n80_ngc23.09_pytorch/strong/oc20 (train throughput per GPU)"),
-    Figure("oc20", 16, 375.1, f"{HPC3}/eos_n256_ngc23.09_pytorch/weak/oc20 (train throughput per GPU)"),
+    Figure("cosmoflow", 1, 200.8, f"{HPC3}/eos_n64_ngc23.09_pytorch/strong/cosmoflow: issue #29's "
+                                 "figure (global batch 512 on 512 GPUs; result_0's median tracked throughput "
+                                 "105.8k / 512 = 206.7)"),
+    Figure("deepcam", 1, 30.0, f"{HPC3}/eos_n256_ngc23.09_pytorch/strong/deepcam: global batch "
+                              "2048 on 2048 GPUs (result_0's median 63.2k / 2048 = 30.9)"),
+    Figure("deepcam", 8, 81.9, f"{HPC3}/eos_n256_ngc23.09_pytorch/weak/deepcam: 16 GPUs per "
+                              "instance, global batch 128 (result_0's median 1307 / 16 = 81.7)"),
+    Figure("oc20", 4, 208.6, f"{HPC3}/eos_n80_ngc23.09_pytorch/strong/oc20: global batch "
+                              "2048 on 512 training GPUs; 2M samples per epoch / epoch time (the log's "
+                              "throughput key is not samples/s here)"),
+    Figure("oc20", 16, 375.1, f"{HPC3}/eos_n256_ngc23.09_pytorch/weak/oc20: 64 GPUs per "
+                               "instance, global batch 1024; 2M samples per epoch / ~84 s epoch / 64"),
     Figure("openfold", 1, 0.553, f"{HPC3}/eos_n256_ngc23.09_pytorch/weak/openfold: 70.8 samples/s per instance "
                                  "(median of 16 instances' tracked_stats after epoch 1) / 128 GPUs per instance "
                                  "(global batch 128)"),
