@@ -107,7 +107,8 @@ def build_step(wl: Any, mode: str, device: torch.device) -> Any:
 def model_only(name: str, preset: str, overrides: list[str], mode: str, device: torch.device, seconds: float,
                count_flops: bool) -> StepRate:
     """The harness's training step alone, repeated on one batch of the files already on the device, for
-    about ``seconds`` after three warm-up steps (which include compilation or graph capture)."""
+    about ``seconds`` after three warm-up steps (which include compilation or graph capture); then, with
+    ``count_flops``, one more step under ``FlopCounterMode`` for the FLOPs per sample."""
     from hpcbench.common.step import prepare_batch
 
     wl = load_workload(name, preset, overrides)
@@ -118,7 +119,6 @@ def model_only(name: str, preset: str, overrides: list[str], mode: str, device: 
     host = spec.model_batch(source, min(wl.loader_batch_size(), len(source)))
     batch = prepare_batch(host, device, wl.cfg.train.channels_last)
     samples = wl.batch_size(batch)
-    flops, why = (count_flop(step, batch, samples) if count_flops else (0.0, ""))
     for _ in range(3):
         step(batch)
     sync(device)
@@ -134,7 +134,10 @@ def model_only(name: str, preset: str, overrides: list[str], mode: str, device: 
             break
         chunk = min(chunk * 2, max(1, int(steps * (seconds - spent) / max(spent, 1e-9))))
     float(loss)
-    return StepRate(mode, samples * steps / (time.perf_counter() - t), steps, samples, flops, why)
+    rate = samples * steps / (time.perf_counter() - t)
+    # after the timing, so that the counter's dispatch overhead and its hooks stay out of the timed steps
+    flops, why = count_flop(step, batch, samples) if count_flops else (0.0, "")
+    return StepRate(mode, rate, steps, samples, flops, why)
 
 
 def count_flop(step: Any, batch: Any, samples: int) -> tuple[float, str]:
