@@ -101,7 +101,8 @@ def build_step(wl: Any, mode: str, device: torch.device) -> Any:
     opt = build_optimizer(flat, cfg.optim, 1, 0, allow_apex=tc.precision != "fp16",
                           decay_exempt=[wl.no_weight_decay(n) for n in flat.names])
     schedule = Schedule.from_config(cfg.optim, steps_per_epoch=100, max_epochs=tc.max_epochs)
-    return TrainStep(wl, model, flat, opt, schedule, Precision(tc.precision, device), mode)
+    return TrainStep(wl, model, flat, opt, schedule, Precision(tc.precision, device), mode,
+                     accum=getattr(tc, "grad_accum", 1))
 
 
 def model_only(name: str, preset: str, overrides: list[str], mode: str, device: torch.device, seconds: float,
