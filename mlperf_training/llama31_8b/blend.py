@@ -26,7 +26,7 @@ import numpy as np
 
 from hpcbench.common.errors import ConfigError
 
-from .gpt import GPTSamples
+from .gpt import GPTSamples, SampleRows
 
 SURPLUS = 0.005  # Megatron-core's default mid_level_dataset_surplus
 
@@ -88,7 +88,7 @@ def blending_indices(weights: Sequence[float], size: int) -> tuple[np.ndarray, n
     return dataset_index, sample_index
 
 
-class BlendedSamples:
+class BlendedSamples(SampleRows):
     """``size`` samples drawn from the prefixes' GPT datasets by weight (a :class:`SampleSource` like
     :class:`~.gpt.GPTSamples`)."""
 
@@ -112,14 +112,6 @@ class BlendedSamples:
             raise IndexError(f"sample {i} of {self.size}")
         return self.parts[int(self.dataset_index[i])][int(self.dataset_sample_index[i])]
 
-    def read(self, indices: Sequence[int]) -> np.ndarray:
-        out = np.empty((len(indices), self.seq_len + 1), dtype=np.int64)
-        for row, i in enumerate(indices):
-            out[row] = self[int(i)]
-        return out
-
-    def costs(self) -> np.ndarray:
-        return np.ones(self.size)
 
 
 def open_blend(corpora: Sequence[object], weights: Sequence[float], seq_len: int, seed: int,
