@@ -25,7 +25,8 @@ import numpy as np
 
 from hpcbench.common.atomic import atomic_write
 
-from . import a3m, constants as rc, hhr, mmcif, store
+from .. import residue_constants as rc
+from . import a3m, hhr, mmcif, store
 
 HELIX, STRAND, TURN = "H", "E", "T"
 CLASSES = {HELIX: "ALEKMQR", STRAND: "VIYFWT", TURN: "GPNDSCH"}
