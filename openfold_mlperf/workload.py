@@ -74,7 +74,8 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
         from .model.checkpoint import CheckpointError, load_initial_checkpoint
 
         model = AlphaFold(self.model_config())
-        path = self.init_checkpoint_path()
+        meta = any(p.is_meta for p in model.parameters())  # built to count parameters: no weights to load into
+        path = None if meta else self.init_checkpoint_path()
         if path is not None:
             try:
                 loaded = load_initial_checkpoint(path, model, self.cfg.model.init_checkpoint_sha256 or None)
