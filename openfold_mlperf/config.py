@@ -60,6 +60,9 @@ class OpenFoldModelConfig:
     extra_blocks: int = 1
     structure_blocks: int = 2
     chunk_size: int = 0  # > 0: chunked attention / outer product mean (memory), 0: unchunked
+    # false: every dropout rate 0 (the reference's are 0.15 MSA / 0.25 pair / 0.1 structure module: too much
+    # noise for a model of a few channels, which then does not learn a structure in minutes)
+    dropout: bool = True
     # the reference's checkpoint format (model/checkpoint.py); "" = the seeded random initialisation. A relative
     # path is taken under data.root
     init_checkpoint: str = ""
@@ -90,6 +93,9 @@ class OpenFoldConfig(RunConfig):
                               f"(val_every_iters); give N x train.global_batch_size ({t.global_batch_size}), got "
                               f"{t.eval_every_samples}")
         if t.division == "closed":
+            if not m.dropout:
+                raise ConfigError("config key 'model.dropout': the closed division trains with the reference's "
+                                  "dropout rates; set it to true")
             if m.preset != "closed":
                 raise ConfigError(f"config key 'model.preset': the closed division trains the reference's model "
                                   f"('closed'), got {m.preset!r}")

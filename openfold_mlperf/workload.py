@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,8 +59,11 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
         mc = ModelConfig.closed() if m.preset == "closed" else ModelConfig.mini(
             c_m=m.c_m, c_z=m.c_z, c_s=m.c_s, evoformer_blocks=m.evoformer_blocks, extra_blocks=m.extra_blocks,
             structure_blocks=m.structure_blocks)
-        if not self.cfg.data.max_templates:
-            raise ConfigError("config key 'data.max_templates': the model embeds templates; must be >= 1")
+        if not m.dropout:
+            mc = replace(mc, evoformer=replace(mc.evoformer, msa_dropout=0.0, pair_dropout=0.0),
+                         extra_msa=replace(mc.extra_msa, msa_dropout=0.0, pair_dropout=0.0),
+                         template=replace(mc.template, dropout_rate=0.0),
+                         structure=replace(mc.structure, dropout_rate=0.0))
         return mc.with_chunks(m.chunk_size) if m.chunk_size else mc
 
     def init_checkpoint_path(self) -> Path | None:
