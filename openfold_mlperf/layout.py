@@ -6,7 +6,9 @@ from hpcbench.common.data.layout import FileLayout
 
 LAYOUT = FileLayout(
     "openfold", (), None,
-    replicate=("pdb_mmcif/processed/chains.csv", "pdb_mmcif/processed/obsolete.dat",
+    # the initial checkpoint travels with the data (model.init_checkpoint is relative to data.root): the
+    # reference's as its README places it, or another one beside it
+    replicate=("*_checkpoint.pt", "pdb_mmcif/processed/chains.csv", "pdb_mmcif/processed/obsolete.dat",
                "pdb_mmcif/processed/cameo_targets.txt", "pdb_mmcif/processed/dicts/*",
                "open_protein_set/processed/pdb_alignments/*"),
     describe="OpenFold processed files (chains.csv, dicts/, pdb_alignments/)",

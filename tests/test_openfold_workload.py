@@ -252,3 +252,26 @@ def test_flat_adam_clips_as_torch() -> None:
         assert torch.allclose(p, q, rtol=0, atol=1e-6), (p - q).abs().max()
         assert float((p - u).abs().max()) > 1e-4
     assert math.isclose(cfg.max_grad_norm, 0.1)
+
+
+def test_datagen_cli_and_the_packed_layout(tmp_path: Path) -> None:
+    """`hpcbench datagen openfold` writes the raw files and the processed layout; pack/stage see exactly the
+    processed files (and an initial checkpoint beside them), every one replicated to every node."""
+    from conftest import run_cli
+
+    from hpcbench.common.data.layout import REPLICATED, scan
+
+    out = tmp_path / "of"
+    proc = run_cli(["datagen", "openfold", "--out", str(out), "--families", "2", "--members", "3",
+                    "--min-length", "20", "--max-length", "24", "--msa-rows", "6"], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "wrote 6 synthetic chains (4 training, 2 validation targets" in proc.stdout
+    (out / "mini_init_checkpoint.pt").write_bytes(b"weights")
+    files = scan(out, registry.layout("openfold"))
+    assert list(files) == [REPLICATED]
+    got = files[REPLICATED]
+    assert "mini_init_checkpoint.pt" in got and "pdb_mmcif/processed/chains.csv" in got
+    assert "pdb_mmcif/processed/cameo_targets.txt" in got and "open_protein_set/processed/pdb_alignments/super.index" in got
+    assert not [f for f in got if "/raw/" in f or "/original/" in f]  # the downloads are not the dataset
+    bad = run_cli(["datagen", "openfold", "--out", str(tmp_path / "bad"), "--members", "1"], timeout=60)
+    assert bad.returncode != 0 and "--val-members" in bad.stderr
