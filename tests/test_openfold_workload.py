@@ -275,3 +275,15 @@ def test_datagen_cli_and_the_packed_layout(tmp_path: Path) -> None:
     assert not [f for f in got if "/raw/" in f or "/original/" in f]  # the downloads are not the dataset
     bad = run_cli(["datagen", "openfold", "--out", str(tmp_path / "bad"), "--members", "1"], timeout=60)
     assert bad.returncode != 0 and "--val-members" in bad.stderr
+
+
+def test_dropout_off_is_every_rate_zero_and_open_only(synthetic: Path) -> None:
+    w = _workload(synthetic, "model.dropout=false")
+    mc = w.model_config()
+    rates = (mc.evoformer.msa_dropout, mc.evoformer.pair_dropout, mc.extra_msa.msa_dropout,
+             mc.extra_msa.pair_dropout, mc.template.dropout_rate, mc.structure.dropout_rate)
+    assert rates == (0.0,) * 6
+    on = _workload(synthetic).model_config()
+    assert (on.evoformer.msa_dropout, on.evoformer.pair_dropout, on.structure.dropout_rate) == (0.15, 0.25, 0.1)
+    with pytest.raises(ConfigError, match="model.dropout"):
+        registry.get("openfold").load_config("full", ["model.dropout=false"])
