@@ -194,6 +194,10 @@ def build_training(parts: RunParts, workload: Workload) -> None:
     else:
         parts.optimizer = build_optimizer(parts.flat, cfg.optim, par.size, par.rank, allow_apex=tc.precision != "fp16",
                                           decay_exempt=exempt)
+    if not isinstance(parts.flat, ShardedParams):
+        initial = workload.initial_optimizer_state(list(parts.flat.names))
+        if initial is not None:
+            parts.optimizer.load_initial(initial, f"workload '{workload.name}'")
     group = reader_group(par.env, node_local(workload))
     dp_rank, dp_size = par.reader_shard(group.rank, group.size)
     shard = DataShard(rank=dp_rank, size=dp_size, seed=parts.seed, local_batch_size=parts.local_batch,

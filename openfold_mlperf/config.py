@@ -63,6 +63,9 @@ class OpenFoldModelConfig:
     # false: every dropout rate 0 (the reference's are 0.15 MSA / 0.25 pair / 0.1 structure module: too much
     # noise for a model of a few channels, which then does not learn a structure in minutes)
     dropout: bool = True
+    # also start Adam from the checkpoint's moments and step, when it holds them (the reference's resumable
+    # checkpoint does, and its train.py loads them)
+    init_optimizer_state: bool = True
     # the reference's checkpoint format (model/checkpoint.py); "" = the seeded random initialisation. A relative
     # path is taken under data.root
     init_checkpoint: str = ""

@@ -32,6 +32,9 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
         super().__init__(cfg)  # the record's keys describe Adam only: another optim.name is refused there
         self._spec = OpenFoldData(cfg.data, cfg.train.seed)
         self._init_sha256 = ""  # of the initial checkpoint, once loaded
+        self._init_optimizer: dict[str, Any] | None = None  # its Adam state (torch's layout), if any
+        self._param_names: list[str] = []  # the model's parameters in torch's order (the state's indices)
+        self._param_shapes: dict[str, tuple[int, ...]] = {}
         self._parameters = 0
 
     # data ---------------------------------------------------------------------------------
@@ -83,8 +86,45 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
             except CheckpointError as e:
                 raise ConfigError(f"config key 'model.init_checkpoint': {e}") from None
             self._init_sha256 = loaded.sha256
+            if self.cfg.model.init_optimizer_state and loaded.optimizer_state_dict:
+                self._init_optimizer = loaded.optimizer_state_dict
+        self._param_names = [n for n, _ in model.named_parameters()]
+        self._param_shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
         self._parameters = sum(p.numel() for p in model.parameters())
         return model
+
+    def initial_optimizer_state(self, names: list[str]) -> dict[str, Any] | None:
+        """The initial checkpoint's Adam moments and step (torch's ``optimizer.state_dict()``: one group over
+        ``model.parameters()``, state by index), per parameter of ``names``; None without them."""
+        import torch
+
+        state = self._init_optimizer
+        if state is None:
+            return None
+        where = f"config key 'model.init_checkpoint' ({self.init_checkpoint_path()}): optimizer_state_dict"
+        groups, per = state.get("param_groups"), state.get("state")
+        ids = [i for g in groups for i in g.get("params", [])] if isinstance(groups, list) else []
+        if not isinstance(per, dict) or len(ids) != len(self._param_names):
+            raise ConfigError(f"{where}: expected one Adam group over the model's {len(self._param_names)} "
+                              f"parameters, got {len(ids)}")
+        by_name = {n: per.get(i, per.get(str(i))) for n, i in zip(self._param_names, ids)}
+        out: dict[str, Any] = {"exp_avg": [], "exp_avg_sq": []}
+        steps = set()
+        for name in names:
+            st = by_name.get(name)
+            if st is None:  # never had a gradient (a head whose loss weight is 0): torch's Adam keeps no state
+                for k in out:
+                    out[k].append(torch.zeros(self._param_shapes[name]))
+                continue
+            if not isinstance(st, dict) or not all(isinstance(st.get(k), torch.Tensor) for k in out):
+                raise ConfigError(f"{where}: no exp_avg/exp_avg_sq for {name}")
+            for k in out:
+                out[k].append(st[k])
+            steps.add(float(st.get("step", 0)))
+        if len(steps) != 1:
+            raise ConfigError(f"{where}: the parameters' Adam steps differ ({sorted(steps)[:3]})")
+        out["step"] = steps.pop() if steps else 0.0
+        return out
 
     def forward(self, model: "nn.Module", batch: Batch) -> Any:
         return model(batch)
