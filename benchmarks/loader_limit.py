@@ -9,17 +9,30 @@ with ``data.threads = 0`` (one core: the caller reads) and with N reader threads
       taken (the ``crc32c`` package, hardware when ``crc32c_hardware``), the fastest way to read
       and check the bytes at all;
   (b) gzip TFRecords: the file read and inflated by ``zlib.decompress`` into its final size
-      (zlib's own rate; it checks the gzip CRC-32 itself);
-  (c) DeepCAM: a plain h5py read of ``climate/data`` and ``climate/labels_0`` into numpy.
+      (zlib's own rate; it checks the gzip CRC-32 itself). Both sides allocate here: the loader,
+      like this limit, reads the file into fresh bytes and inflates into a fresh buffer (Python's
+      zlib cannot inflate into a given one), then copies ``x`` into its reused batch buffer;
+  (c) DeepCAM, the loader's own HDF5 read without its checks: ``read_direct`` of ``climate/data``
+      and ``climate/labels_0`` into two reused arrays (h5py opens and parses each file);
+  (d) DeepCAM, the raw read of the dataset bytes: the two datasets' contiguous extents (their
+      offsets and sizes, found once before timing) read by ``os.preadv`` into one reused buffer, no
+      HDF5 at all; the judged limit. A dataset that is not stored contiguously (chunked,
+      compressed) has no raw extent: (c) is judged then, and the line says so.
+
+Every limit and every loader writes into reused numpy buffers (the loader's batch buffers come back
+to it once a batch is dropped), so neither side pays page faults or page sizes the other does not,
+except where both allocate alike (b).
 
 The loader is measured on its host output in the storage dtype (read + validate + batch: int16
 counts, float32 data + uint8 labels), which is what crosses to a GPU, where the spec's transform
 (log1p; normalization) runs; ``+cpu transform`` adds that transform in the reader thread, as when
-training on the CPU (for information). Goals: CosmoFlow plain >= 80% of (a) per core, gzip >= 80%
-of (b), DeepCAM >= 80% of (c). With CUDA, the training step's samples/s (the harness's step,
+training on the CPU (for information; the transform writes into reused outputs as well). Goals:
+CosmoFlow plain >= 80% of (a) per core, gzip >= 80% of (b), DeepCAM >= 80% of (d). With CUDA, the training step's samples/s (the harness's step,
 bf16 channels-last, on a batch from the loader) is printed beside them; DALI, when installed, is
 shown with its transform. The page cache is warmed first (every file read once), so the rates are
-CPU costs, not the disk's. Rounds interleave every measurement; the best round counts. Each
+CPU costs, not the disk's. Rounds interleave every measurement; the tables show each one's best
+round, and the goals are judged on the median over rounds of the loader / limit ratio measured
+within one round. Each
 measurement is printed when it is made; ``--budget-s`` bounds the whole run (datagen gets the time
 left as its timeout; rounds and datasets the budget does not reach are skipped and said).
 
@@ -90,9 +103,16 @@ def make_datasets(work: Path, cf: int, dc: int, names: list[str], budget: Budget
 
 
 # --- the limits: the same files, the plainest read, per thread ------------------------------
+def limit_buffer(nbytes: int) -> np.ndarray:
+    """A limit's reused read buffer, allocated as the loader's batch buffers are (``np.empty``): numpy
+    advises huge pages for large arrays, so with transparent hugepages on ``madvise`` a ``bytearray``
+    (4 KiB pages) would read about a quarter slower than the loader's buffers on the same box."""
+    return np.empty(nbytes, np.uint8)
+
+
 def read_crc(files: list[Path]) -> int:
     """(a): each file into one reused buffer, then its CRC-32C."""
-    buf = bytearray(max(f.stat().st_size for f in files))
+    buf = limit_buffer(max(f.stat().st_size for f in files))
     n = 0
     for f in files:
         with open(f, "rb", buffering=0) as fh:
@@ -110,13 +130,56 @@ def read_inflate(files: list[Path], out_size: int) -> int:
     return n
 
 
-def read_h5(files: list[Path]) -> int:
-    """(c): a plain h5py read of a DeepCAM sample's two datasets into numpy."""
-    n = 0
+DC_KEYS = ("climate/data", "climate/labels_0")
+
+
+def read_h5_direct(files: list[Path]) -> int:
+    """(c): HDF5 ``read_direct`` of a DeepCAM sample's two datasets into two reused arrays (float32
+    data, uint8 labels: the loader's batch dtypes), as the loader reads them, less its checks."""
+    n, bufs = 0, None
     for f in files:
         with h5py.File(f, "r") as h:
-            n += h["climate/data"][...].nbytes + h["climate/labels_0"][...].nbytes
+            d, lab = (h[k] for k in DC_KEYS)
+            if bufs is None or bufs[0].shape != d.shape:
+                bufs = np.empty(d.shape, np.float32), np.empty(lab.shape, np.uint8)
+            d.read_direct(bufs[0])
+            lab.read_direct(bufs[1])
+        n += bufs[0].nbytes + bufs[1].nbytes
     return n
+
+
+def raw_extents(files: list[Path]) -> dict[Path, list[tuple[int, int]]] | None:
+    """Each file's (offset, bytes) of the datasets ``DC_KEYS`` as stored; None when one of them is not
+    stored contiguously (chunked or compressed: no single extent to read raw)."""
+    out = {}
+    for f in files:
+        with h5py.File(f, "r") as h:
+            ext = [(h[k].id.get_offset(), h[k].id.get_storage_size()) for k in DC_KEYS]
+        if any(off is None for off, _ in ext):
+            return None
+        out[f] = [(int(off), int(size)) for off, size in ext]
+    return out
+
+
+def read_extents(path: Path, extents: list[tuple[int, int]], buf: np.ndarray | bytearray) -> int:
+    """The bytes of ``extents`` of ``path``, one after the other into ``buf`` (``os.preadv``); their count."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        at = 0
+        for off, size in extents:
+            got = os.preadv(fd, [memoryview(buf)[at:at + size]], off)
+            if got != size:
+                raise SystemExit(f"{path}: read {got} of the {size} bytes at offset {off}")
+            at += size
+    finally:
+        os.close(fd)
+    return at
+
+
+def read_raw(files: list[Path], extents: dict[Path, list[tuple[int, int]]]) -> int:
+    """(d): the datasets' stored bytes read by ``os.preadv`` into one reused buffer, no HDF5."""
+    buf = limit_buffer(max(sum(size for _, size in extents[f]) for f in files))
+    return sum(read_extents(f, extents[f], buf) for f in files)
 
 
 def parallel_rate(fn: Callable[[list[Path]], int], files: list[Path], threads: int) -> float:
@@ -160,12 +223,18 @@ def step_rate(wl: Workload, ld: Any, batch: int, device: torch.device, steps: in
 
 
 # --- one workload -------------------------------------------------------------------------------
+Limit = tuple[str, Callable[[list[Path]], int], str]  # (key, files -> bytes read, what it is)
+
+
 class Case:
-    def __init__(self, title: str, wl: Workload, files: list[Path], sample_bytes: int,
-                 limit: Callable[[list[Path]], int], limit_name: str, goal: str) -> None:
+    """One dataset: its loader against its limits; the first limit is the judged one."""
+
+    def __init__(self, title: str, wl: Workload, files: list[Path], sample_bytes: int, limits: list[Limit],
+                 goal: str, note: str = "") -> None:
         self.title, self.wl, self.files, self.sample_bytes = title, wl, files, sample_bytes
-        self.limit, self.limit_name, self.goal = limit, limit_name, goal
+        self.limits, self.goal, self.note = limits, goal, note
         self.best: dict[str, tuple[float, float]] = {}
+        self.paired: dict[int, list[float]] = {}  # threads -> loader / judged limit, measured in the same round
         self.round_s = float("inf")  # the fastest round so far: what one more round costs
 
     def record(self, key: str, rate: tuple[float, float]) -> None:
@@ -176,10 +245,15 @@ class Case:
 
 def run_round(case: Case, thread_counts: list[int], batch: int, device: torch.device, dali: bool) -> None:
     for n in thread_counts:
-        lim = parallel_rate(case.limit, case.files, n)
-        case.record(f"limit/{n}", (lim / (case.sample_bytes * 1.0), lim))
+        judged = 0.0
+        for key, fn, _ in case.limits:
+            lim = parallel_rate(fn, case.files, n)
+            judged = judged or lim
+            case.record(f"{key}/{n}", (lim / case.sample_bytes, lim))
         ld = loader(case.wl, n, batch, device)
-        case.record(f"loader/{n}", loader_rate(storage_batches(ld), case.sample_bytes))
+        got = loader_rate(storage_batches(ld), case.sample_bytes)
+        case.record(f"loader/{n}", got)
+        case.paired.setdefault(n, []).append(got[1] / judged)
         if device.type == "cpu":
             case.record(f"loader+transform/{n}", loader_rate(ld, case.sample_bytes))
         if dali:
@@ -190,20 +264,25 @@ def run_round(case: Case, thread_counts: list[int], batch: int, device: torch.de
 
 def report(case: Case, thread_counts: list[int], step: float | None) -> list[str]:
     out = [f"{case.title}: {len(case.files)} files, {case.sample_bytes / 2**20:.1f} MiB decoded per sample; "
-           f"limit {case.limit_name}; goal {case.goal}"]
+           f"limits {'; '.join(name for _, _, name in case.limits)}; goal {case.goal}"]
+    if case.note:
+        out.append(f"  {case.note}")
     if step is not None:
         out.append(f"  training step (bf16, channels-last, harness): {step:9.1f} samples/s")
     for n in thread_counts:
         cores = max(1, n)
-        lim = case.best[f"limit/{n}"][1]
         label = "threads=0" if n == 0 else f"threads={n}"
-        out.append(f"  {label}: limit {lim / 1e9:6.3f} GB/s total, {lim / cores / 1e9:6.3f} GB/s per core")
+        out.append(f"  {label}:")
+        for key, _, name in case.limits:
+            lim = case.best[f"{key}/{n}"][1]
+            out.append(f"    limit {name:38s} {lim / 1e9:6.3f} GB/s total, {lim / cores / 1e9:6.3f} GB/s per core")
         for key, what in (("loader", "loader (storage dtype)"), ("loader+transform", "loader +cpu transform"),
                           ("dali", "DALI cpu (+transform)")):
             if f"{key}/{n}" not in case.best:
                 continue
             sps, bps = case.best[f"{key}/{n}"]
-            ratio = f" = {100 * bps / lim:5.1f}% of the limit" if key == "loader" else ""
+            ratio = ("; " + ", ".join(f"{100 * bps / case.best[f'{k}/{n}'][1]:5.1f}% of {k}" for k, _, _ in case.limits)
+                     if key == "loader" else "")
             out.append(f"    {what:24s} {sps:8.2f} samples/s {bps / 1e9:6.3f} GB/s total, {sps / cores:7.2f} "
                        f"samples/s {bps / cores / 1e9:6.3f} GB/s per core{ratio}")
     return out
@@ -243,17 +322,25 @@ def main() -> None:
         files = sorted((work / name / "train").iterdir())
         xb = 128 ** 3 * 4 * 2
         if name == "cf-plain":
-            cases[name] = Case("CosmoFlow plain TFRecords", wl, files, xb, read_crc,
-                               "(a) page-cache read + crc32c", "loader >= 80% of (a) per core")
+            cases[name] = Case("CosmoFlow plain TFRecords", wl, files, xb,
+                               [("(a)", read_crc, "(a) page-cache read + crc32c")], "loader >= 80% of (a) per core")
         else:
             size = xb + 200  # the inflated stream: record framing + Example around x
-            cases[name] = Case("CosmoFlow gzip TFRecords", wl, files, xb, lambda f, s=size: read_inflate(f, s),
-                               "(b) read + zlib inflate", "loader >= 80% of (b)")
+            cases[name] = Case("CosmoFlow gzip TFRecords", wl, files, xb,
+                               [("(b)", lambda f, s=size: read_inflate(f, s), "(b) read + zlib inflate")],
+                               "loader >= 80% of (b)")
     if "dc" in ready:
         wl = DeepCAMWorkload(DeepCAMWorkload.load_config("full", [f"data.root={work / 'dc'}", "train.loader=torch"]))
         files = sorted((work / "dc" / "train").glob("data-*.h5"))
-        cases["dc"] = Case("DeepCAM HDF5", wl, files, 768 * 1152 * (16 * 4 + 1), read_h5,
-                           "(c) plain h5py read into numpy", "loader >= 80% of (c)")
+        direct: Limit = ("(c)", read_h5_direct, "(c) h5py read_direct, reused arrays")
+        extents = raw_extents(files)
+        if extents is None:
+            cases["dc"] = Case("DeepCAM HDF5", wl, files, 768 * 1152 * (16 * 4 + 1), [direct], "loader >= 80% of (c)",
+                               "no raw limit (d): a dataset is not stored contiguously (chunked or compressed)")
+        else:
+            raw: Limit = ("(d)", lambda f, e=extents: read_raw(f, e), "(d) raw preadv of the dataset bytes")
+            cases["dc"] = Case("DeepCAM HDF5", wl, files, 768 * 1152 * (16 * 4 + 1), [raw, direct],
+                               "loader >= 80% of (d)")
 
     for case in cases.values():  # warm the page cache: the rates below are CPU costs
         for f in case.files:
@@ -273,7 +360,8 @@ def main() -> None:
 
     say(f"loader_limit: device {device}, reader threads 0 and {n_threads}, best of the interleaved rounds done "
           f"({', '.join(f'{k} {v}' for k, v in done.items()) or 'none'} of {a.rounds}), "
-          f"page cache warm; torch threads {torch.get_num_threads()}; DALI {'installed' if dali else 'not installed'}")
+          f"page cache warm; torch threads {torch.get_num_threads()}; DALI {'installed' if dali else 'not installed'}; "
+          f"load at the end {' / '.join(f'{x:.2f}' for x in os.getloadavg())} (1/5/15 min)")
     print("loader rate = read + validate (CRCs, shapes, dtypes) + batch, in the storage dtype (what a GPU receives)")
     for name, case in cases.items():
         batch = a.batch or (8 if name.startswith("cf") else 4)
@@ -281,13 +369,18 @@ def main() -> None:
         if device.type == "cuda" and a.steps and name != "cf-gzip":
             step = step_rate(case.wl, loader(case.wl, n_threads, batch, device), batch, device, a.steps)
         print(f"batch {batch}: " + "\n".join(report(case, thread_counts, step)))
-    print("goals (loader / limit):")
+    print("goals (loader / limit): judged on the median over the rounds of the ratio measured within one round (the "
+          "loader right after its limit: a shared box's load drifts between rounds, and the best of each over "
+          "different rounds can pair a quiet limit with a loaded loader); the best-of ratio beside it")
     for name, case in cases.items():
+        key, _, limit_name = case.limits[0]
         for n in thread_counts:
-            lim, got = case.best[f"limit/{n}"][1], case.best[f"loader/{n}"][1]
-            verdict = "met" if got >= 0.8 * lim else f"MISSED by {100 * (0.8 - got / lim):.1f} points"
-            print(f"  {case.title:26s} threads={n}: {100 * got / lim:5.1f}% of {case.limit_name} "
-                  f"(goal >= 80%): {verdict}")
+            ratios = case.paired[n]
+            med = float(np.median(ratios))
+            best = case.best[f"loader/{n}"][1] / case.best[f"{key}/{n}"][1]
+            verdict = "met" if med >= 0.8 else f"MISSED by {100 * (0.8 - med):.1f} points"
+            print(f"  {case.title:26s} threads={n}: {100 * med:5.1f}% of {limit_name} (rounds "
+                  f"{', '.join(f'{100 * r:.0f}%' for r in ratios)}; best-of {100 * best:.1f}%) (goal >= 80%): {verdict}")
     budget.done()
 
 

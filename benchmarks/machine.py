@@ -1,7 +1,9 @@
 """What a benchmark ran on, for the first line of its results (``# ...``) and its JSON: the CPU
 model, core count and the instruction-set flags that decide the speed of the data path (CRC-32C,
 zlib, bf16 kernels), the torch threads, whether ``crc32c`` uses the hardware instruction and whether
-bf16 is native here; plus a cheap, time-bounded GEMM peak to compare achieved FLOP/s with."""
+bf16 is native here, the transparent-hugepage setting (it decides what a fresh multi-MiB buffer
+costs in page faults) and the load averages (a shared box's figures depend on them); plus a cheap,
+time-bounded GEMM peak to compare achieved FLOP/s with."""
 from __future__ import annotations
 
 import os
@@ -10,7 +12,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-FLAGS = ("sse4_2", "pclmulqdq", "avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+FLAGS = ("sse4_2", "pclmulqdq", "vpclmulqdq", "avx2", "avx512f", "avx512bw", "avx512_bf16", "amx_bf16", "amx_tile")
+THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+def transparent_hugepages(path: Path = THP) -> str:
+    """The selected transparent-hugepage mode (``always``, ``madvise`` or ``never``: the bracketed word of
+    ``path``), or why it is unknown."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        return f"unknown ({path}: {exc.strerror or exc})"
+    start, end = text.find("["), text.find("]")
+    return text[start + 1:end] if 0 <= start < end else f"unknown ({path}: {text.strip()!r})"
 
 
 def describe() -> dict[str, Any]:
@@ -30,7 +44,8 @@ def describe() -> dict[str, Any]:
     return {"cpu": model, "cores": os.cpu_count(), "flags": [f for f in FLAGS if f in flags],
             "torch_threads": torch.get_num_threads(), "crc32c_hardware": bool(crc32c.hardware_based),
             "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "bf16_native": bf16_native()[0], "load_1min": os.getloadavg()[0]}
+            "bf16_native": bf16_native()[0], "load_1min": os.getloadavg()[0],
+            "load_avg": list(os.getloadavg()), "transparent_hugepage": transparent_hugepages()}
 
 
 def header(info: dict[str, Any]) -> str:
@@ -39,7 +54,8 @@ def header(info: dict[str, Any]) -> str:
             f"crc32c {'hardware' if info['crc32c_hardware'] else 'software'}; torch threads {info['torch_threads']}; "
             f"torch cpu capability {info.get('torch_cpu_capability', '?')}; "
             f"bf16 {'native' if info.get('bf16_native') else 'emulated'}; "
-            f"load {info['load_1min']:.2f}")
+            f"transparent hugepages {info.get('transparent_hugepage', '?')}; "
+            f"load {' / '.join(f'{x:.2f}' for x in info.get('load_avg', [info['load_1min']]))} (1/5/15 min)")
 
 
 def _local_cpu_bf16_native() -> tuple[bool, str]:

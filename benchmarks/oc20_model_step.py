@@ -32,6 +32,10 @@ from benchmarks.budget import Budget, add_budget_argument, say
 from benchmarks.machine import describe, header
 
 
+# DimeNetPlusPlus(hidden, out, blocks, int_emb, basis_emb, out_emb, ...) widths: (hidden, blocks, int_emb, out_emb)
+WIDTHS = {"full": (192, 3, 64, 192), "mini": (64, 2, 32, 64)}
+
+
 def cluster(seed: int, cutoff: float, max_nb: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     from ase.build import bulk
 
@@ -86,6 +90,9 @@ def main() -> None:
     ap.add_argument("--cutoff", type=float, default=6.0)
     ap.add_argument("--max-neighbors", type=int, default=50)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--width", choices=tuple(WIDTHS), default="full",
+                    help="full: the closed preset's DimeNet++ (hidden 192, 3 blocks); mini: the mini preset's "
+                         "(hidden 64, int_emb 32, 2 blocks); the graphs are the same OC20-sized ones")
     ap.add_argument("--malloc", choices=("tuned", "default"), default="tuned",
                     help="tuned: keep freed large blocks in the heap (both models, whole process)")
     add_budget_argument(ap, 120.0)
@@ -98,13 +105,14 @@ def main() -> None:
     from torch_geometric.nn import DimeNetPlusPlus
 
     torch.manual_seed(0)
-    pyg = DimeNetPlusPlus(192, 1, 3, 64, 8, 192, 7, 6, cutoff=args.cutoff, max_num_neighbors=args.max_neighbors,
-                          output_initializer="glorot_orthogonal")
+    hidden, blocks, int_emb, out_emb = WIDTHS[args.width]
+    pyg = DimeNetPlusPlus(hidden, 1, blocks, int_emb, 8, out_emb, 7, 6, cutoff=args.cutoff,
+                          max_num_neighbors=args.max_neighbors, output_initializer="glorot_orthogonal")
     ours = pyg_map.from_pyg(pyg)
     b = make_batch(args.systems, args.cutoff, args.max_neighbors)
     n, e, t = b["z"].numel(), b["edge_index"].shape[1], b["idx_kj"].numel()
     say(f"batch: {args.systems} systems, {n} atoms, {e} edges ({e / args.systems:.0f}/system), "
-          f"{t} triplets ({t / args.systems:.0f}/system); torch threads {torch.get_num_threads()}; "
+          f"{t} triplets ({t / args.systems:.0f}/system); width {args.width}; torch threads {torch.get_num_threads()}; "
           f"malloc {'tuned' if tuned else 'default'}")
     say("warm-up (one step of each, not timed; the run is at least this plus one timed pair):")
     wo = step_ours(ours, b)

@@ -1,31 +1,51 @@
-"""Per-step load imbalance of the edge-balanced LPT partition vs the plain strided one.
+"""Per-step load imbalance of OC20's cost-balanced training partition against the plain strided one
+and against the previous rule (LPT over each global batch alone).
 
-For every step of one epoch at R ranks: max over ranks / mean over ranks of the edges (or triplets)
-each rank processes; printed as the mean over the epoch's steps, for both partitions of
-``hpcbench.common.data.sampler.EpochSampler`` on the same global batches. Costs come from the sizes stored in
-a split's LMDB files, or from OC20-like synthetic sizes. Each partition's line is printed when it is
-computed; with ``--budget-s`` spent after the baseline, the balanced partition is skipped (said).
+For every step of one epoch at R ranks: max over ranks / mean over ranks of the cost (edges or
+triplets) each rank processes; printed as the mean over the epoch's steps (and the worst step), for
+each local batch of ``--per-rank``, on the same permutation:
 
-    python -m benchmarks.oc20_sampler_balance --ranks 8 --global-batch 64 [--data DIR/train]
+* plain strided partition (baseline): each global batch dealt round-robin;
+* LPT per global batch (before): each global batch split alone by greedy longest-processing-time
+  (``lpt_partition``), ranks with different sample counts (the sampler's rule until 2026-11-25);
+* window-balanced partition (the sampler now, ``EpochSampler(partition="balanced")``): exactly
+  ``per-rank`` samples per rank-step, balanced over windows of ``--window`` steps.
+
+Costs come from the sizes stored in a split's LMDB files, or from OC20-like synthetic sizes. Each
+line is printed when it is computed; with ``--budget-s`` spent after the baseline, the rest is
+skipped (said). Goal: the window-balanced partition <= 1.05 at every local batch (moonshot 1.02).
+
+    python -m benchmarks.oc20_sampler_balance --ranks 8 --per-rank 2,8 [--data DIR/train]
 """
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import numpy as np
 
-from hpcbench.common.data.sampler import EpochSampler
+from hpcbench.common.data.sampler import BALANCE_WINDOW, EpochSampler, lpt_partition
 
 from benchmarks.budget import Budget, add_budget_argument, say
 from benchmarks.machine import describe, header
 
+GOAL, MOONSHOT = 1.05, 1.02
 
-def imbalance(costs: np.ndarray, ranks: int, global_batch: int, balanced: bool, seed: int) -> tuple[float, float]:
-    partition = "balanced" if balanced else "strided"
-    samplers = [EpochSampler(costs.size, global_batch // ranks, r, ranks, seed, partition, costs=costs)
+
+def step_loads(costs: np.ndarray, ranks: int, per_rank: int, rule: str, seed: int, window: int) -> np.ndarray:
+    """[steps, ranks] summed cost of each rank's samples per step of epoch 0 under ``rule``."""
+    if rule == "lpt":
+        g = per_rank * ranks
+        order = EpochSampler(costs.size, per_rank, 0, ranks, seed).order()
+        batches = [order[i:i + g] for i in range(0, costs.size - costs.size % g, g)]
+        return np.array([[costs[b[part]].sum() for part in lpt_partition(costs[b], ranks)] for b in batches])
+    partition = "balanced" if rule == "window" else "strided"
+    samplers = [EpochSampler(costs.size, per_rank, r, ranks, seed, partition, costs=costs, window=window)
                 for r in range(ranks)]
-    loads = np.array([[costs[idx].sum() for idx in step] for step in zip(*[s.batches() for s in samplers])])
+    return np.array([[costs[idx].sum() for idx in step] for step in zip(*[s.batches() for s in samplers])])
+
+
+def imbalance(loads: np.ndarray) -> tuple[float, float]:
+    """(mean over steps, worst step) of max / mean over the ranks."""
     ratio = loads.max(1) / loads.mean(1)
     return float(ratio.mean()), float(ratio.max())
 
@@ -33,7 +53,8 @@ def imbalance(costs: np.ndarray, ranks: int, global_batch: int, balanced: bool, 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=8)
-    ap.add_argument("--global-batch", type=int, default=64)
+    ap.add_argument("--per-rank", default="2,8", help="local batches (samples per rank per step), comma-separated")
+    ap.add_argument("--window", type=int, default=BALANCE_WINDOW, help="steps per balancing window")
     ap.add_argument("--data", help="a split folder of data.NNNN.lmdb files (default: OC20-like synthetic sizes)")
     ap.add_argument("--cost", choices=["edges", "triplets"], default="edges")
     ap.add_argument("--trust-pickle", action="store_true", help="--data holds original pickled OC20 files")
@@ -43,8 +64,7 @@ def main() -> None:
     args = ap.parse_args()
     budget = Budget(args.budget_s)
     say(header(describe()))
-    if args.global_batch % args.ranks:
-        ap.error(f"--global-batch {args.global_batch} does not split over {args.ranks} ranks")
+    per_rank = [int(v) for v in args.per_rank.split(",")]
     if args.data:
         from hpcbench.workloads.opencatalyst.lmdbio import SplitDataset, shard_paths
 
@@ -55,15 +75,23 @@ def main() -> None:
         natoms = rng.integers(20, 226, args.samples)
         costs = (natoms * rng.uniform(25, 40, args.samples)).astype(np.int64)
         source = f"synthetic OC20-like sizes, {args.samples} samples"
-    say(f"costs: {source}; {args.ranks} ranks, global batch {args.global_batch}, "
-          f"{costs.size // args.global_batch} steps")
-    for name, balanced in (("plain strided partition (baseline)", False), ("edge-balanced LPT partition", True)):
-        if balanced and budget.spent():
-            budget.skip(name)
-            continue
-        mean, worst = imbalance(costs, args.ranks, args.global_batch, balanced, args.seed)
-        say(f"{name:34s}: max/mean edges per rank per step = {mean:.3f} (worst step {worst:.3f})")
-    say("goal for the balanced partition: <= 1.05")
+    verdicts = []
+    for b in per_rank:
+        say(f"costs: {source}; {args.ranks} ranks x {b} samples per rank = global batch {args.ranks * b}, "
+            f"{costs.size // (args.ranks * b)} steps; window {args.window} steps")
+        for name, rule in (("plain strided partition (baseline)", "strided"), ("LPT per global batch (before)", "lpt"),
+                           ("window-balanced partition (now)", "window")):
+            if rule != "strided" and budget.spent():
+                budget.skip(f"{name} at {b} per rank")
+                continue
+            mean, worst = imbalance(step_loads(costs, args.ranks, b, rule, args.seed, args.window))
+            say(f"  {name:36s}: max/mean {args.cost} per rank per step = {mean:.3f} (worst step {worst:.3f})")
+            if rule == "window":
+                verdicts.append(f"{b} per rank: {mean:.3f} -> goal <= {GOAL}: {'met' if mean <= GOAL else 'MISSED'}; "
+                                f"moonshot <= {MOONSHOT}: {'met' if mean <= MOONSHOT else 'missed'}")
+    say("window-balanced partition, goal <= 1.05 (moonshot 1.02), mean over the epoch's steps:")
+    for v in verdicts:
+        say(f"  {v}")
     budget.done()
 
 

@@ -154,6 +154,9 @@ class Benchmark:
     # the rules' whole-epoch cadence of a closed run from the samples per epoch (None: the preset's); a closed
     # config must name it (common/cadence.py: cadence_of; 3D U-Net: from epoch 1000 every 20 at 168 per epoch)
     closed_eval: ClosedEvalEpochs | None = None
+    # how train.eval_every_samples = N is counted (common/cadence.py): "crossing" = after the step whose samples
+    # cross a multiple of N (BERT); "steps" = every CEILING(N / global batch) steps (Llama 3.1 8B's reference)
+    samples_cadence: str = "crossing"
     dropped_runs: int = 1  # fastest and slowest runs the olympic mean drops
     # light parts, relative to the workload's package: the module with LAYOUT, the workload class,
     # the converter behind `hpcbench convert NAME` ("module:function"; "" for none)
@@ -169,6 +172,8 @@ class Benchmark:
         object.__setattr__(self, "ruleset", suite(self.suite).ruleset(self.ruleset))
         if self.epoch_reporting not in EPOCH_REPORTING:
             raise ValueError(f"{self.name}: epoch_reporting {self.epoch_reporting!r} is not one of {EPOCH_REPORTING}")
+        if self.samples_cadence not in ("crossing", "steps"):
+            raise ValueError(f"{self.name}: samples_cadence {self.samples_cadence!r} is not 'crossing' or 'steps'")
         if self.higher_is_better == self.target.lower_is_better:
             raise ValueError(f"{self.name}: higher_is_better={self.higher_is_better} contradicts the target "
                              f"{self.target.key} (lower_is_better={self.target.lower_is_better})")

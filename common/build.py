@@ -119,11 +119,21 @@ def build_model(workload: Workload, parallel: Parallel, seed: int, batch: int, p
     tc = workload.cfg.train
     torch.manual_seed(seed)
     model = workload.build_model()
-    model = parallel.sync_batchnorm(model).to(parallel.device)
+    on_meta = any(p.is_meta for p in model.parameters())  # a sharded model that distribute() materialises
+    if on_meta and not workload.shards_parameters:
+        raise ConfigError(f"workload {workload.name}: build_model() returned parameters on the meta device, which "
+                          "only a workload that shards its parameters (shards_parameters) may do")
+    model = parallel.sync_batchnorm(model)
+    if not on_meta:
+        model = model.to(parallel.device)
     choices = choose_for_hardware(workload, model, parallel, batch, progress)
     if tc.channels_last:
         model = module_to_channels_last(model)
     model = workload.distribute(model, parallel)
+    left = [n for n, p in model.named_parameters() if p.is_meta]
+    if left:
+        raise ConfigError(f"workload {workload.name}: distribute() left {len(left)} parameters on the meta device "
+                          f"(first: {left[0]}); it must give them storage (to_empty) and initial values")
     if workload.shards_parameters:  # every rank built the same seeded model and kept its shards of it
         return model, ShardedParams(model, parallel.size), choices  # type: ignore[return-value]
     flat = FlatParams(model, workload.local_parameters(model), workload.sparse_parameters(model))

@@ -9,7 +9,10 @@ Three cadences (``train.eval_every``, ``train.eval_every_samples``):
 * samples (``eval_every_samples`` = N > 0): after the step at which the instance's training samples
   since the run's start (steps x global batch, or the samples counted per step where a workload's batches
   hold a varying number of them: packed BERT counts sequences, :attr:`TrainPoint.samples`) cross a
-  multiple of N, as the reference BERT evaluates (N rounded up to the step that passes it).
+  multiple of N, as the reference BERT evaluates (N rounded up to the step that passes it); or, where the
+  record says ``samples_cadence = "steps"``, every ``CEILING(N / global_batch)`` steps of the run, as the
+  reference Llama 3.1 8B evaluates (``eval_every_n_batches = ceil(eval_every / gbs)``): the two differ where
+  the global batch does not divide N (12,288 at batch 1,152: steps 11, 22, 32 against 11, 22, 33).
 
 With whole epochs, ``train.eval_offset = k`` (``0 <= k < eval_every``) moves the evaluations to the epochs
 ``k, k + N, k + 2N, ...`` (``k = 0``: ``N, 2N, ...``), MLPerf ResNet's "every 4 epochs with offset 0, 1,
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
     from .runconfig import TrainConfig
 
 REPORTING: tuple[str, ...] = ("epoch", "fraction", "samples")
+SAMPLES_CADENCE: tuple[str, ...] = ("crossing", "steps")  # Benchmark.samples_cadence
 
 
 @dataclass(frozen=True)
@@ -101,13 +105,18 @@ class EvalCadence:
     offset: int = 0  # whole-epoch cadence: evaluate the epochs e with e % every_epochs == offset
     final: bool = True  # also evaluate the end of the run's last epoch when the cadence does not
     start: int = 0  # whole-epoch cadence, > 0: evaluate the epochs start, start + every_epochs, ... only
+    # samples cadence: True = every CEILING(every_samples / global_batch) steps of the run (Llama 3.1 8B);
+    # False = after the step whose samples cross a multiple of every_samples (BERT)
+    samples_in_steps: bool = False
 
     @classmethod
     def from_config(cls, eval_every: float, eval_every_samples: int, steps_per_epoch: int, global_batch: int,
                     max_epochs: int, reporting: str, offset: int = 0, final: bool = True,
-                    start: int = 0) -> EvalCadence:
+                    start: int = 0, samples_cadence: str = "crossing") -> EvalCadence:
         if reporting not in REPORTING:
             raise ConfigError(f"epoch reporting {reporting!r}: expected one of {', '.join(REPORTING)}")
+        if samples_cadence not in SAMPLES_CADENCE:
+            raise ConfigError(f"samples cadence {samples_cadence!r}: expected one of {', '.join(SAMPLES_CADENCE)}")
         every_epochs = every_steps = 0
         if eval_every_samples <= 0:
             if eval_every >= 1:
@@ -123,7 +132,12 @@ class EvalCadence:
                               f"train.eval_offset, got {start} (eval_every {eval_every:g}, eval_every_samples "
                               f"{eval_every_samples}, eval_offset {offset})")
         return cls(every_epochs, every_steps, max(0, eval_every_samples), steps_per_epoch, global_batch,
-                   max_epochs, reporting, offset, final, start)
+                   max_epochs, reporting, offset, final, start, samples_cadence == "steps")
+
+    @property
+    def samples_step(self) -> int:
+        """Steps between evaluations of a step-rounded samples cadence: CEILING(every_samples / global_batch)."""
+        return max(1, -(-self.every_samples // max(1, self.global_batch)))
 
     @property
     def within_epoch(self) -> bool:
@@ -134,6 +148,8 @@ class EvalCadence:
         """Evaluate after the step that brought training to ``p``?"""
         if self.every_steps:
             return p.step % self.every_steps == 0
+        if self.every_samples and self.samples_in_steps:
+            return p.global_step % self.samples_step == 0
         if self.every_samples:
             n, now = self.every_samples, self.samples(p)
             before = now - (p.step_samples if p.samples is not None else self.global_batch)
@@ -205,4 +221,4 @@ def cadence_of(record: Benchmark, train: TrainConfig, steps_per_epoch: int) -> E
                 "the open division")
     return EvalCadence.from_config(train.eval_every, train.eval_every_samples, steps_per_epoch,
                                    train.global_batch_size, train.max_epochs, record.epoch_reporting,
-                                   train.eval_offset, final, train.eval_start)
+                                   train.eval_offset, final, train.eval_start, record.samples_cadence)

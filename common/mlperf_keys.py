@@ -1,4 +1,5 @@
-"""The MLPerf optimizer and learning-rate-schedule keys of a run, built in one place.
+"""The MLPerf optimizer and learning-rate-schedule keys of a run, and the keys several benchmarks share, built in
+one place.
 
 A benchmark's record names the keys its rules want (:class:`~hpcbench.common.benchmark.HyperparameterKeys`);
 each key name has one definition here, computed from the ``optim`` config and the :class:`Schedule` the
@@ -10,6 +11,10 @@ Boundaries and decay factor describe a multistep decay (``[]`` and ``1.0`` for a
 ``optim.decay_factors`` (absolute factors of the peak, one per boundary) the decay factor is their list,
 as the MLPerf HPC rules allow for CosmoFlow ("you may use a different value for each decay") and NVIDIA's
 CosmoFlow logs write it (``[0.25, 0.0625]`` for a rate that went ``lr``, ``lr/4``, ``lr/16``).
+
+Shared keys of the data (:func:`data_keys`): ``max_sequence_length``, the tokens of a sample that the
+language-model benchmarks log (BERT's packed rows, Llama 3.1 8B's ``seq_len``; the references log
+``constants.MAX_SEQUENCE_LENGTH``), from the value the workload reports (``Workload.max_sequence_length``).
 """
 from __future__ import annotations
 
@@ -156,3 +161,12 @@ def optimizer_keys(record: Benchmark, optim: OptimConfig, steps_per_epoch: int, 
     run = _Run(optim, Schedule.from_config(optim, steps_per_epoch, max_epochs), steps_per_epoch,
                suite(record.suite).whole_epochs, record.keys.names.get(optim.name, optim.name))
     return {key: _value(key, run) for key in record.keys.keys_for(optim.name, optim.schedule)}
+
+
+def data_keys(max_sequence_length: int | None) -> dict[str, Any]:
+    """The data keys several benchmarks log: ``max_sequence_length`` where the workload has one (``{}`` else)."""
+    if max_sequence_length is None:
+        return {}
+    if int(max_sequence_length) != max_sequence_length or max_sequence_length < 1:
+        raise ConfigError(f"max_sequence_length must be a positive whole number of tokens, got {max_sequence_length!r}")
+    return {"max_sequence_length": int(max_sequence_length)}

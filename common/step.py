@@ -12,9 +12,16 @@ returns the loss as a device tensor and never reads anything back to the host.
   on static input buffers after a warm-up on a side stream, then replayed each step. The warm-up
   steps are undone (parameters, optimizer and scaler state restored), so replay follows exactly the
   eager trajectory. A batch whose shapes differ from the captured one (a short last batch) runs eagerly.
+  A workload whose batches are padded to a few fixed shapes (``static_shape_count`` > 1, e.g. OC20 with
+  ``data.static_shapes``) gets one graph per shape, up to that many (all in one memory pool: they are
+  never replayed at the same time); further shapes run eagerly.
+
+With ``static_shape_count`` > 1, ``compile`` compiles each shape statically (``dynamic=False``; dynamo's
+recompile limit is raised to the shape count).
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -38,6 +45,9 @@ def tree_map(fn: Callable[[torch.Tensor], torch.Tensor], batch: Any) -> Any:
         return type(batch)(*(tree_map(fn, v) for v in batch))
     if isinstance(batch, (list, tuple)):
         return type(batch)(tree_map(fn, v) for v in batch)
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):  # e.g. OC20's GraphBatch
+        return dataclasses.replace(batch, **{f.name: tree_map(fn, getattr(batch, f.name))
+                                             for f in dataclasses.fields(batch) if f.init})
     return batch  # other objects (e.g. a torch_geometric Batch) are left to the workload
 
 
@@ -82,13 +92,21 @@ class TrainStep:
         self.optimizer, self.schedule, self.precision = optimizer, schedule, precision
         self.mode = mode
         self.warmup_iters = warmup_iters
-        self._graph: Any = None
-        self._static_batch: Any = None
-        self._static_loss: torch.Tensor | None = None
-        self._shapes: list[tuple[int, ...]] | None = None
+        # CUDA graphs by the shapes of the batch's tensors: (graph, static batch, static loss)
+        self._graphs: dict[tuple[tuple[int, ...], ...], tuple[Any, Any, torch.Tensor]] = {}
+        self._pool: Any = None
+        self.max_graphs = max(1, int(getattr(workload, "static_shape_count", 1)))
         self._fwd_loss: Callable[[Any], torch.Tensor] = self._forward_loss
         if mode == "compile":
-            dynamic = None if getattr(workload, "static_shapes", True) else True
+            static = getattr(workload, "static_shapes", True)
+            dynamic = None if static else True
+            if static and self.max_graphs > 1:  # a few fixed shapes: each compiled as it is
+                import torch._dynamo.config as dynamo_config
+
+                dynamic = False
+                for key in ("cache_size_limit", "recompile_limit"):
+                    if hasattr(dynamo_config, key):
+                        setattr(dynamo_config, key, max(getattr(dynamo_config, key), self.max_graphs + 1))
             self._fwd_loss = torch.compile(self._forward_loss, dynamic=dynamic)
         elif mode == "cuda_graph":
             if flat.device.type != "cuda":
@@ -176,16 +194,22 @@ class TrainStep:
     def __call__(self, batch: Any) -> torch.Tensor:
         if self.mode != "cuda_graph":
             return self.eager(batch)
-        if self._graph is None:
-            self._capture(batch)
         tensors = tensors_of(batch)
-        if [tuple(t.shape) for t in tensors] != self._shapes:
-            return self.eager(batch)
-        for dst, src in zip(tensors_of(self._static_batch), tensors):
+        key = tuple(tuple(t.shape) for t in tensors)
+        if key not in self._graphs:
+            if len(self._graphs) >= self.max_graphs:
+                return self.eager(batch)  # e.g. a short last batch
+            self._graphs[key] = self._capture(batch)
+        graph, static_batch, static_loss = self._graphs[key]
+        for dst, src in zip(tensors_of(static_batch), tensors):
             dst.copy_(src, non_blocking=True)
-        self._graph.replay()
-        assert self._static_loss is not None
-        return self._static_loss.clone()
+        graph.replay()
+        return static_loss.clone()
+
+    @property
+    def graph_count(self) -> int:
+        """CUDA graphs captured so far (one per batch shape)."""
+        return len(self._graphs)
 
     # CUDA graph -------------------------------------------------------------------------------
     def _snapshot(self) -> list[torch.Tensor]:
@@ -202,18 +226,21 @@ class TrainStep:
         for dst, src in zip(self._live(), saved):
             dst.copy_(src)
 
-    def _capture(self, batch: Any) -> None:
-        self._static_batch = tree_map(lambda t: t.clone(), batch)
-        self._shapes = [tuple(t.shape) for t in tensors_of(self._static_batch)]
+    def _capture(self, batch: Any) -> tuple[Any, Any, torch.Tensor]:
+        """Warm up on ``batch``'s shapes (undone), then capture one step on static copies of its tensors."""
+        static_batch = tree_map(lambda t: t.clone(), batch)
         saved = self._snapshot()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(self.warmup_iters):
-                self.eager(self._static_batch)
+                self.eager(static_batch)
         torch.cuda.current_stream().wait_stream(side)
         self._restore(saved)
-        self._graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self._graph):  # records the kernels; nothing runs until replay
-            self._static_loss = self.eager(self._static_batch)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):  # records the kernels; nothing runs until replay
+            static_loss = self.eager(static_batch)
+        if self._pool is None:
+            self._pool = graph.pool()  # later shapes share the first graph's memory pool
         torch.cuda.synchronize()
+        return graph, static_batch, static_loss

@@ -211,7 +211,10 @@ class Workload(ABC, Generic[C]):
     # model and maths ----------------------------------------------------------------------
     @abstractmethod
     def build_model(self) -> "nn.Module":
-        """Single-device model in fp32; the harness moves it, wraps it and sets precision."""
+        """Single-device model in fp32; the harness moves it, wraps it and sets precision. A workload that
+        shards its parameters (``shards_parameters``) may return it on the meta device (no storage): the
+        harness then leaves the move to :meth:`distribute`, which must give every parameter storage and its
+        initial values (``to_empty`` + an init that draws from the state the harness seeded)."""
 
     @abstractmethod
     def forward(self, model: "nn.Module", batch: Any) -> Any:
@@ -264,7 +267,8 @@ class Workload(ABC, Generic[C]):
     def distribute(self, model: "nn.Module", parallel: "Parallel") -> "nn.Module":
         """The model as this rank of the instance holds it (e.g. embedding tables sharded over the ranks,
         a spatial group's slab), on the groups of the layout object ``parallel``. Called on every rank after
-        the same seeded build and the move to the device."""
+        the same seeded build and the move to the device (for a model built on the meta device: no move,
+        and this materialises it on ``parallel.device``)."""
         return model
 
     def local_parameters(self, model: "nn.Module") -> list["nn.Parameter"]:
@@ -293,12 +297,18 @@ class Workload(ABC, Generic[C]):
 
     def hyperparameters(self) -> dict[str, Any]:
         """The benchmark's MLPerf hyperparameter keys with values: the optimizer and schedule keys its record
-        names (built by :mod:`hpcbench.common.mlperf_keys`); a workload adds the keys only it logs
+        names and the shared data keys (built by :mod:`hpcbench.common.mlperf_keys`); a workload adds the keys only it logs
         (``{**super().hyperparameters(), "dropout": ...}``). ``self.sizes`` is set when the harness calls this."""
-        from .mlperf_keys import optimizer_keys
+        from .mlperf_keys import data_keys, optimizer_keys
 
         steps = self.sizes.steps_per_epoch if self.sizes is not None else 0
-        return optimizer_keys(self.record, self.cfg.optim, steps, self.cfg.train.max_epochs)
+        return {**optimizer_keys(self.record, self.cfg.optim, steps, self.cfg.train.max_epochs),
+                **data_keys(self.max_sequence_length())}
+
+    def max_sequence_length(self) -> int | None:
+        """Tokens per sample for a language model (logged as ``max_sequence_length`` by
+        :meth:`hyperparameters`, :func:`hpcbench.common.mlperf_keys.data_keys`); None: not a sequence model."""
+        return None
 
     def loader_batch_size(self) -> int:
         """Rows the instance's loaders deliver per step (split over the data-parallel ranks). Default

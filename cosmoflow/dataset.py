@@ -39,7 +39,8 @@ class CosmoFlowData(DatasetSpec):
         self.size = size  # cube edge S
         self.limits = {self.train_split: n_train, self.eval_split: n_eval}  # first N files; 0: all
         self.channels_last = channels_last
-        self._buffers = HostBuffers()
+        self._buffers = HostBuffers()  # the int16 batches read
+        self._outputs = HostBuffers()  # the float32 batches ``transform`` writes on the host
 
     def open(self, root: Path, split: str) -> FileSamples:
         from .data import list_files, read_sample
@@ -74,12 +75,19 @@ class CosmoFlowData(DatasetSpec):
         return x, torch.from_numpy(y)
 
     def transform(self, batch: Batch) -> Batch:
-        """x as float32 log(1 + counts) [B,4,S,S,S]: a channels_last_3d view, or contiguous."""
+        """x as float32 log(1 + counts) [B,4,S,S,S]: a channels_last_3d view, or contiguous; written into a
+        reused output on the host (:meth:`HostBuffers.output`), not a fresh 2x-sized batch each time."""
         import torch
 
         x, y = batch
-        x = x.to(torch.float32).log1p_().permute(0, 4, 1, 2, 3)
-        return (x if self.channels_last else x.contiguous()), y
+        b, s = x.shape[0], x.shape[1:4]
+        if self.channels_last:  # NDHWC memory, seen as [B,4,S,S,S]: the batch's own order, no permute copy
+            out = self._outputs.output((b, *s, x.shape[4]), torch.float32, x.device)
+            out.copy_(x)
+            return out.log1p_().permute(0, 4, 1, 2, 3), y
+        out = self._outputs.output((b, x.shape[4], *s), torch.float32, x.device)
+        out.copy_(x.permute(0, 4, 1, 2, 3))  # cast and layout change in one pass
+        return out.log1p_(), y
 
     def dali(self) -> "DaliLog1p":
         return DaliLog1p(self.channels_last)

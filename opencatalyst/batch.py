@@ -23,7 +23,10 @@ class GraphBatch:
     force: torch.Tensor  # [N, 3] reference forces
     free: torch.Tensor  # [N] bool, atoms not fixed
     energy: torch.Tensor  # [G]
-    num_graphs: int
+    num_graphs: int  # G: graphs the model sums energies into (padded batches: capacity + 1 padding slot)
+    # padded batches (opencatalyst/static.py): True for the real graphs of the [G] energies, None when unpadded
+    graph_mask: torch.Tensor | None = None
+    samples: int = -1  # real graphs (samples) in the batch; -1: num_graphs (an unpadded batch)
 
     def to(self, device: torch.device | str) -> "GraphBatch":
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -37,8 +40,13 @@ class GraphBatch:
         return GraphBatch(**{f.name: (v.pin_memory() if isinstance(v, torch.Tensor) else v)
                              for f in fields(self) for v in (getattr(self, f.name),)})
 
+    @property
+    def size(self) -> int:
+        """Samples (real graphs) in the batch, padded or not."""
+        return self.num_graphs if self.samples < 0 else self.samples
+
     def __len__(self) -> int:
-        return self.num_graphs
+        return self.size
 
 
 def collate(samples: Sequence[dict[str, Any]]) -> GraphBatch:

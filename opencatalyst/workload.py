@@ -6,17 +6,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
 import torch
 
 from hpcbench.common.errors import ConfigError
 from hpcbench.common.runconfig import DataConfig, RunConfig
-from hpcbench.common.workload import Workload
+from hpcbench.common.workload import DataShard, EpochLoader, Workload
 
 from . import BENCHMARK
 from .dataset import OC20Data
 from .labels import (REFERENCE_GRAD_TARGET_MEAN, REFERENCE_GRAD_TARGET_STD, REFERENCE_TARGET_MEAN,
                      REFERENCE_TARGET_STD, label_normalizers)
 from .model import DimeNetPPConfig
+
+SIMULATED_BATCHES = 2048  # training batches (whole epochs, at least one) the bucket choice looks at
 
 
 @dataclass
@@ -33,6 +36,22 @@ class OC20DataConfig(DataConfig):
     target_std: float = REFERENCE_TARGET_STD
     grad_target_mean: float = REFERENCE_GRAD_TARGET_MEAN
     grad_target_std: float = REFERENCE_GRAD_TARGET_STD
+    # pad every batch to one of a few bucket sizes (atoms, edges, triplets; opencatalyst/static.py) so the
+    # step has a few fixed shapes (static compilation, a CUDA graph per bucket): true, false, or "auto"
+    # (on for a CUDA device, where the step is launch-bound; off on a CPU, where padding is only extra work)
+    static_shapes: bool | Literal["auto"] = "auto"
+    # bucket sizes per dimension (atoms, edges, triplets), chosen from the split's stored per-sample sizes and
+    # the batches the sampler forms; 0: per dimension the fewest with at most 8% padding (at most 16)
+    shape_buckets: int = 0
+
+    def validate(self) -> None:
+        super().validate()
+        if self.static_shapes not in (True, False, "auto"):
+            raise ConfigError(f"config key 'data.static_shapes': {self.static_shapes!r}; expected true, false "
+                              "or \"auto\"")
+        if not 0 <= self.shape_buckets <= 16:
+            raise ConfigError(f"config key 'data.shape_buckets': {self.shape_buckets}; expected 1 to 16 bucket "
+                              "sizes per dimension, or 0 (per dimension the fewest with at most 8% padding)")
 
 
 @dataclass
@@ -58,7 +77,10 @@ class Outputs:
 class OC20Workload(Workload[OC20Config]):
     record = BENCHMARK
     config_cls = OC20Config
-    static_shapes = False  # graphs change size every batch
+    # graphs change size every batch; with data.static_shapes on a device the loaders set these two per
+    # instance: batches are padded to a few shapes (static_shape_count of them over the simulated epochs)
+    static_shapes = False
+    static_shape_count = 1
     eval_needs_grad = True  # forces are -dE/dpos
 
     def __init__(self, cfg: OC20Config) -> None:
@@ -80,7 +102,40 @@ class OC20Workload(Workload[OC20Config]):
         return self._dataset
 
     def batch_size(self, batch: Any) -> int:
-        return int(batch.num_graphs)
+        return int(batch.size)  # real graphs (a padded batch also has empty and padding slots)
+
+    def train_loader(self, shard: DataShard) -> EpochLoader:
+        loader = super().train_loader(shard)
+        self._plan_static_shapes(shard, loader, "train")
+        return loader
+
+    def eval_loader(self, shard: DataShard) -> EpochLoader:
+        loader = super().eval_loader(shard)
+        self._plan_static_shapes(shard, loader, "eval")
+        return loader
+
+    def _plan_static_shapes(self, shard: DataShard, loader: EpochLoader, which: str) -> None:
+        """With ``data.static_shapes`` on for this device: the batches this loader will form (its sampler
+        over the run's first epochs, as it forms them) join the bucket choice of the dataset spec."""
+        d = self.cfg.data
+        on = d.static_shapes is True or (d.static_shapes == "auto" and torch.device(shard.device).type == "cuda")
+        if not on:
+            return
+        import copy
+        import math
+
+        from .static import sampler_totals
+
+        sampler = copy.copy(loader.sampler)  # type: ignore[attr-defined]
+        per_epoch = max(1, len(sampler))
+        epochs = 1 if which == "eval" else max(1, min(self.cfg.train.max_epochs,
+                                                       math.ceil(SIMULATED_BATCHES / per_epoch)))
+        source = self.source(self._dataset.train_split if which == "train" else self._dataset.eval_split)
+        sizes = source.sizes()  # type: ignore[attr-defined]
+        table = np.stack([sizes["natoms"], sizes["edges"], sizes["triplets"]], axis=1)
+        totals = sampler_totals(sampler, table, 0, epochs)
+        count = self._dataset.plan_static(which, totals, d.shape_buckets, 2.0 * self.cfg.model.cutoff)
+        self.static_shapes, self.static_shape_count = True, count
 
     # model and maths ----------------------------------------------------------------------
     def build_model(self) -> torch.nn.Module:
@@ -109,9 +164,15 @@ class OC20Workload(Workload[OC20Config]):
         force sum by the global free-atom count, ``input.shape[0]`` of the [atoms, 3] forces, and its energy
         sum by the graph count: with an energy coefficient > 0 ours uses the atom count for both)."""
         m, labels = self.cfg.model, self.labels
-        loss = m.force_coefficient * (outputs.forces - labels.force.norm(batch.force)).abs()[batch.free].sum()
+        # masks by torch.where, not boolean indexing: no data-dependent shape (no sync, capturable), and the
+        # padding rows of a padded batch (not free; graph_mask False) add exactly 0
+        err = (outputs.forces - labels.force.norm(batch.force)).abs()
+        loss = m.force_coefficient * torch.where(batch.free[:, None], err, 0.0).sum()
         if m.energy_coefficient > 0:
-            loss = loss + m.energy_coefficient * (outputs.energy - labels.energy.norm(batch.energy)).abs().sum()
+            e_err = (outputs.energy - labels.energy.norm(batch.energy)).abs()
+            if batch.graph_mask is not None:
+                e_err = torch.where(batch.graph_mask, e_err, 0.0)
+            loss = loss + m.energy_coefficient * e_err.sum()
         return loss
 
     def loss_count(self, batch: Any) -> torch.Tensor:
@@ -122,7 +183,7 @@ class OC20Workload(Workload[OC20Config]):
         """Absolute errors of the de-normalised force components of the free atoms (eV/A), and their count."""
         free = batch.free
         forces = self.labels.force.denorm(outputs.forces.detach())
-        return {"force_abs_err": (forces - batch.force).abs()[free].sum(),
+        return {"force_abs_err": torch.where(free[:, None], (forces - batch.force).abs(), 0.0).sum(),
                 "force_components": free.sum() * 3.0}
 
     def metric(self, sums: Mapping[str, float]) -> float:

@@ -174,7 +174,7 @@ def test_keys_equal_what_each_workload_logged_before_the_builder() -> None:
 
 
 def test_workloads_add_only_keys_no_other_workload_has() -> None:
-    from hpcbench.common.mlperf_keys import optimizer_keys
+    from hpcbench.common.mlperf_keys import data_keys, optimizer_keys
 
     own: dict[str, set[str]] = {}
     for name in registry.names():
@@ -182,14 +182,12 @@ def test_workloads_add_only_keys_no_other_workload_has() -> None:
         cfg = cls.load_config("full")
         wl = cls(cfg)
         wl.sizes = DataSizes(train_samples=4000, eval_samples=10, steps_per_epoch=100, local_batch_size=4)
-        built = optimizer_keys(cls.record, cfg.optim, 100, cfg.train.max_epochs)
+        built = {**optimizer_keys(cls.record, cfg.optim, 100, cfg.train.max_epochs),
+                 **data_keys(wl.max_sequence_length())}
         hp = wl.hyperparameters()
         assert {k: hp[k] for k in built} == built
         own[name] = set(hp) - set(built)
-    # the data's shape key that both language models log, each from its own data section (bert data.max_seq_len,
-    # llama31_8b data.seq_len): not an optimizer/schedule key of common/mlperf_keys.py
-    shared = {"max_sequence_length"}
     for name, keys in own.items():
         others = set().union(*(v for n, v in own.items() if n != name))
-        assert not (keys & others) - shared, (name, keys & others)
+        assert not keys & others, (name, keys & others)
         assert not any(k.startswith(("opt_", "lars_", "sgd_", "scheduler_")) for k in keys), (name, keys)

@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import ROOT, project_env
+
+from benchmarks.gpu_check import nvidia
+from benchmarks.gpu_check.plan import plan_for
 
 
 def bench(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
@@ -41,8 +45,8 @@ def test_a_spent_budget_skips_the_rest_and_says_so() -> None:
     proc = bench(["-m", "benchmarks.oc20_sampler_balance", "--samples", "2000", "--budget-s", "0.001"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "plain strided partition (baseline)" in proc.stdout  # the baseline is always measured
-    assert "SKIPPED edge-balanced LPT partition: --budget-s 0.001 spent" in proc.stdout
-    assert proc.stdout.splitlines()[-1].endswith("skipped: edge-balanced LPT partition")
+    assert "SKIPPED window-balanced partition (now) at 2 per rank: --budget-s 0.001 spent" in proc.stdout
+    assert proc.stdout.splitlines()[-1].endswith("window-balanced partition (now) at 8 per rank")
 
 
 def test_bert_packing_benchmark_runs_all_variants_within_its_budget() -> None:
@@ -96,6 +100,165 @@ def test_resnet_loader_benchmark_prints_every_loader_and_its_ratio(tmp_path: Pat
                     "pillow cache=host threads=2"]
     assert all(any(ln.strip().startswith(k) and "x" in ln for ln in lines) for k in res["results"])
     assert lines[-1].startswith("# done in ") and "of --budget-s 60" in lines[-1]
+
+
+def test_data_cache_names_the_machine_and_judges_each_workload(tmp_path: Path) -> None:
+    out = tmp_path / "dc.json"
+    proc = bench(["-m", "benchmarks.data_cache", "--work", str(tmp_path), "--shape", "tiny", "--epochs", "2",
+                  "--batch", "2", "--device", "cpu", "--budget-s", "100", "--json", str(out)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("# ") and "transparent hugepages " in lines[0] and "(1/5/15 min)" in lines[0]
+    for name in ("cosmoflow", "deepcam"):
+        verdict = [ln for ln in lines if ln.startswith(f"{name}: cache=host ") and "less CPU per sample" in ln]
+        assert len(verdict) == 2 and all(v.endswith(("met", "MISSED")) and "these are tiny shapes" in v for v in verdict)
+        assert any("storage-dtype batch" in v for v in verdict) and any("CPU transform" in v for v in verdict)
+    res = json.loads(out.read_text())
+    assert res["machine"]["transparent_hugepage"] and len(res["machine"]["load_avg"]) == 3
+    assert {len(res["workloads"][w][v][m]) for w in ("cosmoflow", "deepcam") for v in ("storage", "transform")
+            for m in ("none", "host")} == {2}
+
+
+def test_transform_outputs_compares_fresh_and_reused_outputs_of_equal_values() -> None:
+    proc = bench(["-m", "benchmarks.transform_outputs", "--rounds", "1", "--batch", "1"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("# ") and "transparent hugepages " in lines[0]
+    rows = [ln for ln in lines if "fresh output" in ln and "reused output" in ln]
+    assert len(rows) == 2 and rows[0].startswith("DeepCAM") and rows[1].startswith("CosmoFlow")
+
+
+def test_llama_mfu_counts_the_8b_flops_and_reports_mfu_and_its_skips(tmp_path: Path) -> None:
+    from benchmarks.llama_mfu import flops_per_token
+    from hpcbench.workloads.mlperf_training.llama31_8b.model import LLAMA31_8B, parameter_count
+
+    c = LLAMA31_8B  # 6 N: every weight but the embedding table and the norms; attention 12 L d S
+    matmul = parameter_count(c) - c.vocab_size * c.dim - (2 * c.layers + 1) * c.dim
+    assert matmul == 7_504_658_432
+    assert flops_per_token(c, 8192) == 6 * matmul + 12 * 32 * 4096 * 8192
+    out = tmp_path / "mfu.json"
+    proc = bench(["-m", "benchmarks.llama_mfu", "--shapes", "mini", "--variants", "eager,cudagraphs,fp8", "--steps", "2",
+                  "--warmup", "1", "--peak-s", "0.5", "--device", "cpu", "--budget-s", "60", "--json", str(out)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("# ") and "torch threads 1" in lines[0]
+    assert any(ln.startswith("measured bfloat16 matmul peak") or ln.startswith("measured float32 matmul peak")
+               for ln in lines)
+    assert any(ln.startswith("  mini eager") and "tokens/s" in ln and "MFU" in ln for ln in lines)
+    assert any("mini cudagraphs skipped: needs a CUDA GPU" in ln for ln in lines)
+    assert "H100 goal: >= 45% MFU at 8B-shaped layers in bf16: not measured here (no GPU)" in lines
+    assert lines[-1].startswith("# done in ")
+    res = json.loads(out.read_text())
+    eager = res["results"]["mini"]["eager"]
+    assert eager["mfu"] == eager["model_flops_per_s"] / res["peak_flops"] > 0
+    assert res["skipped"]["mini/cudagraphs"] == "needs a CUDA GPU" and "mini/fp8" in res["skipped"]
+
+
+GPU_CHECK_WORKLOADS = __import__("hpcbench.registry").registry.names()  # every registered one, also new ones
+
+
+@pytest.mark.parametrize("name", GPU_CHECK_WORKLOADS)
+def test_gpu_check_smoke_measures_every_figure_of_a_workload_on_the_cpu(name: str, tmp_path: Path) -> None:
+    """benchmarks.gpu_check --smoke (mini preset, CPU) gets through every figure of each registered workload:
+    the step alone with its FLOPs, end to end through the loader (data.cache=none) and from the cache, the
+    NVIDIA figure beside them, and one text + JSON result (it crashed once at its first end-to-end figure)."""
+    from hpcbench import registry
+
+    out = tmp_path / "gpu_check"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--smoke", "--workloads", name,
+                           "--work", str(tmp_path / "data"), "--seconds", "0.2", "--epochs", "2", "--budget-s", "600",
+                           "--out", str(out)], cwd=ROOT, env=project_env(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    res = json.loads(out.with_suffix(".json").read_text())
+    assert res["preset"] == "mini" and res["peak"]["flops"] > 0 and res["skipped"] == []
+    (row,) = res["workloads"][name]["batches"]
+    if getattr(registry.get(name), "shards_parameters", False):  # only the harness builds a sharded model
+        assert row["model_only"] == {} and "model-only not measured" in res["workloads"][name]["note"], row
+    else:
+        eager = row["model_only"]["eager"]
+        assert eager["samples_per_s"] > 0 and eager["steps"] >= 1, row
+        assert row["flops_per_sample"] > 0 or row["flops_error"], row  # counted, or why not said
+    cache = plan_for(name).cache
+    for key, mode in (("loader", "none"), ("cache", cache)) if cache else (("loader", "none"),):
+        e = row[key]
+        assert e["cache"] == mode and e["status"] == "ok" and len(e["per_epoch"]) == 2 and e["rate"] > 0, e
+    if not cache:  # a workload whose loader cannot cache says so in the cache's place
+        assert row["cache"]["status"].startswith("not offered: "), row
+    assert row["comparable"] is False  # mini shapes are never put beside NVIDIA's figure as a ratio
+    assert (row["nvidia"] is not None) == bool(nvidia.figures_for(name)), row
+    text = out.with_suffix(".txt").read_text().splitlines()
+    assert text[0].startswith("# ") and any(ln.startswith(f"== {name}, local batch ") for ln in text)
+    assert any("end to end, files -> loader -> device (data.cache=none" in ln for ln in text)
+    assert any((f"end to end, from the cache (data.cache={cache}" if cache else
+                "end to end, from the cache: not offered: ") in ln for ln in text)
+    assert text[-1] == "# skipped: nothing"
+
+
+@pytest.mark.parametrize("name", GPU_CHECK_WORKLOADS)
+def test_gpu_check_full_plan_loads_against_the_full_preset(name: str) -> None:
+    """The overrides the GPU run uses (one GPU, NVIDIA's local batch) are keys and values the full preset
+    accepts, so the GPU session does not fail on a config error the CPU could have caught."""
+    from hpcbench import registry
+
+    plan = plan_for(name)
+    cls = registry.get(name)
+    for batch in plan.batches_full:
+        cfg = cls.load_config("full", ["data.root=/nonexistent", f"train.global_batch_size={batch}",
+                                       "train.loader=torch", *plan.overrides_full])
+        assert cfg.train.global_batch_size == batch
+    if nvidia.figures_for(name):
+        assert set(plan.batches_full) == {f.local_batch for f in nvidia.figures_for(name)}
+    else:
+        assert nvidia.missing_reason(name)
+
+
+def test_gpu_check_nvidia_figures_are_the_ones_issue_29_quotes() -> None:
+    assert [(f.local_batch, f.per_gpu) for f in nvidia.figures_for("cosmoflow")] == [(1, 200.8)]
+    assert [(f.local_batch, f.per_gpu) for f in nvidia.figures_for("deepcam")] == [(1, 30.0), (8, 81.9)]
+    assert [(f.local_batch, f.per_gpu) for f in nvidia.figures_for("oc20")] == [(4, 208.6), (16, 375.1)]
+    assert all(f.source.startswith("mlcommons/") for f in nvidia.FIGURES)
+
+
+def test_gpu_check_counts_the_test_summary_and_merges_parts(tmp_path: Path) -> None:
+    from benchmarks.gpu_check import report, suite
+
+    assert suite.counts_of("x\n3 failed, 170 passed, 4 skipped, 2 errors in 93.1s\n") == {
+        "failed": 3, "passed": 170, "skipped": 4, "error": 2}
+    assert suite.counts_of("no tests ran") == {}
+    files = suite.gpu_test_files()
+    assert "tests/test_gpu.py" in files and "tests/test_gpu_graphs.py" in files
+    base = {"machine": "# m", "device_line": "# d", "preset": "full", "peak": {"flops": 1e15, "what": "bf16"},
+            "skipped": []}
+    row = {"batch": 1, "nvidia": {"workload": "cosmoflow", "local_batch": 1, "per_gpu": 200.0, "source": "s"},
+           "comparable": True, "flops_per_sample": 1e11, "flops_error": "",
+           "model_only": {"eager": {"mode": "eager", "samples_per_s": 100.0, "steps": 10, "samples_per_step": 1}},
+           "loader": {"cache": "none", "mode": "eager", "per_epoch": [10.0, 50.0], "rate": 50.0, "status": "ok"}}
+    a = {**base, "tests": {"selection": "gpu", "files": ["t"], "exit_code": 0, "seconds": 3.0,
+                           "counts": {"passed": 2}, "problems": []}, "workloads": {"cosmoflow": {"batches": [row]}}}
+    b = {**base, "workloads": {"oc20": {"error": "RuntimeError: x"}}, "skipped": ["oc20 batch 16"]}
+    merged = report.merge([a, b])
+    assert list(merged["workloads"]) == ["cosmoflow", "oc20"] and merged["tests"]["counts"] == {"passed": 2}
+    txt, js = report.write(merged, tmp_path / "r")
+    assert json.loads(js.read_text()) == merged
+    lines = txt.read_text().splitlines()
+    assert "== GPU tests (gpu: 1 files; exit 0, 3 s): 2 passed" in lines
+    eager = next(ln for ln in lines if "model-only eager" in ln)
+    assert "0.50x NVIDIA" in eager and "100 GFLOP/sample, 10 TFLOP/s = 1.0% of the peak" in eager
+    assert any("files -> loader -> device" in ln and "0.25x NVIDIA, 0.50x of model-only eager" in ln for ln in lines)
+    assert "== oc20: FAILED RuntimeError: x" in lines and lines[-1] == "# skipped: oc20 batch 16"
+
+
+def test_gpu_check_gives_a_workload_without_a_plan_a_default_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A workload registered after gpu_check's plans were written (llama31_8b, openfold) is still measured:
+    on its mini dataset, at NVIDIA's local batch where a figure exists, and named as a default plan."""
+    from benchmarks.gpu_check import plan
+
+    monkeypatch.setattr(plan, "_known", dict)
+    p = plan.plan_for("deepcam")
+    assert p.default and p.datagen_smoke == p.datagen_full and "--height" in p.datagen_smoke
+    assert p.batches_full == (1, 8) and p.batch_smoke == 4 and p.cache == "device"
+    assert "no gpu_check plan" in p.note
 
 
 def test_gpu_check_smoke_runs_end_to_end_on_the_cpu() -> None:

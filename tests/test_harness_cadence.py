@@ -128,6 +128,34 @@ def test_training_logs_report_epoch_num_as_the_ruleset_wants(env, tmp_path: Path
     assert ok, output
 
 
+def test_step_rounded_samples_cadence_as_the_llama_reference() -> None:
+    """Llama 3.1 8B's reference evaluates every ceil(12288 / gbs) steps; BERT's after the step that crosses a
+    multiple of N. Equal where the batch divides 12,288 (the RCP's 16: every 768 steps), apart at 1,152."""
+    llama = EvalCadence.from_config(1, 12288, 100, 1152, 1, "samples", samples_cadence="steps")
+    crossing = EvalCadence.from_config(1, 12288, 100, 1152, 1, "samples")
+    assert llama.samples_step == 11
+    assert [s for e, s in _points(llama, 1)] == [11, 22, 33, 44, 55, 66, 77, 88, 99, 100]  # 100: the run's end
+    assert [s for e, s in _points(crossing, 1)][:3] == [11, 22, 32]
+    rcp = EvalCadence.from_config(1, 12288, 2000, 16, 1, "samples", samples_cadence="steps")
+    assert [s for e, s in _points(rcp, 1)] == [768, 1536, 2000]
+    assert [s for e, s in _points(EvalCadence.from_config(1, 12288, 2000, 16, 1, "samples"), 1)] == [768, 1536, 2000]
+    with pytest.raises(ConfigError, match="samples cadence"):
+        EvalCadence.from_config(1, 12288, 100, 16, 1, "samples", samples_cadence="sometimes")
+
+
+def test_llama_record_evaluates_on_the_reference_step_cadence() -> None:
+    from hpcbench import registry
+    from hpcbench.common.cadence import cadence_of
+
+    cls = registry.get("llama31_8b")
+    cfg = cls.load_config("full")
+    assert cls.record.samples_cadence == "steps" and cfg.train.eval_every_samples == 12288
+    cad = cadence_of(cls.record, cfg.train, 10_000)
+    assert cad.samples_in_steps and cad.samples_step == 12288 // cfg.train.global_batch_size
+    cfg.train.global_batch_size = 1152
+    assert cadence_of(cls.record, cfg.train, 10_000).samples_step == 11
+
+
 def test_whole_epoch_offset_and_the_final_evaluation() -> None:
     """``eval_offset = k``: the epochs k, k + N, ...; ``final = False`` (a closed run of a benchmark with
     ``closed_cadence_only``): nothing off the cadence, so the last epoch only when the cadence has it."""

@@ -45,3 +45,28 @@ def test_tiny_model_is_causal_and_starts_near_uniform() -> None:
     assert torch.allclose(y[:, :8], y2[:, :8]) and not torch.allclose(y[:, 8:], y2[:, 8:])
     nll = token_nll_sum(y[:, :-1], x[:, 1:]) / x[:, 1:].numel()
     assert abs(float(nll) - math.log(97)) < 0.1
+
+
+def test_init_follows_the_plan_and_a_meta_built_model_equals_the_whole_one() -> None:
+    """Llama(cfg) draws only init_weights' values (its submodules are built on the meta device), so build_sharded
+    on one process - meta, to_empty, init - equals it after the same seed, in float64 too; the plan's stds hold."""
+    from hpcbench.workloads.mlperf_training.llama31_8b.parallelize import build_sharded
+
+    torch.manual_seed(3)
+    whole = Llama(TINY)
+    torch.manual_seed(3)
+    meta = build_sharded(TINY, None, "cpu", dtype=torch.float64)
+    for (n, p), (m, q) in zip(whole.state_dict().items(), meta.state_dict().items()):
+        assert n == m and q.dtype == torch.float64 and torch.equal(p.double(), q), n
+    assert torch.equal(whole.inv_freq, meta.inv_freq.float())
+    plan = whole.init_plan()
+    assert len(plan) == len(list(whole.parameters()))
+    for p, std in plan:
+        if std is None:
+            assert bool((p == 1).all())
+        else:
+            assert abs(float(p.std()) / std - 1) < 0.15 and abs(float(p.mean())) < 0.2 * std
+    out_std = TINY.init_std / math.sqrt(2 * TINY.layers)
+    assert dict((id(p), s) for p, s in plan)[id(whole.layers[0].feed_forward.w2.weight)] == out_std
+    with torch.device("meta"):
+        assert Llama(TINY).output.weight.is_meta

@@ -42,3 +42,14 @@ def test_a_damaged_shard_is_refused_by_name(tmp_path: Path) -> None:
     shard.write_bytes(bytes(data))
     proc = run_mpi(2, [SCRIPT, "1", "1", str(tmp_path / "ckpt"), "load"], timeout=240, check=False)
     assert proc.returncode != 0 and "__1_0.distcp is damaged" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("tp", [1, 2], ids=["fsdp2", "tp2"])
+def test_a_meta_built_sharded_model_equals_the_whole_model_init(tp: int) -> None:
+    """build_sharded on 2 ranks (meta device, FSDP2 or TP, to_empty, per-shard init) holds bitwise the shards of the
+    whole model built with the same seed, gathered parameters equal, and each rank allocated about half of it."""
+    out = run_mpi(2, ["tests/mpi_scripts/llama_meta_init.py", str(tp)], timeout=180).stdout
+    (row,) = [json.loads(m) for m in re.findall(r'\{"rank"[^{}]*\}', out)]
+    assert row["compared"] == 21 and row["all_dtensor"] and row["rope_equal"], row
+    assert row["shard_diff"] == 0 and row["gathered_diff"] == 0, row
+    assert row["max_local_elems"] <= 0.51 * row["total_elems"], row

@@ -11,6 +11,9 @@ BENCHMARK = Benchmark(
     target=Target("eval_accuracy", 0.0, 3.3, False, True, lower_is_better=True),
     open_target=upper_bound_only("eval_accuracy", 1.0, inclusive=False, lower_is_better=True),  # "v['value'] < 1.0"
     higher_is_better=False, required_runs=10, epoch_reporting="samples",
+    # the reference (small_llm_pretraining/nemo/pretrain_llama31.py): --eval_every 12288 training sequences (every
+    # config_*.sh: EVAL_EVERY=12288), evaluated every ceil(eval_every / gbs) steps (MLPerfCallback's eval_every)
+    samples_cadence="steps",
     summary="Llama 3.1 8B pretraining on Megatron indexed datasets (C4), FSDP2 + tensor parallel; eval log perplexity",
     layout="dataset", workload="workload:LlamaWorkload",
     keys=HyperparameterKeys({"adamw": (

@@ -14,9 +14,15 @@ class LlamaDataConfig(DataConfig):
     seq_len: int = 8192  # tokens per sample's input (samples hold seq_len + 1); the closed max_sequence_length
     train_samples: int = 0  # samples the training index is built for (Megatron: steps x batch); 0: one pass
     eval_samples: int = 1024  # the first N samples of validation/ (the closed rules: 1024)
+    # Megatron's weighted prefix list for train/: ["12.5", "c4-train.en_0_text_document", ...] (blend.py); empty:
+    # every prefix of train/ in name order as one corpus
+    train_blend: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
         super().validate()
+        if len(self.train_blend) % 2:
+            raise ConfigError(f"config key 'data.train_blend': expected pairs of weight and prefix, got "
+                              f"{len(self.train_blend)} items")
         if self.seq_len < 1 or self.train_samples < 0 or self.eval_samples < 1:
             raise ConfigError(f"config keys 'data.seq_len' >= 1, 'data.train_samples' >= 0, 'data.eval_samples' >= 1; "
                               f"got {self.seq_len}, {self.train_samples}, {self.eval_samples}")

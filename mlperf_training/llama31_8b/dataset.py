@@ -2,8 +2,10 @@
 (``PREFIX.bin`` + ``PREFIX.idx``, the files the reference's preprocessing writes for C4:
 ``c4-train.en_<k>_text_document`` and ``c4-validation-91205-samples.en_text_document``).
 
-A split's prefixes (name order) form one list of documents (:class:`~.gpt.Corpus`); the training samples are
-built from it as Megatron's GPT dataset builds them, in the order its shuffle index fixes from the run's seed
+A split's prefixes (name order) form one list of documents (:class:`~.gpt.Corpus`) - or, for the training split
+with ``data.train_blend`` (the reference's weighted prefix list), each named prefix is its own GPT dataset and
+the samples are blended by weight as Megatron's ``BlendedDataset`` blends them (:mod:`.blend`); the training
+samples are built as Megatron's GPT dataset builds them, in the order its shuffle index fixes from the run's seed
 (:mod:`.gpt`), and read in that stored order (``order = "stored"``: contiguous global batches, as Megatron's
 sampler hands them out); the evaluation samples are the first ``data.eval_samples`` of the validation split in
 document order, unshuffled (the reference: "We do not shuffle the validation dataset"). A batch is
@@ -37,16 +39,26 @@ class LlamaData(DatasetSpec):
     train_split = "train"
     eval_split = "validation"
 
-    def __init__(self, seq_len: int, vocab_size: int, seed: int, train_samples: int = 0, eval_samples: int = 0) -> None:
+    def __init__(self, seq_len: int, vocab_size: int, seed: int, train_samples: int = 0, eval_samples: int = 0,
+                 train_blend: Sequence[str] = ()) -> None:
         self.seq_len, self.vocab_size, self.seed = seq_len, vocab_size, seed
         self.train_samples, self.eval_samples = train_samples, eval_samples
+        self.train_blend = list(train_blend)
 
     def open(self, root: Path, split: str) -> "GPTSamples":
         from .gpt import Corpus, GPTSamples
         from .indexed import list_prefixes
 
         self.layout.list_split(root, split)  # a missing or empty split folder, named
-        corpus = Corpus.open(list_prefixes(Path(root) / split), self.vocab_size)
+        prefixes = list_prefixes(Path(root) / split)
+        if split == self.train_split and self.train_blend:
+            from .blend import open_blend, parse_blend
+
+            pairs = parse_blend(self.train_blend, [p.name for p in prefixes])
+            by_name = {p.name: p for p in prefixes}
+            corpora = [Corpus.open([by_name[name]], self.vocab_size) for _, name in pairs]
+            return open_blend(corpora, [w for w, _ in pairs], self.seq_len, self.seed, self.train_samples)  # type: ignore[return-value]
+        corpus = Corpus.open(prefixes, self.vocab_size)
         if split == self.train_split:
             return GPTSamples(corpus, self.seq_len, self.seed, self.train_samples, shuffle=True)
         return GPTSamples(corpus, self.seq_len, EVAL_SEED, self.eval_samples, shuffle=False, limit=self.eval_samples)

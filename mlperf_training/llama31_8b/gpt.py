@@ -114,7 +114,28 @@ def build_shuffle_index(num_samples: int, total: int, rng: np.random.RandomState
     return np.concatenate((first, last))
 
 
-class GPTSamples:
+class SampleRows:
+    """What a sample set of ``size`` samples of ``seq_len + 1`` tokens gives the loader: batches of rows, and
+    equal costs (every sample is the same length)."""
+
+    size: int
+    seq_len: int
+
+    def __getitem__(self, i: int) -> np.ndarray:  # pragma: no cover - defined by each set
+        raise NotImplementedError
+
+    def read(self, indices: Sequence[int]) -> np.ndarray:
+        """``(len(indices), seq_len + 1)`` int64 tokens."""
+        out = np.empty((len(indices), self.seq_len + 1), dtype=np.int64)
+        for row, i in enumerate(indices):
+            out[row] = self[int(i)]
+        return out
+
+    def costs(self) -> np.ndarray:
+        return np.ones(self.size)
+
+
+class GPTSamples(SampleRows):
     """The samples of one split: item ``i`` is ``seq_len + 1`` int64 tokens (a :class:`SampleSource`).
 
     ``num_samples``: the samples the run asks for (Megatron: training iterations x global batch); 0 = one pass
@@ -173,12 +194,3 @@ class GPTSamples:
             raise DataError(f"{self.corpus.where()}: sample {i} has {out.size} tokens, expected {self.seq_len + 1}")
         return out
 
-    def read(self, indices: Sequence[int]) -> np.ndarray:
-        """``(len(indices), seq_len + 1)`` int64 tokens."""
-        out = np.empty((len(indices), self.seq_len + 1), dtype=np.int64)
-        for row, i in enumerate(indices):
-            out[row] = self[int(i)]
-        return out
-
-    def costs(self) -> np.ndarray:
-        return np.ones(self.size)

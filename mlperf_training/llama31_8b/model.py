@@ -152,38 +152,55 @@ class Block(nn.Module):
 
 
 class Llama(nn.Module):
-    """``forward(tokens (B, S) int64) -> logits (B, S, vocab)``."""
+    """``forward(tokens (B, S) int64) -> logits (B, S, vocab)``.
+
+    Built on the current default device (under ``with torch.device("meta")``: no storage, no random draws, for
+    :func:`~.parallelize.build_sharded`); the submodules are always constructed on the meta device, so their own
+    default initialisations draw nothing, and a model with storage is then initialised by :meth:`init_weights`
+    alone: the values depend only on the generator's state, as those of a sharded model built from the meta
+    device do."""
 
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
         cfg.validate()
         self.cfg = cfg
-        self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
-        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
-        self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
-        self.register_buffer("inv_freq", rope_frequencies(cfg).float(), persistent=False)
-        self.init_weights()
+        target = torch.get_default_device()
+        with torch.device("meta"):
+            self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
+            self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
+            self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+            self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+            self.register_buffer("inv_freq", torch.empty(cfg.head_dim // 2), persistent=False)
+        if target.type != "meta":
+            self.to_empty(device=target)
+            self.init_weights()
+
+    def init_plan(self) -> list[tuple[nn.Parameter, float | None]]:
+        """Every parameter with its initialisation, in the order of the random draws: (parameter, std of a
+        zero-mean normal) or (parameter, None) for ones. Normal(0, init_std) weights, the residual outputs (``wo``,
+        ``w2``) scaled by 1/sqrt(2 x layers) (Megatron's scaled init), norms 1."""
+        cfg = self.cfg
+        std, out_std = cfg.init_std, cfg.init_std / math.sqrt(2 * cfg.layers)
+        plan: list[tuple[nn.Parameter, float | None]] = [(self.tok_embeddings.weight, std), (self.output.weight, std)]
+        for block in self.layers:
+            a, f = block.attention, block.feed_forward
+            plan += [(a.wq.weight, std), (a.wk.weight, std), (a.wv.weight, std), (f.w1.weight, std),
+                     (f.w3.weight, std), (a.wo.weight, out_std), (f.w2.weight, out_std)]
+            plan += [(block.attention_norm.weight, None), (block.ffn_norm.weight, None)]
+        return plan + [(self.norm.weight, None)]
 
     @torch.no_grad()
-    def init_weights(self) -> None:
-        """Normal(0, init_std) weights, the residual outputs (``wo``, ``w2``) scaled by 1/sqrt(2 x layers)
-        (Megatron's scaled init), norms 1; the rotary frequencies again (a model built on the meta device)."""
-        cfg = self.cfg
+    def init_weights(self, generator: torch.Generator | None = None) -> None:
+        """Initialise every parameter as :meth:`init_plan` says, and the rotary frequencies again (a model built
+        on the meta device). The values do not depend on where the model lives or how it is sharded: each
+        parameter is drawn whole, in float32, from the CPU generator (``generator``, else the global one) in the
+        plan's order, and each rank keeps the part it holds (a DTensor's local shard), so a model built on the
+        meta device, sharded (FSDP2/TP) and materialised with ``to_empty`` gets the values of the whole-model
+        init with the same seed. Parameters still on the meta device are skipped without drawing."""
         if self.inv_freq.device.type != "meta":
-            self.inv_freq.copy_(rope_frequencies(cfg).to(self.inv_freq.dtype))
-        std, out_std = cfg.init_std, cfg.init_std / math.sqrt(2 * cfg.layers)
-        nn.init.normal_(self.tok_embeddings.weight, std=std)
-        nn.init.normal_(self.output.weight, std=std)
-        for block in self.layers:
-            for lin in (block.attention.wq, block.attention.wk, block.attention.wv, block.feed_forward.w1,
-                        block.feed_forward.w3):
-                nn.init.normal_(lin.weight, std=std)
-            nn.init.normal_(block.attention.wo.weight, std=out_std)
-            nn.init.normal_(block.feed_forward.w2.weight, std=out_std)
-            block.attention_norm.weight.fill_(1.0)
-            block.ffn_norm.weight.fill_(1.0)
-        self.norm.weight.fill_(1.0)
+            self.inv_freq.copy_(rope_frequencies(self.cfg).to(self.inv_freq.dtype))
+        for param, std in self.init_plan():
+            init_parameter(param, std, generator)
 
     def rotary(self, seq_len: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         pos = torch.arange(seq_len, device=self.inv_freq.device, dtype=torch.float32)
@@ -197,6 +214,37 @@ class Llama(nn.Module):
         for block in self.layers:
             h = block(h, cos, sin)
         return self.output(self.norm(h))
+
+
+def init_parameter(param: torch.Tensor, std: float | None, generator: torch.Generator | None = None) -> None:
+    """``param`` = the whole tensor drawn on the CPU in float32 (N(0, std), or ones for ``std`` None), or this
+    rank's part of it where ``param`` is a DTensor (FSDP2/TP shard): the draws are those of the whole tensor
+    whichever part is kept, so every layout gets the same values. One parameter is whole at a time."""
+    if param.device.type == "meta":
+        return
+    whole = torch.empty(tuple(param.shape), dtype=torch.float32)
+    if std is None:
+        whole.fill_(1.0)
+    else:
+        whole.normal_(0.0, std, generator=generator)
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(param, DTensor):
+        mine = local_part(whole, param)
+        param.to_local().copy_(mine)
+    else:
+        param.copy_(whole)
+
+
+def local_part(whole: torch.Tensor, like: "torch.distributed.tensor.DTensor") -> torch.Tensor:
+    """This rank's part of ``whole`` laid out as ``like`` (its mesh and placements), without communication:
+    the whole tensor replicated on every rank, redistributed to the placements (a local slice)."""
+    from torch.distributed.tensor import DTensor, Replicate
+
+    mesh = like.device_mesh
+    rep = DTensor.from_local(whole.to(device=like.device, dtype=like.dtype), mesh, [Replicate()] * mesh.ndim,
+                             run_check=False)
+    return rep.redistribute(mesh, like.placements).to_local()
 
 
 def token_nll_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -11,14 +11,19 @@ dimension, activation checkpointing per block.
   unit; parameters, gradients and optimizer state are sharded over the data-parallel ranks (a tensor-parallel
   shard is sharded again: 2-D DTensors). Gradients are reduce-scattered and averaged over ``dp``.
 * **Activation checkpointing**: a block's activations are recomputed in the backward pass (``Block.checkpointed``).
+* **Meta-device construction** (:func:`build_sharded`): the model is built on the meta device (no memory), sharded
+  as above, materialised with ``to_empty`` on the rank's device and initialised shard by shard
+  (:meth:`Llama.init_weights`): each rank allocates only its shards, and the values equal those of a whole model
+  built with the same seed (one parameter is drawn whole at a time on the CPU).
 """
 from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import nn
 
-from .model import Llama
+from .model import Llama, LlamaConfig
 
 
 def tensor_parallel_plan(model: Llama, tp: int) -> None:
@@ -75,4 +80,26 @@ def parallelize(model: Llama, mesh: Any, activation_checkpointing: bool = False,
         apply_tensor_parallel(model, tp)
     if dp.size() > 1 or tp.size() > 1:
         apply_fsdp(model, dp, reshard_after_forward, mp_policy)
+    return model
+
+
+def build_sharded(cfg: LlamaConfig, mesh: Any, device: torch.device | str,  # noqa: ANN401
+                  activation_checkpointing: bool = False, generator: torch.Generator | None = None,
+                  dtype: torch.dtype | None = None, reshard_after_forward: bool = True,
+                  mp_policy: Any = None) -> nn.Module:  # noqa: ANN401
+    """The model of ``cfg`` as this rank holds it on ``mesh`` (None: one process), never whole in memory: built
+    on the meta device, parallelised, materialised on ``device`` and initialised per shard from ``generator``
+    (else the global CPU generator) - equal to ``parallelize(Llama(cfg).to(dtype), mesh)`` after the same seed."""
+    with torch.device("meta"):
+        model = Llama(cfg)
+    if dtype is not None:
+        model = model.to(dtype)
+    return materialize(parallelize(model, mesh, activation_checkpointing, reshard_after_forward, mp_policy),
+                       device, generator)
+
+
+def materialize(model: Llama, device: torch.device | str, generator: torch.Generator | None = None) -> Llama:
+    """A (parallelised) model on the meta device given storage on ``device`` and its initial values."""
+    model.to_empty(device=device)
+    model.init_weights(generator)
     return model

@@ -38,8 +38,12 @@ class LlamaWorkload(Workload[LlamaConfig]):
 
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__(cfg)
+        import torch
+
+        self._init_rng = torch.random.get_rng_state()  # replaced by build_model's (the harness seeds before it)
         d = cfg.data
-        self._spec = LlamaData(d.seq_len, cfg.model.vocab_size, cfg.train.seed, d.train_samples, d.eval_samples)
+        self._spec = LlamaData(d.seq_len, cfg.model.vocab_size, cfg.train.seed, d.train_samples, d.eval_samples,
+                               d.train_blend)
 
     def dataset(self) -> LlamaData:
         return self._spec
@@ -57,9 +61,16 @@ class LlamaWorkload(Workload[LlamaConfig]):
                      ffn_dim=m.ffn_dim, rope_theta=m.rope_theta)
 
     def build_model(self) -> "nn.Module":
+        """The model on the meta device (no storage): :meth:`distribute` shards it and gives each rank storage
+        for its shards only, initialised from the generator state the harness seeded here (the values of a
+        whole model built with that seed)."""
+        import torch
+
         from .model import Llama
 
-        return Llama(self.model_config())
+        self._init_rng = torch.random.get_rng_state()
+        with torch.device("meta"):
+            return Llama(self.model_config())
 
     def parallel_degrees(self) -> "Degrees":
         from hpcbench.common.parallel import Degrees
@@ -68,9 +79,16 @@ class LlamaWorkload(Workload[LlamaConfig]):
                        model_parallel_what="parameters sharded over the ranks (FSDP2)")
 
     def distribute(self, model: "nn.Module", parallel: "Parallel") -> "nn.Module":
-        from .parallelize import parallelize
+        import torch
 
-        return parallelize(model, parallel.device_mesh(), self.cfg.model.activation_checkpointing)  # type: ignore[arg-type]
+        from .parallelize import materialize, parallelize
+
+        model = parallelize(model, parallel.device_mesh(), self.cfg.model.activation_checkpointing)  # type: ignore[arg-type]
+        if not any(p.is_meta for p in model.parameters()):
+            return model
+        gen = torch.Generator()
+        gen.set_state(self._init_rng)
+        return materialize(model, parallel.device, gen)  # type: ignore[arg-type]
 
     def no_weight_decay(self, name: str) -> bool:
         return name.endswith("norm.weight")
@@ -95,9 +113,11 @@ class LlamaWorkload(Workload[LlamaConfig]):
     def metric(self, sums: Mapping[str, float]) -> float:
         return sums["nll"] / max(1.0, sums["tokens"])
 
+    def max_sequence_length(self) -> int:
+        return self.cfg.data.seq_len
+
     def hyperparameters(self) -> dict[str, Any]:
-        return {**super().hyperparameters(), "max_sequence_length": self.cfg.data.seq_len,
-                "max_steps": self.cfg.model.max_steps}
+        return {**super().hyperparameters(), "max_steps": self.cfg.model.max_steps}
 
     # synthetic data -------------------------------------------------------------------------
     @classmethod

@@ -111,6 +111,9 @@ class ImageNetData(DatasetSpec):
         self.encoded_for_dali = encoded_for_dali  # DALI without a cache: DALI decodes the JPEGs
         self.channels_last = channels_last  # set by the harness when train.channels_last is "auto"
         self._draws: dict[int, int] = {}  # augmentations drawn so far per training sample
+        from hpcbench.common.data.buffers import HostBuffers  # torch: imported when a spec is built
+
+        self._outputs = HostBuffers()  # the float32 batches ``transform`` writes on the host (reused)
         self._lock = threading.Lock()
 
     def open(self, root: Path, split: str) -> ImageSource:
@@ -167,8 +170,12 @@ class ImageNetData(DatasetSpec):
     def transform(self, batch: Batch) -> Batch:
         from .transforms import normalize
 
+        import torch
+
         x, y = batch
-        return normalize(x, self.channels_last), y
+        n, h, w, c = x.shape
+        out = self._outputs.output((n, h, w, c) if self.channels_last else (n, c, h, w), torch.float32, x.device)
+        return normalize(x, self.channels_last, out), y
 
     def dali_for(self, train: bool) -> "ImageNetDali":
         from .dali_graph import ImageNetDali

@@ -95,15 +95,19 @@ def bound_shorter_side(img: "PILImage.Image", limit: int) -> "PILImage.Image":
     return img.resize(shorter_side_size(img.width, img.height, limit), Image.Resampling.BILINEAR)
 
 
-def normalize(batch: "torch.Tensor", channels_last: bool) -> "torch.Tensor":
+def normalize(batch: "torch.Tensor", channels_last: bool, out: "torch.Tensor | None" = None) -> "torch.Tensor":
     """uint8 NHWC -> float32 NCHW normalized with the ImageNet mean/std. The NCHW view of an NHWC
-    tensor is the channels-last memory format already; otherwise it is made contiguous."""
+    tensor is the channels-last memory format already; otherwise it is contiguous. ``out``: a float32
+    buffer of the batch's size to write into (NHWC with ``channels_last``, else NCHW), e.g. a reused
+    host output; None: a new one. The cast, the layout change and the shift are one pass."""
     import torch
 
-    x = batch.permute(0, 3, 1, 2)
-    x = x if channels_last else x.contiguous()
-    mean, inv_std = _constants(x.device)
-    return (x.float() - mean) * inv_std
+    n, h, w, c = batch.shape
+    if out is None:
+        out = torch.empty((n, h, w, c) if channels_last else (n, c, h, w), dtype=torch.float32, device=batch.device)
+    dst = out.view(n, h, w, c).permute(0, 3, 1, 2) if channels_last else out.view(n, c, h, w)
+    mean, inv_std = _constants(batch.device)
+    return torch.sub(batch.permute(0, 3, 1, 2), mean, out=dst).mul_(inv_std)
 
 
 _CONSTANTS: dict[str, tuple["torch.Tensor", "torch.Tensor"]] = {}

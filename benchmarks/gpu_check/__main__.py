@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.gpu_check.cli import main
+
+sys.exit(main())

@@ -1,0 +1,191 @@
+"""The measurements of the GPU check, one function each: the GEMM peak, a workload's training step alone
+(samples/s and FLOPs per sample), and ``hpcbench train`` end to end from the files (every epoch through
+the loader) or from ``data.cache`` (the epochs after the first)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class StepRate:
+    mode: str
+    samples_per_s: float
+    steps: int
+    samples_per_step: int
+    flops_per_sample: float = 0.0  # counted by FlopCounterMode on one eager step (0: not counted)
+    flops_error: str = ""  # why the FLOPs could not be counted
+
+
+@dataclass
+class EndToEnd:
+    cache: str
+    per_epoch: list[float] = field(default_factory=list)
+    status: str = "ok"
+
+    @property
+    def rate(self) -> float:
+        """Mean of the epochs after the first (the first compiles / captures, and fills a cache)."""
+        later = self.per_epoch[1:] or self.per_epoch
+        return sum(later) / len(later) if later else 0.0
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def gemm_peak(device: torch.device, seconds: float = 2.0) -> tuple[float, str]:
+    """(FLOP/s, what was measured): the bf16 8192^3 GEMM on a GPU; on a CPU the time-bounded peak of
+    :func:`benchmarks.machine.matmul_peak` in the dtype that is native there."""
+    if device.type != "cuda":
+        from benchmarks.machine import matmul_peak, peak_dtype
+
+        dtype = peak_dtype()
+        flops, n = matmul_peak(dtype, seconds=min(seconds, 1.0))
+        return flops, f"{str(dtype).removeprefix('torch.')} GEMM {n}^3 on the CPU"
+    n = 8192
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    sync(device)
+    reps, t = 0, time.perf_counter()
+    while reps < 10 or time.perf_counter() - t < seconds:
+        for _ in range(10):
+            a @ b
+        reps += 10
+        sync(device)
+    return 2 * n**3 * reps / (time.perf_counter() - t), f"bf16 GEMM {n}^3"
+
+
+def load_workload(name: str, preset: str, overrides: list[str]) -> Any:
+    from hpcbench import registry
+
+    cls = registry.get(name)
+    return cls(cls.load_config(preset, overrides))
+
+
+def build_step(wl: Any, mode: str, device: torch.device) -> Any:
+    """The harness's training step for ``wl`` on one device, built as :mod:`hpcbench.common.build` builds it
+    for one rank: "auto" precision and channels-last resolved (no CPU probe) into ``wl.cfg`` and the dataset
+    spec, model-parallel and sparse-gradient parameters kept as the trainer keeps them, the benchmark's
+    optimizer with its weight-decay exemptions."""
+    from hpcbench.common.auto import choose_channels_last, choose_precision
+    from hpcbench.common.flat import FlatParams
+    from hpcbench.common.optim import build_optimizer
+    from hpcbench.common.precision import Precision, module_to_channels_last
+    from hpcbench.common.schedule import Schedule
+    from hpcbench.common.step import TrainStep
+
+    torch.manual_seed(0)
+    cfg, tc = wl.cfg, wl.cfg.train
+    model = wl.build_model().to(device)
+    tc.precision = choose_precision(tc.precision, device).value
+    tc.channels_last = choose_channels_last(tc.channels_last, device, model, tc.precision, None).value
+    if tc.channels_last:
+        model = module_to_channels_last(model)
+    spec = wl.dataset()
+    if hasattr(spec, "channels_last"):
+        spec.channels_last = tc.channels_last
+    flat = FlatParams(model, wl.local_parameters(model), wl.sparse_parameters(model))
+    opt = build_optimizer(flat, cfg.optim, 1, 0, allow_apex=tc.precision != "fp16",
+                          decay_exempt=[wl.no_weight_decay(n) for n in flat.names])
+    schedule = Schedule.from_config(cfg.optim, steps_per_epoch=100, max_epochs=tc.max_epochs)
+    return TrainStep(wl, model, flat, opt, schedule, Precision(tc.precision, device), mode,
+                     accum=getattr(tc, "grad_accum", 1))
+
+
+def model_only(name: str, preset: str, overrides: list[str], mode: str, device: torch.device, seconds: float,
+               count_flops: bool) -> StepRate:
+    """The harness's training step alone, repeated on one batch of the files already on the device, for
+    about ``seconds`` after three warm-up steps (which include compilation or graph capture); then, with
+    ``count_flops``, one more step under ``FlopCounterMode`` for the FLOPs per sample."""
+    from hpcbench.common.step import prepare_batch
+
+    wl = load_workload(name, preset, overrides)
+    step = build_step(wl, mode, device)  # first: it resolves "auto" precision / channels-last into wl.cfg
+    spec = wl.dataset()
+    source = spec.open(wl.data_root(), spec.train_split)
+    spec.start(source)
+    host = spec.model_batch(source, min(wl.loader_batch_size(), len(source)))
+    batch = prepare_batch(host, device, wl.cfg.train.channels_last)
+    samples = wl.batch_size(batch)
+    for _ in range(3):
+        step(batch)
+    sync(device)
+    steps, chunk, t = 0, 1, time.perf_counter()
+    loss = torch.zeros((), device=device)
+    while True:
+        for _ in range(chunk):
+            loss += step(batch)
+        steps += chunk
+        sync(device)
+        spent = time.perf_counter() - t
+        if spent >= seconds or steps >= 10_000:
+            break
+        chunk = min(chunk * 2, max(1, int(steps * (seconds - spent) / max(spent, 1e-9))))
+    float(loss)
+    rate = samples * steps / (time.perf_counter() - t)
+    # after the timing, so that the counter's dispatch overhead and its hooks stay out of the timed steps
+    flops, why = count_flop(step, batch, samples) if count_flops else (0.0, "")
+    return StepRate(mode, rate, steps, samples, flops, why)
+
+
+def count_flop(step: Any, batch: Any, samples: int) -> tuple[float, str]:
+    """(FLOPs per sample of one training step counted by ``FlopCounterMode``, ""), or (0, why) where the
+    counter cannot follow the step (e.g. forces by ``autograd.grad`` under the counter's hooks)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    try:
+        with counter:
+            step(batch)
+    except RuntimeError as exc:
+        return 0.0, f"FlopCounterMode failed on this step: {str(exc).splitlines()[0][:200]}"
+    return counter.get_total_flops() / max(1, samples), ""
+
+
+def failure(output: str) -> str:
+    """The line of ``hpcbench train``'s output that says why it failed (a named error), else its last line."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    named = [ln for ln in lines if "error:" in ln.lower()]
+    return (named[0] if named else lines[-1] if lines else "no output")[:400]
+
+
+def end_to_end(name: str, preset: str, overrides: list[str], mode: str, cache: str, device: str, epochs: int,
+               timeout: float) -> EndToEnd:
+    """``hpcbench train`` on the files: the tracked throughput of each epoch (training time only, the
+    evaluation excluded). ``cache`` none: every epoch reads the files through the loader and copies
+    each batch to the device; host/device: epoch 1 fills the cache, the later ones read from it."""
+    from hpcbench.report.logs import parse_log
+
+    sets = [*overrides, "train.loader=torch", f"train.graph={mode}", f"data.cache={cache}", "train.division=open",
+            f"train.max_epochs={epochs}", "train.max_steps=0", f"train.eval_every={epochs}", "train.eval_start=0",
+            "train.eval_offset=0", "train.eval_every_samples=0", "train.checkpoint_every=0"]
+    out = EndToEnd(cache)
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+        cmd = [sys.executable, "-m", "hpcbench", "train", name, "--config", preset, "--device", device,
+               "--results", tmp, "--no-progress"]
+        for kv in sets:
+            cmd += ["--set", kv]
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            out.status = f"cut off after {timeout:.0f} s"
+            return out
+        logs = sorted(Path(tmp).glob("results/**/result_*.txt"))
+        out.per_epoch = [tp for tp, _ms in parse_log(logs[0]).tracked_throughput] if logs else []
+        # exit 4: stopped at max_epochs without reaching the quality target, as intended here
+        if proc.returncode not in (0, 4) or not out.per_epoch:
+            out.status = f"failed (exit {proc.returncode}): {failure(proc.stdout + proc.stderr)}"
+    return out
