@@ -28,6 +28,7 @@ from .progress import Progress
 from .schedule import Schedule
 from .sharded import ShardedAdamW, ShardedModel, ShardedParams
 from .step import TrainStep, prepare_batch
+from .swa import WeightAverage
 from .workload import DataShard, DataSizes, EpochLoader, Workload
 
 
@@ -50,6 +51,7 @@ class RunParts:
     step: TrainStep | None = None
     train_loader: EpochLoader | None = None
     position: DataPosition = field(default_factory=DataPosition)
+    average: WeightAverage | None = None  # the evaluated weight average (optim.swa_decay > 0)
     data_state: DataState = field(default_factory=lambda: DataState({}))
     rng: RNGStreams = field(default_factory=RNGStreams)
 
@@ -63,6 +65,8 @@ class RunParts:
             return {"position": self.position}, per, {"model": ShardedModel(self.model),
                                                       "optimizer": self.optimizer}  # type: ignore[dict-item]
         replicated: dict[str, Stateful] = {"weights": SharedWeights(self.flat), "position": self.position}
+        if self.average is not None:
+            replicated["weight_average"] = self.average
         per_rank: dict[str, Stateful] = {
             "rank_weights": RankWeights(self.model, self.flat),
             "optimizer": ToDevice(self.optimizer, device),
@@ -200,6 +204,10 @@ def build_training(parts: RunParts, workload: Workload) -> None:
     else:
         parts.optimizer = build_optimizer(parts.flat, cfg.optim, par.size, par.rank, allow_apex=tc.precision != "fp16",
                                           decay_exempt=exempt)
+    if not isinstance(parts.flat, ShardedParams):
+        initial = workload.initial_optimizer_state(list(parts.flat.names))
+        if initial is not None:
+            parts.optimizer.load_initial(initial, f"workload '{workload.name}'")
     group = reader_group(par.env, node_local(workload))
     dp_rank, dp_size = par.reader_shard(group.rank, group.size)
     shard = DataShard(rank=dp_rank, size=dp_size, seed=parts.seed, local_batch_size=parts.local_batch,
@@ -216,8 +224,23 @@ def build_training(parts: RunParts, workload: Workload) -> None:
     parts.sizes = workload.sizes = DataSizes(data.train_samples, data.eval_samples, data.steps_per_epoch,
                                              parts.local_batch)
     parts.schedule = Schedule.from_config(cfg.optim, data.steps_per_epoch, tc.max_epochs)
+    parts.average = weight_average(parts, workload)
     parts.step = TrainStep(workload, parts.model, parts.flat, parts.optimizer, parts.schedule, parts.precision,
-                           tc.graph, world=par.size, accum=tc.grad_accum)
+                           tc.graph, world=par.size, accum=tc.grad_accum, average=parts.average)
+
+
+def weight_average(parts: RunParts, workload: Workload) -> WeightAverage | None:
+    """The weight average the evaluations use (``optim.swa_decay`` > 0), or None."""
+    decay = workload.cfg.optim.swa_decay
+    if not decay:
+        return None
+    if isinstance(parts.flat, ShardedParams):
+        raise ConfigError(f"config key 'optim.swa_decay': workload '{workload.name}' shards its parameters, which the "
+                          "weight average does not cover; set it to 0")
+    if workload.cfg.train.eval_ranks:
+        raise ConfigError("config keys 'optim.swa_decay' and 'train.eval_ranks': dedicated evaluation ranks receive "
+                          "the trained weights, not their average; set train.eval_ranks = 0 with a weight average")
+    return WeightAverage(parts.flat, decay)
 
 
 def build_eval_data(parts: RunParts, workload: Workload) -> None:

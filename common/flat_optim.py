@@ -80,6 +80,25 @@ class FlatOptimizer:
                 raise ConfigError(f"optimizer state '{k}' has shape {tuple(state[k].shape)}, expected {tuple(v.shape)}")
             v.copy_(state[k])
 
+    def load_initial(self, state: dict[str, Any], where: str) -> None:
+        """Start from per-parameter state (:meth:`Workload.initial_optimizer_state`): each state buffer from its
+        list of tensors, one per parameter in the flat buffer's order, and the step count."""
+        if self.sharded or self.sparse is not None:
+            raise ConfigError(f"{where}: an initial optimizer state is loaded into a whole flat optimizer only "
+                              "(not a sharded one, not with sparse-gradient parameters)")
+        for name, buf in self.state.items():
+            tensors = state.get(name)
+            if not isinstance(tensors, list) or len(tensors) != self.flat.num_tensors:
+                raise ConfigError(f"{where}: initial optimizer state '{name}' needs one tensor per parameter "
+                                  f"({self.flat.num_tensors}), got {type(tensors).__name__}"
+                                  + (f" of {len(tensors)}" if isinstance(tensors, list) else ""))
+            for t, n, pname in zip(tensors, self.flat.numels, self.flat.names):
+                if t.numel() != n:
+                    raise ConfigError(f"{where}: initial optimizer state '{name}' of {pname} has {t.numel()} "
+                                      f"elements, the parameter {n}")
+            buf.copy_(self.flat.flatten([t.to(buf.device, buf.dtype) for t in tensors]))
+        self.step_count.fill_(float(state.get("step", 0)))
+
     def state_numel(self) -> int:
         """Elements of optimizer state this rank holds (the row-wise part's included)."""
         return sum(v.numel() for v in self.state.values()) + (self.sparse.state_numel() if self.sparse else 0)

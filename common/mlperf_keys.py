@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from .benchmark import Benchmark
 from .errors import ConfigError
 from .runconfig import OptimConfig
@@ -99,6 +101,14 @@ _VALUES: dict[str, Callable[[_Run], Any]] = {
     "opt_adamw_epsilon": lambda r: r.optim.eps,
     "opt_adamw_weight_decay": lambda r: r.optim.weight_decay,
     "opt_gradient_clip_norm": lambda r: r.optim.max_grad_norm,
+    "opt_gradient_clipping": lambda r: r.optim.max_grad_norm > 0,
+    "opt_adam_beta_1": lambda r: r.optim.betas[0],
+    "opt_adam_beta_2": lambda r: r.optim.betas[1],
+    "opt_adam_epsilon": lambda r: r.optim.eps,
+    "opt_amsgrad": lambda r: False,  # the flat Adam has no AMSGrad variant
+    # the weight average the evaluations use (common/swa.py; MLPerf HPC OpenFold's "SWA")
+    "swa_enabled": lambda r: r.optim.swa_decay > 0,
+    "swa_decay_rate": lambda r: r.optim.swa_decay,
     # the training 6.0 LLMs' words for the schedule ("cosine with linear warmup")
     "opt_learning_rate_decay_schedule": lambda r: (f"{r.schedule.kind} with linear warmup" if r.schedule.warmup_steps
                                                    else r.schedule.kind),
@@ -106,6 +116,9 @@ _VALUES: dict[str, Callable[[_Run], Any]] = {
     "opt_learning_rate_warmup_factor": lambda r: r.optim.warmup_factor,
     "opt_learning_rate_warmup_epochs": lambda r: r.epochs(r.optim.warmup, r.schedule.warmup_steps),
     "opt_learning_rate_warmup_steps": lambda r: r.steps(r.schedule.warmup_steps),
+    # the rate of the first step: where a warmup starts (the peak rate without one)
+    "opt_learning_rate_warmup_init": lambda r: float(r.schedule(torch.zeros(()))) if r.schedule.warmup_steps > 0
+    else r.optim.lr,
     "num_warmup_steps": lambda r: r.steps(r.schedule.warmup_steps),
     "start_warmup_step": lambda r: 0,  # the schedule counts from the first step
     # decay

@@ -80,7 +80,9 @@ class SGD(FlatOptimizer):
 
 
 class Adam(FlatOptimizer):
-    """Adam (``decoupled=False``: L2 decay in the gradient) or AdamW (decoupled decay)."""
+    """Adam (``decoupled=False``: L2 decay in the gradient) or AdamW (decoupled decay); ``max_grad_norm`` > 0 clips
+    the instance's averaged gradient by its global norm first, as ``torch.nn.utils.clip_grad_norm_`` (factor
+    ``min(1, max_norm / (norm + 1e-6))``)."""
 
     def __init__(self, flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0, decoupled: bool = True) -> None:
         super().__init__(flat, cfg, world, rank)
@@ -92,6 +94,8 @@ class Adam(FlatOptimizer):
         c = self.cfg
         b1, b2 = c.betas
         m, v = self.state["exp_avg"], self.state["exp_avg_sq"]
+        if c.max_grad_norm > 0:  # torch.nn.utils.clip_grad_norm_ on the averaged gradient (the gaps are zero)
+            g = g * torch.clamp(c.max_grad_norm / (g.norm() + 1e-6), max=1.0)
         if c.weight_decay and not self.decoupled:
             g = g.add(p, alpha=c.weight_decay)
         t = self.step_count + 1

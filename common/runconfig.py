@@ -25,7 +25,10 @@ class OptimConfig:
     initial_accumulator: float = 0.0  # adagrad: starting value of the squared-gradient sum
     bias_correction: bool = True  # lamb
     grad_averaging: bool = True  # lamb
-    max_grad_norm: float = 0.0  # clip by global norm; 0 disables
+    max_grad_norm: float = 0.0  # clip by global norm; 0 disables (adam/adamw: torch's clip_grad_norm_)
+    # > 0: evaluate on an exponential moving average of the weights with this decay, updated after every
+    # step (the MLPerf HPC OpenFold reference's "SWA", decay 0.9; common/swa.py); 0: the trained weights
+    swa_decay: float = 0.0
     distributed: bool = False  # lamb: shard optimizer state across the instance's ranks
     apex: bool = False  # lamb: NVIDIA apex's fused kernel where importable on CUDA (not with fp16)
     # schedule, in epochs or steps (``unit``)
@@ -51,6 +54,10 @@ class OptimConfig:
     def validate(self) -> None:
         if self.lr < 0:
             raise ConfigError(f"config key 'optim.lr': must be >= 0, got {self.lr}")
+        if not 0.0 <= self.swa_decay < 1.0:
+            raise ConfigError(f"config key 'optim.swa_decay': must be in [0, 1) (0: no weight average), got {self.swa_decay}")
+        if self.max_grad_norm < 0:
+            raise ConfigError(f"config key 'optim.max_grad_norm': must be >= 0 (0: no clipping), got {self.max_grad_norm}")
         if self.trust_coefficient <= 0:
             raise ConfigError(f"config key 'optim.trust_coefficient': must be > 0, got {self.trust_coefficient}")
         if len(self.betas) != 2:

@@ -84,8 +84,9 @@ class TrainStep:
 
     def __init__(self, workload: Any, model: nn.Module, flat: FlatParams, optimizer: FlatOptimizer,
                  schedule: Schedule, precision: Precision, mode: str = "eager", warmup_iters: int = 3,
-                 world: int = 1, accum: int = 1) -> None:
+                 world: int = 1, accum: int = 1, average: Any = None) -> None:
         self.workload, self.model, self.flat = workload, model, flat
+        self.average = average  # common.swa.WeightAverage, updated after every optimizer step (or None)
         self.world = world
         self.accum = accum  # micro-batches per step (gradient accumulation, train.grad_accum)
         self.optimizer, self.schedule, self.precision = optimizer, schedule, precision
@@ -185,6 +186,8 @@ class TrainStep:
         skip = self.precision.unscale_(self.flat.grads)
         lr = self.schedule(self.optimizer.step_count)
         self.optimizer.step(lr, skip)
+        if self.average is not None:
+            self.average.update()
         self.precision.update(skip)
         return loss.detach().float()
 
@@ -215,8 +218,9 @@ class TrainStep:
     def _live(self) -> list[torch.Tensor]:
         """Every tensor a training step mutates: parameters, optimizer, scaler, module buffers."""
         opt = self.optimizer
+        averaged = self.average.tensors() if self.average is not None else []
         return [self.flat.params, opt.step_count, *opt.state.values(), self.precision.scale,
-                self.precision.growth_tracker, *self.model.buffers()]
+                self.precision.growth_tracker, *self.model.buffers(), *averaged]
 
     def _restore(self, saved: list[torch.Tensor]) -> None:
         for dst, src in zip(self._live(), saved):

@@ -27,6 +27,7 @@ checkpoints of the parts every ``train.checkpoint_every`` epochs and resume (``t
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -328,7 +329,9 @@ class Trainer:
         with self.timer("eval"):
             self.parts.parallel.average_buffers(self.parts.model)
             self.log.start("eval_start", metadata={"epoch_num": epoch_num})
-            value = self.parts.evaluator.metric(epoch)
+            average = self.parts.average
+            with average.applied() if average is not None else contextlib.nullcontext():
+                value = self.parts.evaluator.metric(epoch)
             self.log.end("eval_stop", metadata={"epoch_num": epoch_num})
             meta: dict[str, int | float] = {"epoch_num": epoch_num}
             if self.workload.record.epoch_reporting == "samples":  # the training 6.0 LLMs' checks want it by name

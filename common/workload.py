@@ -281,6 +281,14 @@ class Workload(ABC, Generic[C]):
         flat buffer and updated row-wise by Adagrad. With several ranks they must be local ones."""
         return []
 
+    def initial_optimizer_state(self, names: Sequence[str]) -> dict[str, Any] | None:
+        """Optimizer state a run starts from, e.g. the moments a pretrained checkpoint carries (the MLPerf HPC
+        OpenFold reference's resumable checkpoint): ``{"step": steps taken, <state>: [one tensor per parameter
+        named in ``names``, in that order]}`` with the optimizer's state names (Adam: ``exp_avg``,
+        ``exp_avg_sq``, as torch's); None (the default): the optimizer starts fresh. Called after
+        :meth:`build_model`; a resumed run's checkpoint replaces it."""
+        return None
+
     def no_weight_decay(self, name: str) -> bool:
         """True for a parameter (by its name in the model) that the benchmark's optimizer keeps out of
         the weight decay (BERT: biases and LayerNorm weights; ResNet: BatchNorm parameters and biases,

@@ -25,6 +25,7 @@ WORKLOADS: dict[str, str] = {
     "cosmoflow": "hpcbench.workloads.cosmoflow",
     "deepcam": "hpcbench.workloads.deepcam",
     "oc20": "hpcbench.workloads.opencatalyst",
+    "openfold": "hpcbench.workloads.openfold_mlperf",
     "dlrm_dcnv2": "hpcbench.workloads.mlperf_training.dlrm_dcnv2",
     "bert": "hpcbench.workloads.mlperf_training.bert",
     "llama31_8b": "hpcbench.workloads.mlperf_training.llama31_8b",

@@ -34,6 +34,16 @@ RESTYPE_3TO1: dict[str, str] = {v: k for k, v in RESTYPE_1TO3.items()}
 UNK_RESTYPE = "UNK"
 RESNAMES: tuple[str, ...] = tuple(_THREE) + (UNK_RESTYPE,)
 RESNAME_TO_IDX: dict[str, int] = {n: i for i, n in enumerate(RESNAMES)}
+#: modified residues whose one-letter code is their parent's (a subset of Biopython's SCOP table, which the
+#: reference's mmCIF parser uses); any other three-letter code reads as "X"
+MODIFIED_3TO1: dict[str, str] = {"MSE": "M", "SEP": "S", "TPO": "T", "PTR": "Y", "HYP": "P", "MLY": "K", "CSO": "C",
+                                 "CME": "C", "KCX": "K", "LLP": "K", "CSD": "C", "OCS": "C", "MLZ": "K", "M3L": "K"}
+
+
+def one_letter(resname: str) -> str:
+    """One-letter code of a three-letter residue name as the reference's sequences write it ("X" if unknown)."""
+    return RESTYPE_3TO1.get(resname) or MODIFIED_3TO1.get(resname, "X")
+
 
 #: HHblits alphabet (A3M letters) -> HHblits index; ambiguous codes fold as HHblits does (B->D, Z->E, U->C,
 #: J/O/X -> unknown), "-" is the gap
@@ -79,6 +89,8 @@ _ATOM14 = {
 }
 RESTYPE_NAME_TO_ATOM14_NAMES: dict[str, tuple[str, ...]] = {
     k: tuple(v.split()) + ("",) * (14 - len(v.split())) for k, v in _ATOM14.items()}
+#: the same without the empty slots: a residue's heavy atoms in atom14 order (what a structure file holds)
+ATOM14_NAMES: dict[str, tuple[str, ...]] = {k: tuple(v.split()) for k, v in _ATOM14.items() if v}
 
 #: chi1..chi4 of each residue as the four atoms that define the dihedral (chi5 of ARG is left out)
 _CHI = {

@@ -259,3 +259,29 @@ def test_gpu_check_gives_a_workload_without_a_plan_a_default_one(monkeypatch: py
     assert p.default and p.datagen_smoke == p.datagen_full and "--height" in p.datagen_smoke
     assert p.batches_full == (1, 8) and p.batch_smoke == 4 and p.cache == "device"
     assert "no gpu_check plan" in p.note
+
+
+def test_gpu_check_smoke_runs_end_to_end_on_the_cpu() -> None:
+    """benchmarks/gpu_check.py --smoke (mini preset, CPU allowed) gets through its end-to-end figure (it
+    crashed there once: the log parser's tracked throughput became (samples/s, epoch ms) pairs)."""
+    proc = bench(["-m", "benchmarks.gpu_check", "--smoke", "--workloads", "cosmoflow", "--budget-s", "90"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if "end to end" in ln)
+    assert "samples/s after epoch 1" in line and "; ok)" in line and "Traceback" not in proc.stderr
+
+
+def test_openfold_step_times_both_parts_and_writes_its_json(tmp_path: Path) -> None:
+    out = tmp_path / "of.json"
+    proc = bench(["-m", "benchmarks.openfold_step", "--crop", "12", "--clusters", "3", "--extra", "4", "--templates",
+                  "2", "--recycles", "1", "--evoformer-blocks", "1", "--modes", "eager", "--repeats", "1",
+                  "--threads", "1", "--budget-s", "100", "--json", str(out)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert res["results"]["eager"]["parameters"] > 1_000_000 and res["results"]["eager"]["first_step_s"] > 0
+    assert "no GPU comparison" in proc.stdout and proc.stdout.splitlines()[-1].startswith("# done in ")
+    proc = bench(["-m", "benchmarks.openfold_step", "--part", "evoformer", "--crop", "8", "--clusters", "3",
+                  "--templates", "1", "--evoformer-blocks", "1", "--modes", "eager", "--repeats", "2", "--threads",
+                  "1", "--budget-s", "60", "--json", str(out)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Evoformer only: 1 block(s) at full width, m (1, 4, 8, 256), z (1, 8, 8, 128)" in proc.stdout
+    assert len(json.loads(out.read_text())["results"]["eager"]["steps_s"]) == 2

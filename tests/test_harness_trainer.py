@@ -195,3 +195,20 @@ def test_eval_keeps_autograd_for_workloads_that_need_it(env) -> None:  # noqa: A
             Trainer(_ForceToy(cfg), env, MLPerfLogger(None), SystemDescription(), progress=False).run()
     finally:
         _ForceToy.eval_needs_grad = True
+
+
+def test_evaluations_see_the_weight_average(env, tmp_path: Path) -> None:  # noqa: ANN001
+    """optim.swa_decay (common/swa.py): every evaluation runs on the average of the weights, the training on
+    its own ones; the last logged metric is the average's, not the trained weights'."""
+    tr = _trainer(env, ["train.target=0.0", "train.max_epochs=2", "optim.swa_decay=0.9"], tmp_path / "result_0.txt")
+    result = tr.run()
+    tr.log.close()
+    parts = tr.parts
+    assert parts is not None and parts.average is not None and int(parts.average.count) == result.steps
+    trained = parts.evaluator.metric(2)
+    with parts.average.applied():
+        averaged = parts.evaluator.metric(2)
+    assert result.metrics[-1][1] == pytest.approx(averaged) and averaged != pytest.approx(trained)
+    assert not torch.equal(parts.flat.params, parts.average.average)
+    with pytest.raises(ConfigError, match="optim.swa_decay"):
+        _trainer(env, ["optim.swa_decay=1.5"])

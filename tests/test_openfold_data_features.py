@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from hpcbench.workloads.openfold_mlperf import features
-from hpcbench.workloads.openfold_mlperf.data import (a3m, constants as rc, dataset, geometry, hhr, mmcif, msa,
+from hpcbench.workloads.openfold_mlperf import residue_constants as rc
+from hpcbench.workloads.openfold_mlperf.data import (a3m, dataset, geometry, hhr, mmcif, msa,
                                                      pipeline, store, synth, templates)
 
 

@@ -14,7 +14,7 @@ import pytest
 from hpcbench.common.errors import DataError
 from hpcbench.workloads.openfold_mlperf import features
 from hpcbench.workloads.openfold_mlperf.data import a3m, cif, hhr, mmcif, store
-from hpcbench.workloads.openfold_mlperf.data.constants import ATOM_ORDER
+from hpcbench.workloads.openfold_mlperf.residue_constants import ATOM_ORDER
 
 # --- an mmCIF entry written by hand in the PDBx/mmCIF syntax: 2 entities (peptide + water), chain A has
 # an MSE, an unknown residue (UNL... here 'DAL' = D-alanine, not in the 20), a residue with no atoms, a

@@ -14,7 +14,7 @@ import numpy as np
 
 from hpcbench.common.errors import DataError
 
-from .constants import HHBLITS_AA_TO_ID
+from ..residue_constants import HHBLITS_AA_TO_ID
 
 
 @dataclass

@@ -44,10 +44,64 @@ def train_filter(rows: list[store.ChainRow], max_release_date: str, min_release_
 
 
 def sampling_weights(rows: list[store.ChainRow]) -> torch.Tensor:
-    """length term max(min(L, 512), 256) / 512 times 1/sqrt(cluster size) over the given rows."""
+    """The reference's ``_get_weight`` (supplement 1.2.5): a length term max(min(L, 512), 256) / 512 times
+    1 / (the chain's PDB-cluster size among ``rows``, the filtered training chains)."""
     sizes = Counter(r.pdb_cluster_id for r in rows)
-    return torch.tensor([max(min(r.sequence_length, 512), 256) / 512 / math.sqrt(sizes[r.pdb_cluster_id])
+    return torch.tensor([max(min(r.sequence_length, 512), 256) / 512 / sizes[r.pdb_cluster_id]
                          for r in rows], dtype=torch.float64)
+
+
+#: the reference's CAMEO validation candidates (``openfold/data/cameo_targets.py``), shipped as data
+CAMEO_TARGETS_FILE = Path(__file__).resolve().parent.parent / "cameo_targets.txt"
+#: a dataset may carry its own candidates in the same format (the synthetic generator writes one)
+DATASET_TARGETS = MMCIF_DIR / "cameo_targets.txt"
+
+
+@dataclass(frozen=True)
+class CameoTarget:
+    submission_date: str  # YYYY-MM-DD
+    pdb_id: str  # lower case
+    chain_id: str  # mmCIF label chain id (sometimes the author's)
+
+
+def read_cameo_targets(path: Path) -> list[CameoTarget]:
+    """``date pdb_id chain`` per line ('#' comments): the CAMEO targets, in the file's order."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise DataError(f"{path}: cannot read the CAMEO targets ({e.strerror or e})") from e
+    out = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        try:
+            ok = len(parts) == 3 and bool(date.fromisoformat(parts[0]))
+        except ValueError:
+            ok = False
+        if not ok:
+            raise DataError(f"{path}: line {n}: {line!r} is not 'YYYY-MM-DD pdb_id chain_id'")
+        out.append(CameoTarget(parts[0], parts[1].lower(), parts[2]))
+    return out
+
+
+def validation_rows(rows: list[store.ChainRow], targets: list[CameoTarget], min_date: str, max_date: str,
+                    max_length: int) -> list[store.ChainRow]:
+    """The reference's ``_select_cameo_targets_for_validation``: CAMEO targets submitted in [min, max], mapped
+    from ``pdb_id`` + mmCIF chain id (or author chain id) to the author chain of ``chains.csv``, each author
+    chain once, then at most ``max_length`` residues; in ``chains.csv`` order."""
+    mapping: dict[str, str] = {}
+    for r in rows:
+        for m in r.mmcif_chain_ids.split(";"):
+            mapping.setdefault(f"{r.pdb_id}_{m}", r.pdb_chain_id)
+    for r in rows:  # a target named by its author chain
+        mapping.setdefault(r.pdb_chain_id, r.pdb_chain_id)
+    chosen: set[str] = set()
+    for t in targets:
+        if min_date <= t.submission_date <= max_date and f"{t.pdb_id}_{t.chain_id}" in mapping:
+            chosen.add(mapping[f"{t.pdb_id}_{t.chain_id}"])
+    return [r for r in rows if r.pdb_chain_id in chosen and r.sequence_length <= max_length]
 
 
 @dataclass

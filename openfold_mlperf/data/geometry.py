@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import constants as rc
+from .. import residue_constants as rc
 
 Feats = dict[str, torch.Tensor]
 

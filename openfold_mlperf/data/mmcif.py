@@ -23,7 +23,7 @@ import numpy as np
 from hpcbench.common.errors import DataError
 
 from . import cif
-from .constants import ATOM_ORDER, one_letter
+from ..residue_constants import ATOM_ORDER, one_letter
 
 ATOM_SITE_ITEMS = ("group_PDB", "label_atom_id", "label_comp_id", "label_asym_id", "label_seq_id",
                    "auth_asym_id", "auth_seq_id", "Cartn_x", "Cartn_y", "Cartn_z", "pdbx_PDB_model_num")

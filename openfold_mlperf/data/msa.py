@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import constants as rc
+from .. import residue_constants as rc
 
 Feats = dict[str, torch.Tensor]
 SEED_MODULUS = 2 ** 64

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import features as schema
-from . import constants as rc
+from .. import residue_constants as rc
 from . import geometry, msa
 
 Feats = dict[str, torch.Tensor]
@@ -48,7 +48,7 @@ def raw_features(sequence: str, all_atom_positions: np.ndarray | None, all_atom_
     as tensors: aatype as indices (unknown -> X), MSA in HHblits indices, templates in HHblits indices."""
     n = len(sequence)
     p: Feats = {
-        "aatype": torch.tensor([rc.RESTYPE_ORDER_WITH_X.get(c, rc.UNK) for c in sequence], dtype=torch.int64),
+        "aatype": torch.tensor([rc.RESTYPE_ORDER_WITH_X.get(c, rc.UNK_RESTYPE_INDEX) for c in sequence], dtype=torch.int64),
         "residue_index": torch.arange(n, dtype=torch.int64),
         "seq_length": torch.tensor(n, dtype=torch.int64),
         "between_segment_residues": torch.zeros(n, dtype=torch.int64),

@@ -25,7 +25,8 @@ import numpy as np
 
 from hpcbench.common.atomic import atomic_write
 
-from . import a3m, constants as rc, hhr, mmcif, store
+from .. import residue_constants as rc
+from . import a3m, hhr, mmcif, store
 
 HELIX, STRAND, TURN = "H", "E", "T"
 CLASSES = {HELIX: "ALEKMQR", STRAND: "VIYFWT", TURN: "GPNDSCH"}
@@ -267,6 +268,12 @@ def preprocess(root: Path, num_shards: int = 2) -> None:
                                        s.sequences[chain]))
     out = root / "pdb_mmcif/processed"
     store.write_chains(out / "chains.csv", rows)
+    # the chains released after the training cut-off are the validation targets, as CAMEO lists them
+    # ("date pdb_id mmcif_chain"; the reference's CAMEO table, dataset.read_cameo_targets)
+    targets = "".join(f"{r.release_date} {r.pdb_id} {r.mmcif_chain_ids.split(';')[0]}\n" for r in rows
+                      if r.release_date > TRAIN_END.isoformat())
+    with atomic_write(out / "cameo_targets.txt", "w") as fh:
+        fh.write("# synthetic validation targets: submission (release) date, pdb id, mmCIF chain\n" + targets)
     store.write_dicts(out / "dicts", structures)
     with atomic_write(out / "obsolete.dat", "wb") as fh:
         fh.write((root / "pdb_mmcif/original/obsolete.dat").read_bytes())

@@ -19,7 +19,7 @@ from datetime import date
 
 import numpy as np
 
-from . import constants as rc
+from .. import residue_constants as rc
 from .hhr import TemplateHit
 from .mmcif import Structure
 

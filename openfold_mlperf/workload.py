@@ -1,0 +1,236 @@
+"""OpenFold on the harness: the reference's samplers and features (``spec.py``), its model started from the
+pinned checkpoint, its loss, lDDT-Ca on the CAMEO targets with the averaged ("SWA") weights, and the keys of
+``closed_openfold.yaml``."""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hpcbench.common.errors import ConfigError
+from hpcbench.common.workload import DataShard, EpochLoader, Workload
+
+from . import BENCHMARK
+from .config import OpenFoldConfig
+from .spec import EpochLoader as WeightedEpochs
+from .spec import OpenFoldData, TrainChains
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+    from torch import nn
+
+Batch = dict[str, "torch.Tensor"]
+
+
+class OpenFoldWorkload(Workload[OpenFoldConfig]):
+    record = BENCHMARK
+    config_cls = OpenFoldConfig
+
+    def __init__(self, cfg: OpenFoldConfig) -> None:
+        super().__init__(cfg)  # the record's keys describe Adam only: another optim.name is refused there
+        self._spec = OpenFoldData(cfg.data, cfg.train.seed)
+        self._init_sha256 = ""  # of the initial checkpoint, once loaded
+        self._init_optimizer: dict[str, Any] | None = None  # its Adam state (torch's layout), if any
+        self._param_names: list[str] = []  # the model's parameters in torch's order (the state's indices)
+        self._param_shapes: dict[str, tuple[int, ...]] = {}
+        self._parameters = 0
+
+    # data ---------------------------------------------------------------------------------
+    def dataset(self) -> OpenFoldData:
+        return self._spec
+
+    def train_loader(self, shard: DataShard) -> EpochLoader:
+        loader = super().train_loader(shard)
+        source = self.source(self._spec.train_split)
+        assert isinstance(source, TrainChains)
+        source.seed = shard.seed  # the instance's seed: every rank draws the same epoch, then takes its part
+        return WeightedEpochs(loader, source)
+
+    def batch_size(self, batch: Batch) -> int:
+        return int(batch["aatype"].shape[0])
+
+    # model and maths ----------------------------------------------------------------------
+    def model_config(self) -> Any:
+        from .model.config import ModelConfig
+
+        m = self.cfg.model
+        mc = ModelConfig.closed() if m.preset == "closed" else ModelConfig.mini(
+            c_m=m.c_m, c_z=m.c_z, c_s=m.c_s, evoformer_blocks=m.evoformer_blocks, extra_blocks=m.extra_blocks,
+            structure_blocks=m.structure_blocks)
+        if not m.dropout:
+            mc = replace(mc, evoformer=replace(mc.evoformer, msa_dropout=0.0, pair_dropout=0.0),
+                         extra_msa=replace(mc.extra_msa, msa_dropout=0.0, pair_dropout=0.0),
+                         template=replace(mc.template, dropout_rate=0.0),
+                         structure=replace(mc.structure, dropout_rate=0.0))
+        return mc.with_chunks(m.chunk_size) if m.chunk_size else mc
+
+    def init_checkpoint_path(self) -> Path | None:
+        path = self.cfg.model.init_checkpoint
+        if not path:
+            return None
+        p = Path(path)
+        return p if p.is_absolute() else self.data_root() / p
+
+    def build_model(self) -> "nn.Module":
+        from .model.alphafold import AlphaFold
+        from .model.checkpoint import CheckpointError, load_initial_checkpoint
+
+        model = AlphaFold(self.model_config())
+        meta = any(p.is_meta for p in model.parameters())  # built to count parameters: no weights to load into
+        path = None if meta else self.init_checkpoint_path()
+        if path is not None:
+            try:
+                loaded = load_initial_checkpoint(path, model, self.cfg.model.init_checkpoint_sha256 or None)
+            except CheckpointError as e:
+                raise ConfigError(f"config key 'model.init_checkpoint': {e}") from None
+            self._init_sha256 = loaded.sha256
+            if self.cfg.model.init_optimizer_state and loaded.optimizer_state_dict:
+                self._init_optimizer = loaded.optimizer_state_dict
+        self._param_names = [n for n, _ in model.named_parameters()]
+        self._param_shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+        self._parameters = sum(p.numel() for p in model.parameters())
+        return model
+
+    def initial_optimizer_state(self, names: list[str]) -> dict[str, Any] | None:
+        """The initial checkpoint's Adam moments and step (torch's ``optimizer.state_dict()``: one group over
+        ``model.parameters()``, state by index), per parameter of ``names``; None without them."""
+        import torch
+
+        state = self._init_optimizer
+        if state is None:
+            return None
+        where = f"config key 'model.init_checkpoint' ({self.init_checkpoint_path()}): optimizer_state_dict"
+        groups, per = state.get("param_groups"), state.get("state")
+        ids = [i for g in groups for i in g.get("params", [])] if isinstance(groups, list) else []
+        if not isinstance(per, dict) or len(ids) != len(self._param_names):
+            raise ConfigError(f"{where}: expected one Adam group over the model's {len(self._param_names)} "
+                              f"parameters, got {len(ids)}")
+        by_name = {n: per.get(i, per.get(str(i))) for n, i in zip(self._param_names, ids)}
+        out: dict[str, Any] = {"exp_avg": [], "exp_avg_sq": []}
+        steps = set()
+        for name in names:
+            st = by_name.get(name)
+            if st is None:  # never had a gradient (a head whose loss weight is 0): torch's Adam keeps no state
+                for k in out:
+                    out[k].append(torch.zeros(self._param_shapes[name]))
+                continue
+            if not isinstance(st, dict) or not all(isinstance(st.get(k), torch.Tensor) for k in out):
+                raise ConfigError(f"{where}: no exp_avg/exp_avg_sq for {name}")
+            for k in out:
+                out[k].append(st[k])
+            steps.add(float(st.get("step", 0)))
+        if len(steps) != 1:
+            raise ConfigError(f"{where}: the parameters' Adam steps differ ({sorted(steps)[:3]})")
+        out["step"] = steps.pop() if steps else 0.0
+        return out
+
+    def forward(self, model: "nn.Module", batch: Batch) -> Any:
+        return model(batch)
+
+    def loss(self, outputs: Any, batch: Batch) -> "torch.Tensor":
+        """The reference's ``AlphaFoldLoss`` per sample (weighted terms x sqrt(crop length)), summed over this
+        rank's samples (the harness divides by the instance's sample count: the reference's mean over ranks)."""
+        from .model.losses import alphafold_loss
+
+        last = {k: v[..., -1] for k, v in batch.items()}
+        mean, _ = alphafold_loss(outputs, last, self.model_config().loss)
+        return mean * last["aatype"].shape[0]
+
+    def loss_count(self, batch: Batch) -> "torch.Tensor":
+        import torch
+
+        aatype = batch["aatype"]
+        return torch.full((), float(aatype.shape[0]), dtype=torch.float32, device=aatype.device)
+
+    def eval_sums(self, outputs: Any, batch: Batch) -> Mapping[str, "torch.Tensor"]:
+        """Per sample the reference's validation metric, lDDT-Ca of the final atom positions (eps 1e-8, over
+        the chain), summed, and the number of samples."""
+        from .model.losses import lddt_ca
+
+        score = lddt_ca(outputs["final_atom_positions"].float(), batch["all_atom_positions"][..., -1],
+                        batch["all_atom_mask"][..., -1], eps=1e-8, per_residue=False)
+        return {"lddt_ca": score.sum(), "samples": score.new_full((), float(score.shape[0]))}
+
+    def metric(self, sums: Mapping[str, float]) -> float:
+        """The average lDDT-Ca over the validation targets (``avg_lddt_ca``)."""
+        return float(sums["lddt_ca"]) / max(1.0, float(sums["samples"]))
+
+    def hyperparameters(self) -> dict[str, Any]:
+        d, m, t, tc = self.cfg.data, self.model_config(), self.cfg.model, self.cfg.train
+        loss = m.loss
+        sha = self._init_sha256 or t.init_checkpoint_sha256
+        return {
+            **super().hyperparameters(),
+            "target_avg_lddt_ca_value": self.target().threshold,
+            "train_max_pdb_release_date": d.train_max_pdb_release_date,
+            "val_min_cameo_submission_date": d.val_min_cameo_submission_date,
+            "val_max_cameo_submission_date": d.val_max_cameo_submission_date,
+            "val_max_sequence_length": d.val_max_sequence_length,
+            "val_every_iters": tc.eval_every_samples // tc.global_batch_size,
+            "model_parameters_count": self._parameters or _count(m),
+            "init_checkpoint_sha256sum": sha or "none (seeded random initialisation)",
+            "train_sequence_crop_size": d.crop_size,
+            "num_recycling_iters": d.num_recycling_iters,
+            "max_msa_clusters": d.max_msa_clusters,
+            "max_extra_msa": d.max_extra_msa,
+            "templates_enabled": m.template.enabled,
+            "max_templates": d.max_templates,
+            "fape_loss_weight": loss.fape_weight,
+            "fape_loss_backbone_weight": loss.fape_backbone_weight,
+            "fape_loss_sidechain_weight": loss.fape_sidechain_weight,
+            "supervised_chi_loss_weight": loss.chi_weight,
+            "distogram_loss_weight": loss.distogram_weight,
+            "masked_msa_loss_weight": loss.masked_msa_weight,
+            "plddt_loss_weight": loss.plddt_weight,
+            "initial_training_dataloader_type": d.loader_type,
+        }
+
+    # synthetic data -----------------------------------------------------------------------
+    @classmethod
+    def add_datagen_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--families", type=int, default=16, help="protein families (shared segment layout)")
+        parser.add_argument("--members", type=int, default=5, help="chains per family")
+        parser.add_argument("--val-members", type=int, default=1,
+                            help="members per family released after the training cut-off (the CAMEO targets)")
+        parser.add_argument("--min-length", type=int, default=40, help="shortest chain (residues)")
+        parser.add_argument("--max-length", type=int, default=80, help="longest chain (residues)")
+        parser.add_argument("--msa-rows", type=int, default=24, help="MSA rows per chain (over the three A3M files)")
+        parser.add_argument("--shards", type=int, default=2, help="alignment shards (<k>.db) of pdb_alignments/")
+
+    @classmethod
+    def embedded_datagen_args(cls) -> list[str]:
+        """The dataset the ``mini`` preset is tuned on (see configs/mini.toml)."""
+        return ["--families", "16", "--members", "5", "--min-length", "40", "--max-length", "80", "--msa-rows", "24"]
+
+    @classmethod
+    def datagen(cls, args: argparse.Namespace) -> None:
+        from .data import synth
+
+        if args.families < 1 or not 1 <= args.val_members < args.members:
+            raise ConfigError("--families must be >= 1 and 1 <= --val-members < --members (each family needs "
+                              "training chains and validation targets)")
+        if not 8 <= args.min_length <= args.max_length:
+            raise ConfigError(f"--min-length/--max-length: expected 8 <= min <= max, got {args.min_length}/"
+                              f"{args.max_length}")
+        if args.msa_rows < 3 or args.shards < 1:
+            raise ConfigError("--msa-rows must be >= 3 (one per A3M file) and --shards >= 1")
+        out = Path(args.out)
+        chains = synth.generate_raw(out, synth.SynthConfig(
+            families=args.families, members=args.members, min_length=args.min_length, max_length=args.max_length,
+            msa_rows=args.msa_rows, seed=args.seed, val_members=args.val_members))
+        synth.preprocess(out, num_shards=args.shards)
+        n_val = args.families * args.val_members
+        print(f"wrote {len(chains)} synthetic chains ({len(chains) - n_val} training, {n_val} validation targets; "
+              f"mmCIF, A3M, HHR and the processed layout) to {out}")
+
+
+def _count(cfg: Any) -> int:
+    """Parameters of the model ``cfg`` builds, on the meta device (nothing allocated)."""
+    import torch
+
+    from .model.alphafold import AlphaFold
+
+    with torch.device("meta"):
+        return sum(p.numel() for p in AlphaFold(cfg).parameters())
