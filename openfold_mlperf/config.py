@@ -91,10 +91,10 @@ class OpenFoldConfig(RunConfig):
 
     def validate(self) -> None:
         t, m = self.train, self.model
-        if t.eval_every_samples <= 0 or t.eval_every_samples % t.global_batch_size:
+        if t.eval_every_samples % t.global_batch_size or (t.division == "closed" and t.eval_every_samples <= 0):
             raise ConfigError(f"config key 'train.eval_every_samples': OpenFold evaluates every N training iterations "
                               f"(val_every_iters); give N x train.global_batch_size ({t.global_batch_size}), got "
-                              f"{t.eval_every_samples}")
+                              f"{t.eval_every_samples} (0, the epoch cadence of train.eval_every, is open-division only)")
         if t.division == "closed":
             if not m.dropout:
                 raise ConfigError("config key 'model.dropout': the closed division trains with the reference's "
