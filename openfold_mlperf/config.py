@@ -44,6 +44,10 @@ class OpenFoldDataConfig(DataConfig):
                 date.fromisoformat(getattr(self, key))
             except ValueError:
                 raise ConfigError(f"config key 'data.{key}': {getattr(self, key)!r} is not a YYYY-MM-DD date") from None
+        if self.cache != "none":
+            raise ConfigError(f"config key 'data.cache': every openfold epoch draws new chains, crops and MSA samples "
+                              f"while reading, so neither samples nor batches can be kept; use 'none', got "
+                              f"{self.cache!r}")
         if self.loader_type not in DATALOADER_TYPES:
             raise ConfigError(f"config key 'data.loader_type': {self.loader_type!r}; expected one of {DATALOADER_TYPES}")
 
