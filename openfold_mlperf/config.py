@@ -44,6 +44,10 @@ class OpenFoldDataConfig(DataConfig):
                 date.fromisoformat(getattr(self, key))
             except ValueError:
                 raise ConfigError(f"config key 'data.{key}': {getattr(self, key)!r} is not a YYYY-MM-DD date") from None
+        if self.cache != "none":
+            raise ConfigError(f"config key 'data.cache': every openfold epoch draws new chains, crops and MSA samples "
+                              f"while reading, so neither samples nor batches can be kept; use 'none', got "
+                              f"{self.cache!r}")
         if self.loader_type not in DATALOADER_TYPES:
             raise ConfigError(f"config key 'data.loader_type': {self.loader_type!r}; expected one of {DATALOADER_TYPES}")
 
@@ -91,10 +95,10 @@ class OpenFoldConfig(RunConfig):
 
     def validate(self) -> None:
         t, m = self.train, self.model
-        if t.eval_every_samples <= 0 or t.eval_every_samples % t.global_batch_size:
+        if t.eval_every_samples % t.global_batch_size or (t.division == "closed" and t.eval_every_samples <= 0):
             raise ConfigError(f"config key 'train.eval_every_samples': OpenFold evaluates every N training iterations "
                               f"(val_every_iters); give N x train.global_batch_size ({t.global_batch_size}), got "
-                              f"{t.eval_every_samples}")
+                              f"{t.eval_every_samples} (0, the epoch cadence of train.eval_every, is open-division only)")
         if t.division == "closed":
             if not m.dropout:
                 raise ConfigError("config key 'model.dropout': the closed division trains with the reference's "

@@ -157,6 +157,15 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
         """The average lDDT-Ca over the validation targets (``avg_lddt_ca``)."""
         return float(sums["lddt_ca"]) / max(1.0, float(sums["samples"]))
 
+    def val_every_iters(self) -> int:
+        """Training iterations between evaluations: from ``train.eval_every_samples``, or (0 there, open division)
+        from the epoch cadence ``train.eval_every`` once the steps per epoch are known (0 before)."""
+        tc = self.cfg.train
+        if tc.eval_every_samples:
+            return tc.eval_every_samples // tc.global_batch_size
+        steps = self.sizes.steps_per_epoch if self.sizes is not None else 0
+        return int(tc.eval_every * steps)
+
     def hyperparameters(self) -> dict[str, Any]:
         d, m, t, tc = self.cfg.data, self.model_config(), self.cfg.model, self.cfg.train
         loss = m.loss
@@ -168,7 +177,7 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
             "val_min_cameo_submission_date": d.val_min_cameo_submission_date,
             "val_max_cameo_submission_date": d.val_max_cameo_submission_date,
             "val_max_sequence_length": d.val_max_sequence_length,
-            "val_every_iters": tc.eval_every_samples // tc.global_batch_size,
+            "val_every_iters": self.val_every_iters(),
             "model_parameters_count": self._parameters or _count(m),
             "init_checkpoint_sha256sum": sha or "none (seeded random initialisation)",
             "train_sequence_crop_size": d.crop_size,

@@ -374,3 +374,11 @@ def test_a_harness_run_starts_from_the_checkpoint_and_logs_its_hash(synthetic: P
     ok, output = check_log(log, "3.0.0", "hpc")
     failed = [ln for ln in output.splitlines() if "Failed checks" in ln]
     assert not ok and failed == [ln for ln in failed if "eval_accuracy : v['value'] >= 0.8" in ln] and failed, output
+
+
+def test_an_open_run_may_evaluate_per_epoch(synthetic: Path) -> None:
+    w = _workload(synthetic, "train.eval_every_samples=0", "train.eval_every=2")
+    w.sizes = DataSizes(train_samples=6, eval_samples=3, steps_per_epoch=6, local_batch_size=1)
+    assert w.hyperparameters()["val_every_iters"] == 12
+    with pytest.raises(ConfigError, match="train.eval_every_samples"):
+        registry.get("openfold").load_config("full", ["train.eval_every_samples=0"])

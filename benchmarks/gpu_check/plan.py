@@ -68,6 +68,14 @@ def _known() -> dict[str, Plan]:
         Plan("resnet", ("--classes", "1000", "--train-per-class", "4", "--val-per-class", "1", "--size", "256"),
              ("--classes", "10", "--train-per-class", "4", "--val-per-class", "2", "--size", "40"),
              _batches("resnet", (256,)), 8, cache="host", note="random crops: the cache keeps decoded samples"),
+        Plan("openfold", ("--families", "8", "--members", "5", "--min-length", "256", "--max-length", "320",
+                          "--msa-rows", "48"),
+             ("--families", "2", "--members", "3", "--min-length", "20", "--max-length", "30", "--msa-rows", "6"),
+             (1,), 1, overrides_full=("model.init_checkpoint=", "model.init_checkpoint_sha256=", "train.division=open"),
+             cache="", modes=("eager", "compile"),
+             note="open division: the reference's checkpoint is not here (random weights); no data.cache: every "
+                  "epoch draws new chains, crops and MSA samples; the model reads feature values on the host "
+                  "(its checks): no CUDA graph"),
         Plan("unet3d", ("--cases", "24", "--eval-cases", "2", "--min-shape", "128,128,128",
                         "--max-shape", "160,160,160"),
              ("--cases", "8", "--eval-cases", "2", "--min-shape", "32,32,32", "--max-shape", "40,40,40"),
