@@ -266,8 +266,13 @@ def test_gpu_check_smoke_runs_end_to_end_on_the_cpu() -> None:
     crashed there once: the log parser's tracked throughput became (samples/s, epoch ms) pairs)."""
     proc = bench(["-m", "benchmarks.gpu_check", "--smoke", "--workloads", "cosmoflow", "--budget-s", "90"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    line = next(ln for ln in proc.stdout.splitlines() if "end to end" in ln)
-    assert "samples/s after epoch 1" in line and "; ok)" in line and "Traceback" not in proc.stderr
+    lines = proc.stdout.splitlines()
+    progress = [ln for ln in lines if " end to end data.cache=" in ln]
+    assert progress and all(ln.endswith("samples/s (ok)") for ln in progress), proc.stdout
+    summary = next(ln for ln in lines if "end to end, files -> loader -> device" in ln)
+    rate = float(summary.split("): ")[1].split(" samples/s")[0])
+    assert rate > 0 and "samples/s after epoch 1" in summary and "; ok)" in summary, summary
+    assert "Traceback" not in proc.stderr
 
 
 def test_openfold_step_times_both_parts_and_writes_its_json(tmp_path: Path) -> None:
