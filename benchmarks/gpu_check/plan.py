@@ -49,7 +49,8 @@ def _known() -> dict[str, Plan]:
              ("--samples", "16", "--eval-samples", "8", "--height", "96", "--width", "144"),
              _batches("deepcam", (1,)), 4),
         Plan("oc20", ("--train", "1024", "--val", "64", "--size", "4,4,4"),  # ~70 atoms per system, as OC20
-             ("--train", "16", "--val", "8"), _batches("oc20", (4,)), 4, cache="host",
+             ("--train", "16", "--val", "8", "--cutoff", "4", "--max-neighbors", "12", "--relax-steps", "0"),
+             _batches("oc20", (4,)), 4, cache="host",  # smoke: the mini preset's graph (4 A, <= 12 neighbours)
              modes=("eager", "compile"), note="variable shapes: no CUDA graph; the cache keeps samples"),
         Plan("bert", ("--train-samples", "8192", "--eval-samples", "256", "--train-shards", "2"),
              ("--train-samples", "256", "--eval-samples", "32", "--train-shards", "1", "--vocab-size", "200",
