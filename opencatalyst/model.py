@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from .act import silu
 from .basis import RadialBasis, SphericalBasis, envelope
+from .triplet import triplet_message
 
 
 @dataclass
@@ -87,10 +88,7 @@ class Interaction(nn.Module):
     def forward(self, x: Tensor, rbf_h: Tensor, sbf8: Tensor, idx_kj: Tensor, idx_ji: Tensor) -> Tensor:
         x_kj, x_ji = silu(self.lin_kj_ji(x)).chunk(2, dim=-1)
         down = silu(self.lin_down(x_kj * rbf_h))  # per edge, before expanding to triplets
-        # weights as contiguous [in, out]: autograd then forms the weight gradient as s8^T @ g
-        # ([8, T] x [T, 64]), several times faster on CPU than g^T @ s8 for F.linear's layout
-        msg = down.index_select(0, idx_kj) * (sbf8 @ self.sbf2.weight.t().contiguous())  # [T, int_emb]
-        agg = torch.zeros_like(down).index_add_(0, idx_ji, msg)
+        agg = triplet_message(down, sbf8, self.sbf2.weight.t(), idx_kj, idx_ji)  # chunked, see triplet.py
         h = x_ji + silu(self.lin_up(agg))
         for layer in self.before:
             h = layer(h)
