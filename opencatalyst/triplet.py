@@ -127,3 +127,4 @@ class _MessageGrad(Function):
 def triplet_message(a: Tensor, b: Tensor, w: Tensor, idx_kj: Tensor, idx_ji: Tensor) -> Tensor:
     """[E, C]: for every triplet t, row idx_ji[t] += a[idx_kj[t]] * (b[t] @ w)."""
     return _Message.apply(a, b, w, idx_kj, idx_ji)
+
