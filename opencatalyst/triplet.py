@@ -22,7 +22,8 @@ from torch import Tensor
 from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
-#: triplets per chunk on the CPU: [chunk, C] float32 temporaries of 0.5-1 MiB stay in cache
+#: triplets per chunk on the CPU: [chunk, C] float32 temporaries of 0.25-0.5 MiB (C = 32-64) stay in
+#: cache; 2048 was the fastest full-width step of 1024/2048/4096/8192 (2.07 vs 2.09-2.13 s CPU)
 CPU_CHUNK = 2048
 
 
