@@ -17,12 +17,14 @@ Same maths as the published DimeNet++ (and torch_geometric's ``DimeNetPlusPlus``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from .act import silu
 from .basis import RadialBasis, SphericalBasis, envelope
+from .triplet import triplet_message
 
 
 @dataclass
@@ -39,6 +41,25 @@ class DimeNetPPConfig:
     num_before_skip: int = 1
     num_after_skip: int = 2
     num_output_layers: int = 3
+
+
+class _NarrowLinear(torch.autograd.Function):
+    """x @ w^T for x [E, K] with few input features K (the radial basis): the backward forms
+    g @ w as (w^T @ g^T)^T and the weight gradient as (x^T @ g)^T, the fast orientations on CPU when
+    K is small (g^T @ x with K output columns is several times slower). The backward is made of
+    differentiable ops, so second derivatives go through autograd."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, w: Tensor) -> Tensor:
+        ctx.save_for_backward(x, w)
+        return x @ w.t()
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        x, w = ctx.saved_tensors
+        gx = (w.t().contiguous() @ g.t()).t() if ctx.needs_input_grad[0] else None
+        gw = (x.t() @ g).t() if ctx.needs_input_grad[1] else None
+        return gx, gw
 
 
 def glorot_orthogonal_(w: Tensor, scale: float = 2.0) -> Tensor:
@@ -87,10 +108,7 @@ class Interaction(nn.Module):
     def forward(self, x: Tensor, rbf_h: Tensor, sbf8: Tensor, idx_kj: Tensor, idx_ji: Tensor) -> Tensor:
         x_kj, x_ji = silu(self.lin_kj_ji(x)).chunk(2, dim=-1)
         down = silu(self.lin_down(x_kj * rbf_h))  # per edge, before expanding to triplets
-        # weights as contiguous [in, out]: autograd then forms the weight gradient as s8^T @ g
-        # ([8, T] x [T, 64]), several times faster on CPU than g^T @ s8 for F.linear's layout
-        msg = down.index_select(0, idx_kj) * (sbf8 @ self.sbf2.weight.t().contiguous())  # [T, int_emb]
-        agg = torch.zeros_like(down).index_add_(0, idx_ji, msg)
+        agg = triplet_message(down, sbf8, self.sbf2.weight.t(), idx_kj, idx_ji)  # chunked, see triplet.py
         h = x_ji + silu(self.lin_up(agg))
         for layer in self.before:
             h = layer(h)
@@ -113,10 +131,12 @@ class OutputStack(nn.Module):
         self.b = nn.Parameter(torch.zeros(c.num_output_layers, k, 1, o))
         self.final = nn.Parameter(torch.zeros(k, o, 1))  # zeros init, as the reference
 
-    def forward(self, xs: Tensor, rbf_out: Tensor, dst: Tensor, num_nodes: int) -> Tensor:
-        """xs [E, k, H] edge states of the k stages, rbf_out [E, k, H] -> per-atom energy [N]."""
-        per_atom = xs.new_zeros(num_nodes, xs.size(1), xs.size(2)).index_add_(0, dst, xs * rbf_out)
-        y = torch.bmm(per_atom.transpose(0, 1), self.up)  # [k, N, O]
+    def forward(self, xs: list[Tensor], rbf_out: Tensor, dst: Tensor, num_nodes: int) -> Tensor:
+        """xs: the k stages' edge states [E, H], rbf_out [E, k, H] -> per-atom energy [N]. Each stage
+        is summed to the atoms on its own (no [E, k, H] stack: only the [k, N, H] atom sums are stacked)."""
+        per_atom = torch.stack([x.new_zeros(num_nodes, x.size(1)).index_add_(0, dst, x * rbf_out[:, i])
+                                for i, x in enumerate(xs)])  # [k, N, H]
+        y = torch.bmm(per_atom, self.up)  # [k, N, O]
         for w, b in zip(self.w, self.b):
             y = silu(torch.baddbmm(b, y, w))
         return torch.bmm(y, self.final).sum(0).squeeze(-1)
@@ -154,7 +174,7 @@ class DimeNetPP(nn.Module):
         env = envelope(x, c.envelope_exponent)
         rbf = self.rbf(x, env)  # [E, R]
         # all radial projections in one GEMM
-        proj = rbf @ self._fused_rbf_weight().t()  # [E, (2B+2) H]
+        proj = _NarrowLinear.apply(rbf, self._fused_rbf_weight())  # [E, (2B+2) H]
         *rbf_blocks, rbf_out, rbf_emb = proj.split([h] * nb + [(nb + 1) * h, h], dim=1)
         rbf_out = rbf_out.view(-1, nb + 1, h)
         rbf_emb = silu(rbf_emb + self.emb_rbf.bias)
@@ -166,7 +186,9 @@ class DimeNetPP(nn.Module):
             dist.index_select(0, idx_ji) * dist.index_select(0, idx_kj))
         cbf = self.sbf.angular(cos)  # [T, S]
         sbf = (rad.index_select(0, idx_kj).view(-1, c.num_spherical, c.num_radial) * cbf.unsqueeze(-1)).view(-1, s_r)
-        w1 = torch.cat([blk.sbf1.t() for blk in self.blocks], 1).contiguous()  # [S*R, B*8], see Interaction
+        # [S*R, B*8] contiguous (in, out): autograd then forms the weight gradient as sbf^T @ g
+        # ([42, T] x [T, 8B]), several times faster on CPU than g^T @ sbf for F.linear's layout
+        w1 = torch.cat([blk.sbf1.t() for blk in self.blocks], 1).contiguous()
         sbf8 = (sbf @ w1).split(c.basis_emb, dim=1)  # B x [T, 8]
         # embedding: atom parts projected per atom, then gathered to edges
         wi, wj, wr = self.emb_lin.weight.split(h, dim=1)
@@ -176,7 +198,7 @@ class DimeNetPP(nn.Module):
         states = [xe]
         for b, blk in enumerate(self.blocks):
             states.append(blk(states[-1], rbf_blocks[b], sbf8[b], idx_kj, idx_ji))
-        atom_energy = self.out(torch.stack(states, 1), rbf_out, dst, pos.size(0))
+        atom_energy = self.out(states, rbf_out, dst, pos.size(0))
         return atom_energy.new_zeros(num_graphs).index_add_(0, batch, atom_energy)
 
 
