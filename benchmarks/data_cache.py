@@ -100,18 +100,24 @@ def loaders(name: str, root: Path, overrides: list[str], keys: list[tuple[str, s
     return out
 
 
-def epoch_rate(wl: Any, loader: Any, epoch: int, device: Any) -> tuple[float, float]:
-    """(samples/s of wall time, process CPU ms per sample): on a shared box the CPU time is the
-    steadier measure of the work the loader does per sample."""
+def epoch_rate(wl: Any, loader: Any, epoch: int, device: Any) -> tuple[float, float, float]:
+    """(samples/s of wall time, process CPU ms per sample, minor page faults per batch): on a shared
+    box the CPU time is the steadier measure of the work the loader does per sample; the page faults
+    show whether anything is allocated afresh per batch (a reused buffer faults only when first used)."""
+    import resource
+
     import torch
 
     loader.set_epoch(epoch)
-    t0, c0, n = time.perf_counter(), time.process_time(), 0
+    f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    t0, c0, n, batches = time.perf_counter(), time.process_time(), 0, 0
     for b in loader:
         n += wl.batch_size(b)
+        batches += 1
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    return n / (time.perf_counter() - t0), 1e3 * (time.process_time() - c0) / n
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+    return n / (time.perf_counter() - t0), 1e3 * (time.process_time() - c0) / n, faults / max(1, batches)
 
 
 def main() -> int:
@@ -158,7 +164,7 @@ def main() -> int:
         built = loaders(name, root, SHAPES[a.shape][name][1], keys, a.batch, a.threads, dev)
         # epochs interleaved over the modes (none, host, ..., none, host, ...): a shared machine's
         # load drifts, and each mode then sees the same drift
-        per_mode: dict[tuple[str, str], list[tuple[float, float]]] = {k: [] for k in keys}
+        per_mode: dict[tuple[str, str], list[tuple[float, float, float]]] = {k: [] for k in keys}
         round_s = 0.0
         for epoch in range(1, a.epochs + 1):
             if epoch > 2 and budget.left() < round_s:  # epochs 1 and 2 always: the comparison needs both
@@ -169,18 +175,20 @@ def main() -> int:
             for key in keys:
                 per_mode[key].append(epoch_rate(*built[key], epoch, dev))
                 say(f"  {name} epoch {epoch} cache={key[0]} {key[1]}: {per_mode[key][-1][0]:.1f} samples/s, "
-                    f"{per_mode[key][-1][1]:.2f} CPU ms/sample")
+                    f"{per_mode[key][-1][1]:.2f} CPU ms/sample, {per_mode[key][-1][2]:.0f} minor page faults/batch")
             dt = time.perf_counter() - t
             round_s = dt if epoch <= 2 else min(round_s, dt)  # epoch 1 also fills the cache
         del built
         for (mode, variant), v in per_mode.items():
-            print(f"{name} cache={mode} {variant}: samples/s " + ", ".join(f"{r:.1f}" for r, _ in v)
-                  + "; CPU ms/sample " + ", ".join(f"{c:.2f}" for _, c in v) + " (epochs 1..)", flush=True)
-        results["workloads"][name] = {variant: {m: [{"samples_per_s": r, "cpu_ms_per_sample": c}
-                                                    for r, c in per_mode[m, variant]] for m in modes}
+            print(f"{name} cache={mode} {variant}: samples/s " + ", ".join(f"{r:.1f}" for r, _, _ in v)
+                  + "; CPU ms/sample " + ", ".join(f"{c:.2f}" for _, c, _ in v)
+                  + "; minor page faults/batch " + ", ".join(f"{f:.0f}" for _, _, f in v) + " (epochs 1..)", flush=True)
+        results["workloads"][name] = {variant: {m: [{"samples_per_s": r, "cpu_ms_per_sample": c,
+                                                     "minor_faults_per_batch": f}
+                                                    for r, c, f in per_mode[m, variant]] for m in modes}
                                       for variant in variants}
-        rate = {k: statistics.median(r for r, _ in v[1:]) for k, v in per_mode.items()}
-        cpu = {k: statistics.median(c for _, c in v[1:]) for k, v in per_mode.items()}
+        rate = {k: statistics.median(r for r, _, _ in v[1:]) for k, v in per_mode.items()}
+        cpu = {k: statistics.median(c for _, c, _ in v[1:]) for k, v in per_mode.items()}
         for variant in variants:
             base = ("none", variant)
             for mode in modes[1:]:

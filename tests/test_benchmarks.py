@@ -121,6 +121,8 @@ def test_data_cache_names_the_machine_and_judges_each_workload(tmp_path: Path) -
             for m in ("none", "host")} == {2}
     assert all(len(res["workloads"][w][v]["paired_cpu_ratio"]) == 1 for w in ("cosmoflow", "deepcam")
                for v in ("storage", "transform"))
+    assert all(e["minor_faults_per_batch"] >= 0 for w in ("cosmoflow", "deepcam") for v in ("storage", "transform")
+               for m in ("none", "host") for e in res["workloads"][w][v][m])
 
 
 def test_transform_outputs_compares_fresh_and_reused_outputs_of_equal_values() -> None:
