@@ -203,7 +203,7 @@ def main() -> int:
             print(f"{name} {variant}: cache=host vs none, CPU per sample ratio per round (epochs 2..): "
                   + ", ".join(f"{r:.2f}" for r in paired) + f"; median {gain:.2f}x (ratio of the medians "
                   f"{cpu[base] / cpu['host', variant]:.2f}x)", flush=True)
-            verdicts.append(f"{name}: cache=host {gain:.2f}x less CPU per sample than none (median of paired rounds), "
+            verdicts.append(f"{name}: cache=host {gain:.3f}x less CPU per sample than none (median of paired rounds), "
                             f"{VARIANTS[variant]} "
                             f"(goal >= {GOAL}x at full shapes{'' if a.shape == 'full' else '; these are ' + a.shape + ' shapes'}): "
                             + ("met" if gain >= GOAL else "MISSED"))
