@@ -1,6 +1,7 @@
-"""The CPU batch transforms into reused host outputs (``HostBuffers.output``) against the same
-arithmetic into a fresh output per batch (the transforms before 2026-11-25), at full shapes: best
-wall ms per batch over ``--rounds`` (interleaved) and the page faults of the last call of each.
+"""The CPU batch transforms into reused host outputs (``HostBuffers.output``; since 2026-11-25 also in
+one pass of pieces, common/data/pointwise.py: the same values) against the torch formulas into a fresh
+output per batch (the transforms before 2026-11-25), at full shapes: best wall ms per batch over
+``--rounds`` (interleaved) and the page faults of the last call of each.
 
     python -m benchmarks.transform_outputs [--rounds 8] [--batch 4]
 """

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hpcbench.common.data.buffers import HostBuffers
+from hpcbench.common.data.pointwise import Int16Table
 from hpcbench.common.data.spec import DatasetSpec, FileSamples, SampleSource
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -41,6 +42,7 @@ class CosmoFlowData(DatasetSpec):
         self.channels_last = channels_last
         self._buffers = HostBuffers()  # the int16 batches read
         self._outputs = HostBuffers()  # the float32 batches ``transform`` writes on the host
+        self._log1p: Int16Table | None = None  # log1p of every int16 value, made at the first host batch
 
     def open(self, root: Path, split: str) -> FileSamples:
         from .data import list_files, read_sample
@@ -75,19 +77,51 @@ class CosmoFlowData(DatasetSpec):
         return x, torch.from_numpy(y)
 
     def transform(self, batch: Batch) -> Batch:
-        """x as float32 log(1 + counts) [B,4,S,S,S]: a channels_last_3d view, or contiguous; written into a
-        reused output on the host (:meth:`HostBuffers.output`), not a fresh 2x-sized batch each time."""
+        """x as float32 log(1 + counts) [B,4,S,S,S]: a channels_last_3d view, or contiguous. On the host
+        a lookup of the int16 counts in a table of ``torch.log1p`` of every int16 value (bit-equal to the
+        cast-then-``log1p`` formula, one pass; :class:`Int16Table`) written into a reused output
+        (:meth:`HostBuffers.output`); on a device the formula itself."""
+        x, y = batch
+        if x.device.type != "cpu":
+            return self._device_transform(x), y
+        return self._host_transform(np.ascontiguousarray(x.numpy())), y
+
+    def transform_rows(self, stored: Batch, rows: np.ndarray) -> Batch:
+        """``transform`` of rows ``rows`` of the host cache's ``stored`` batch, each sample looked up
+        straight from its cache row (no gather copy of the int16 batch first)."""
         import torch
 
-        x, y = batch
+        x, y = stored
+        xs = x.numpy()
+        return (self._host_transform([xs[r] for r in rows.tolist()]),
+                y.index_select(0, torch.from_numpy(np.asarray(rows, np.int64))))
+
+    def _host_transform(self, samples: Sequence[np.ndarray]) -> "torch.Tensor":
+        """The float32 [B,4,S,S,S] of int16 NDHWC ``samples`` (a batch's rows, or cache rows)."""
+        import torch
+
+        b, (*s, c) = len(samples), samples[0].shape
+        if self._log1p is None:
+            self._log1p = Int16Table(torch.log1p)
+        if self.channels_last:  # NDHWC memory, seen as [B,4,S,S,S]: the batch's own order, no layout change
+            out = self._outputs.output((b, *s, c), torch.float32, torch.device("cpu"))
+            self._log1p.into(samples, out.numpy())
+            return out.permute(0, 4, 1, 2, 3)
+        out = self._outputs.output((b, c, *s), torch.float32, torch.device("cpu"))
+        self._log1p.into(samples, out.numpy(), channels_first=True)
+        return out
+
+    def _device_transform(self, x: "torch.Tensor") -> "torch.Tensor":
+        import torch
+
         b, s = x.shape[0], x.shape[1:4]
-        if self.channels_last:  # NDHWC memory, seen as [B,4,S,S,S]: the batch's own order, no permute copy
+        if self.channels_last:
             out = self._outputs.output((b, *s, x.shape[4]), torch.float32, x.device)
             out.copy_(x)
-            return out.log1p_().permute(0, 4, 1, 2, 3), y
+            return out.log1p_().permute(0, 4, 1, 2, 3)
         out = self._outputs.output((b, x.shape[4], *s), torch.float32, x.device)
         out.copy_(x.permute(0, 4, 1, 2, 3))  # cast and layout change in one pass
-        return out.log1p_(), y
+        return out.log1p_()
 
     def dali(self) -> "DaliLog1p":
         return DaliLog1p(self.channels_last)

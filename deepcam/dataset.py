@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hpcbench.common.data.buffers import HostBuffers
+from hpcbench.common.data.pointwise import ShiftScale
 from hpcbench.common.data.spec import DatasetSpec, FileSamples, SampleSource
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -60,6 +61,7 @@ class DeepCAMData(DatasetSpec):
         self._norm_on: dict["torch.device", tuple["torch.Tensor", "torch.Tensor"]] = {}
         self._buffers = HostBuffers()  # the raw batches read
         self._outputs = HostBuffers()  # the normalized inputs and int64 labels ``transform`` writes on the host
+        self._shift_scale: tuple[Normalizer, ShiftScale] | None = None  # for host batches, made from ``norm``
 
     def open(self, root: Path, split: str) -> SplitFiles:
         from .data import Normalizer, list_samples, sample_shape
@@ -101,11 +103,49 @@ class DeepCAMData(DatasetSpec):
     def transform(self, batch: Batch) -> Batch:
         """Inputs normalized, as N x C x H x W (the channels-last view of the HWC batch, or
         contiguous NCHW); labels int64. On the host both are written into reused outputs
-        (:meth:`HostBuffers.output`): a fresh 56 MiB batch per step costs more in page faults than
-        the arithmetic."""
+        (:meth:`HostBuffers.output`: a fresh 56 MiB batch per step costs more in page faults than
+        the arithmetic), the inputs in one pass of L2-sized pieces (:class:`ShiftScale`, the layout
+        change inside the piece), bit-equal to the torch formula used on a device."""
+        x, y = batch
+        if x.device.type != "cpu":
+            return self._device_transform(x, y)
+        return self._host_transform(np.ascontiguousarray(x.numpy()), np.ascontiguousarray(y.numpy()))
+
+    def transform_rows(self, stored: Batch, rows: np.ndarray) -> Batch:
+        """``transform`` of rows ``rows`` of the host cache's ``stored`` batch, each sample normalized
+        straight from its cache row (no gather copy of the raw batch first)."""
+        x, y = stored
+        xs, ys = x.numpy(), y.numpy()
+        picked = rows.tolist()
+        return self._host_transform([xs[r] for r in picked], [ys[r] for r in picked])
+
+    def _host_transform(self, data: Sequence[np.ndarray], labels: Sequence[np.ndarray]) -> Batch:
+        """Normalized N x C x H x W float32 and int64 labels of HWC ``data`` and HW uint8 ``labels``
+        (a batch's rows, or cache rows)."""
         import torch
 
-        x, y = batch
+        cpu = torch.device("cpu")
+        norm = self.norm
+        if self._shift_scale is None or self._shift_scale[0] is not norm:  # made once per opened stats.h5
+            self._shift_scale = norm, ShiftScale(norm.shift, norm.scale)
+        shift_scale = self._shift_scale[1]
+        n, (h, w, c) = len(data), data[0].shape
+        if self.channels_last:  # NHWC memory seen as N x C x H x W
+            out = self._outputs.output((n, h, w, c), torch.float32, cpu)
+            shift_scale.into(data, out.numpy())
+            out = out.permute(0, 3, 1, 2)
+        else:
+            out = self._outputs.output((n, c, h, w), torch.float32, cpu)
+            shift_scale.into(data, out.numpy(), channels_first=True)
+        target = self._outputs.output((n, h, w), torch.int64, cpu)
+        t = target.numpy()
+        for j, lab in enumerate(labels):
+            np.copyto(t[j], lab, casting="safe")
+        return out, target
+
+    def _device_transform(self, x: "torch.Tensor", y: "torch.Tensor") -> Batch:
+        import torch
+
         shift, scale = self._norm_tensors(x.device)
         n, h, w, c = x.shape
         if self.channels_last:  # NHWC memory seen as N x C x H x W

@@ -113,10 +113,16 @@ def test_data_cache_names_the_machine_and_judges_each_workload(tmp_path: Path) -
         verdict = [ln for ln in lines if ln.startswith(f"{name}: cache=host ") and "less CPU per sample" in ln]
         assert len(verdict) == 2 and all(v.endswith(("met", "MISSED")) and "these are tiny shapes" in v for v in verdict)
         assert any("storage-dtype batch" in v for v in verdict) and any("CPU transform" in v for v in verdict)
+        assert all("(median of paired rounds)" in v for v in verdict)
+        assert len([ln for ln in lines if ln.startswith(f"{name} ") and "ratio per round (epochs 2..): " in ln]) == 2
     res = json.loads(out.read_text())
     assert res["machine"]["transparent_hugepage"] and len(res["machine"]["load_avg"]) == 3
     assert {len(res["workloads"][w][v][m]) for w in ("cosmoflow", "deepcam") for v in ("storage", "transform")
             for m in ("none", "host")} == {2}
+    assert all(len(res["workloads"][w][v]["paired_cpu_ratio"]) == 1 for w in ("cosmoflow", "deepcam")
+               for v in ("storage", "transform"))
+    assert all(e["minor_faults_per_batch"] >= 0 for w in ("cosmoflow", "deepcam") for v in ("storage", "transform")
+               for m in ("none", "host") for e in res["workloads"][w][v][m])
 
 
 def test_transform_outputs_compares_fresh_and_reused_outputs_of_equal_values() -> None:

@@ -217,7 +217,16 @@ def test_dali_host_cache_keeps_the_raw_samples(cosmoflow_root: Path, monkeypatch
     assert np.array_equal(loader.source[3].x, raw[3].x) and 3 in loader.source.samples
 
 
-def test_gather_buffers_are_reused_but_never_under_a_batch_still_held(deepcam_root: Path) -> None:
+@pytest.mark.parametrize("from_rows", [True, False], ids=["transform_rows", "gathered"])
+def test_cached_outputs_are_reused_but_never_under_a_batch_still_held(deepcam_root: Path, from_rows: bool,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeepCAM transforms straight from the cache's rows (no gather copy: the gather pool stays empty)
+    into the spec's reused outputs; a spec without ``transform_rows`` (forced here) has the rows gathered
+    into reused buffers first. Either way a batch still held is never overwritten."""
+    from hpcbench.workloads.deepcam.dataset import DeepCAMData
+
+    if not from_rows:
+        monkeypatch.setattr(DeepCAMData, "transform_rows", lambda self, stored, rows: None)
     _, ref = _epochs(_workload("deepcam", deepcam_root, "none"), True, (1, 2, 3))
     loader, _ = _epochs(_workload("deepcam", deepcam_root, "host"), True, (1,))
     kept = []
@@ -229,8 +238,13 @@ def test_gather_buffers_are_reused_but_never_under_a_batch_still_held(deepcam_ro
                 kept.append((e, k, batch))  # held on: its buffer must not be handed out again
     for e, k, batch in kept:
         _same([[batch]], [[ref[e - 1][k]]])
-    pools = loader.cache._out._bufs
-    assert pools and all(len(v) <= loader.cache._out.per_shape for v in pools.values())
+    gathers = loader.cache._out._bufs
+    outputs = loader.spec._outputs._free
+    assert outputs and all(len(v) <= loader.spec._outputs.keep for v in outputs.values())
+    if from_rows:
+        assert not gathers  # no batch was gathered: each sample was read from its cache row
+    else:
+        assert gathers and all(len(v) <= loader.cache._out.per_shape for v in gathers.values())
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: the pinned host and GPU-memory caches")

@@ -114,3 +114,51 @@ def test_off_the_host_the_output_is_the_devices_own(make: Any) -> None:
     out = spec.transform(b)
     assert out[0].device.type == "meta" and out[0].shape == want(batch(1)).shape and out[0].dtype == torch.float32
     assert not any(getattr(spec, "_outputs")._free.values())  # nothing taken from (or given to) the host pool
+
+
+def _bits_equal(a: Any, b: Any) -> bool:
+    """Same fields, dtypes, shapes, strides and bit patterns."""
+    for x, y in zip(a, b, strict=True):
+        if x.dtype != y.dtype or x.shape != y.shape or x.stride() != y.stride():
+            return False
+        if not torch.equal(x.contiguous().view(torch.uint8), y.contiguous().view(torch.uint8)):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("channels_last", [True, False])
+@pytest.mark.parametrize("make", [cosmoflow, deepcam], ids=["cosmoflow", "deepcam"])
+def test_transform_rows_equals_the_transform_of_the_gathered_rows(make: Any, channels_last: bool) -> None:
+    """The host cache's shortcut (each sample transformed straight from its cache row) gives what the
+    gather-then-transform path gives, bit for bit, in the same layout."""
+    spec, batch, _ = make(channels_last)
+    stored = batch(5)  # as the cache holds it: every cached sample in the storage dtype
+    rows = np.array([len(stored[0]) - 1, 0, len(stored[0]) - 1], np.int64)
+    got = spec.transform_rows(stored, rows)
+    want = spec.transform(tuple(t[torch.from_numpy(rows)] for t in stored))
+    assert _bits_equal(got, want)
+    assert torch.equal(stored[0], batch(5)[0])  # the cache's rows are read, never written
+
+
+@pytest.mark.parametrize("make", [cosmoflow, deepcam], ids=["cosmoflow", "deepcam"])
+def test_a_steady_host_transform_makes_no_page_faults(make: Any) -> None:
+    """After the first batches, a host transform allocates nothing new (outputs, scratch and tables
+    are kept): the minor page faults of a call are a few pages at most, not the output's size."""
+    import resource
+
+    spec, _, _ = make(True)
+    if isinstance(spec, CosmoFlowData):
+        b = (torch.randint(0, 400, (2, 32, 32, 32, 4), dtype=torch.int16), torch.rand(2, 4))
+    else:
+        b = (torch.rand(2, 128, 192, 5), torch.randint(0, 3, (2, 128, 192), dtype=torch.uint8))
+    pages = b[0].numel() * 4 // 4096  # the float32 output's pages
+    rows = np.array([1, 0], np.int64)
+    for call in (lambda: spec.transform(b), lambda: spec.transform_rows(b, rows)):
+        for _ in range(2):
+            out = call()
+            del out
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        out = call()
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+        del out
+        assert pages >= 100 and faults <= 8, (faults, pages)

@@ -274,6 +274,11 @@ class BatchCache:
         with self._lock:
             self.filled[slots] = True
 
+    def stored(self) -> Any:
+        """Every cached sample as one batch (``[share, ...]`` per field, the collated structure): the
+        cache's own memory, for reading only (see ``DatasetSpec.transform_rows``)."""
+        return rebuild(self.template, self.store)
+
     def take(self, slots: torch.Tensor, pinned_out: bool = False) -> Any:
         """The batch of the given slot indices (a tensor on the cache's device): a fresh tensor per
         field, so an in-place transform never touches the cache. ``pinned_out`` (host cache on a GPU

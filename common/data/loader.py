@@ -5,8 +5,9 @@ threads into a bounded queue, pinned and copied to the device without blocking.
 non-blocking copy on a GPU, so what crosses the bus is the storage dtype (e.g. int16 counts).
 
 With ``data.cache`` (:mod:`hpcbench.common.data.cache`) the samples a batch needs that are not cached yet are
-read as above and stored; every batch is then gathered from the cache and transformed the same way,
-so cached and uncached epochs give bit-identical batches.
+read as above and stored; every batch is then gathered from the cache and transformed the same way
+(on the CPU, a spec may transform straight from the cache's rows instead: ``transform_rows``), so cached
+and uncached epochs give bit-identical batches.
 """
 from __future__ import annotations
 
@@ -102,7 +103,12 @@ class Loader:
             if new.size == len(idx):  # read whole (the first epoch): the collated batch is the batch
                 batch = pin(host) if self.cuda else host
             else:
-                batch = cache.take(slots[bounds[k]:bounds[k + 1]], pinned_out=self.cuda)
+                rows = slots[bounds[k]:bounds[k + 1]]
+                if not self.cuda:  # transformed straight from the cache's rows where the spec offers it
+                    done = self.spec.transform_rows(cache.stored(), rows.numpy())
+                    if done is not None:
+                        return new, done
+                batch = cache.take(rows, pinned_out=self.cuda)
             return new, (batch if self.cuda else self.spec.transform(batch))
 
         # threads only while reads are left (a complete device cache needs no host work at all)

@@ -123,6 +123,15 @@ class DatasetSpec(ABC):
         dtype crosses the bus."""
         return batch
 
+    def transform_rows(self, stored: Any, rows: np.ndarray) -> Any | None:
+        """``transform`` of the batch made of rows ``rows`` (slot numbers, int64) of ``stored``: the host
+        cache's batch of every cached sample in the storage dtype (``data.cache = "host"`` on the CPU).
+        A spec whose transform works sample by sample may read each sample straight from its cache row
+        here, so a cached batch costs one pass over memory, not a gather copy and then the transform;
+        the result must equal ``transform`` of the gathered rows exactly. None (the default): not
+        offered; the cache gathers the rows into a batch and ``transform`` runs on that."""
+        return None
+
     def dali(self) -> DaliGraph | None:
         """The DALI form of :meth:`transform` (``train.loader = "dali"``); None: not offered."""
         return None
