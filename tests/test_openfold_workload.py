@@ -23,7 +23,7 @@ from hpcbench.workloads.openfold_mlperf.spec import TrainChains
 
 MINI = ["data.crop_size=16", "data.max_msa_clusters=4", "data.max_extra_msa=4", "data.max_templates=2",
         "data.num_recycling_iters=1", "model.c_m=8", "model.c_z=8", "model.c_s=8", "model.evoformer_blocks=1",
-        "model.structure_blocks=1"]
+        "model.structure_blocks=1", "model.init_checkpoint="]  # random weights (no pretrained mini checkpoint here)
 
 
 @pytest.fixture(scope="module")
@@ -249,18 +249,21 @@ def test_datagen_cli_and_the_packed_layout(tmp_path: Path) -> None:
 
     out = tmp_path / "of"
     proc = run_cli(["datagen", "openfold", "--out", str(out), "--families", "2", "--members", "3",
-                    "--min-length", "20", "--max-length", "24", "--msa-rows", "6"], timeout=120)
+                    "--min-length", "20", "--max-length", "24", "--msa-rows", "6", "--pretrain-steps", "2"], timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "wrote 6 synthetic chains (4 training, 2 validation targets" in proc.stdout
-    (out / "mini_init_checkpoint.pt").write_bytes(b"weights")
+    assert "wrote the pretrained mini checkpoint" in proc.stdout and "2 training samples" in proc.stdout
     files = scan(out, registry.layout("openfold"))
     assert list(files) == [REPLICATED]
     got = files[REPLICATED]
-    assert "mini_init_checkpoint.pt" in got and "pdb_mmcif/processed/chains.csv" in got
+    assert "mini_pretrained_checkpoint.pt" in got and "pdb_mmcif/processed/chains.csv" in got
     assert "pdb_mmcif/processed/cameo_targets.txt" in got and "open_protein_set/processed/pdb_alignments/super.index" in got
     assert not [f for f in got if "/raw/" in f or "/original/" in f]  # the downloads are not the dataset
     bad = run_cli(["datagen", "openfold", "--out", str(tmp_path / "bad"), "--members", "1"], timeout=60)
     assert bad.returncode != 0 and "--val-members" in bad.stderr
+    neg = run_cli(["datagen", "openfold", "--out", str(tmp_path / "neg"), "--families", "1", "--members", "2",
+                   "--min-length", "20", "--max-length", "20", "--msa-rows", "3", "--pretrain-steps", "-1"], timeout=60)
+    assert neg.returncode != 0 and "--pretrain-steps" in neg.stderr
 
 
 def test_dropout_off_is_every_rate_zero_and_open_only(synthetic: Path) -> None:
@@ -269,7 +272,7 @@ def test_dropout_off_is_every_rate_zero_and_open_only(synthetic: Path) -> None:
     rates = (mc.evoformer.msa_dropout, mc.evoformer.pair_dropout, mc.extra_msa.msa_dropout,
              mc.extra_msa.pair_dropout, mc.template.dropout_rate, mc.structure.dropout_rate)
     assert rates == (0.0,) * 6
-    on = _workload(synthetic).model_config()
+    on = _workload(synthetic, "model.dropout=true").model_config()
     assert (on.evoformer.msa_dropout, on.evoformer.pair_dropout, on.structure.dropout_rate) == (0.15, 0.25, 0.1)
     with pytest.raises(ConfigError, match="model.dropout"):
         registry.get("openfold").load_config("full", ["model.dropout=false"])

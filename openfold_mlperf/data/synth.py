@@ -64,8 +64,11 @@ def layout(rng: np.random.Generator, length: int) -> str:
     return out[:length]
 
 
-def sequence_for(rng: np.random.Generator, segments: str) -> str:
-    return "".join(CLASSES[k][rng.integers(len(CLASSES[k]))] for k in segments)
+def sequence_for(rng: np.random.Generator, segments: str, turns: str = "") -> str:
+    """A sequence for a segment string: helix and strand residues drawn from their class; turn residues
+    from ``turns`` where given (a family keeps its turn residues, which set the turn's dihedrals)."""
+    return "".join(turns[i] if k == TURN and turns else CLASSES[k][rng.integers(len(CLASSES[k]))]
+                   for i, k in enumerate(segments))
 
 
 def structure(sequence: str) -> tuple[np.ndarray, np.ndarray]:
@@ -191,6 +194,7 @@ class SynthConfig:
     msa_rows: int = 48
     seed: int = 0
     val_members: int = 1  # per family, released after the training cut-off
+    conserved_turns: bool = True  # family members share their turn residues (so one structure per family)
 
 
 def generate_raw(root: Path, cfg: SynthConfig) -> list[str]:
@@ -201,13 +205,14 @@ def generate_raw(root: Path, cfg: SynthConfig) -> list[str]:
     for f in range(cfg.families):
         length = int(rng.integers(cfg.min_length, cfg.max_length + 1))
         seg = layout(rng, length)
+        turns = sequence_for(rng, seg) if cfg.conserved_turns else ""
         members = []
         for m in range(cfg.members):
             pdb_id = f"{1 + (f * cfg.members + m) // 100}{'abcdefghijklmnopqrstuvwxyz'[f % 26]}{(f * cfg.members + m) % 100:02d}"
             val = m >= cfg.members - cfg.val_members
             release = (TRAIN_END + timedelta(days=int(rng.integers(1, 80)))) if val else \
                 date(2015, 1, 1) + timedelta(days=int(rng.integers(0, 2000)))
-            members.append((pdb_id, sequence_for(rng, seg), release))
+            members.append((pdb_id, sequence_for(rng, seg, turns), release))
         fam_members.append(members)
     for members in fam_members:
         for pdb_id, seq, release in members:
