@@ -371,3 +371,32 @@ def test_an_open_run_may_evaluate_per_epoch(synthetic: Path) -> None:
     assert w.hyperparameters()["val_every_iters"] == 12
     with pytest.raises(ConfigError, match="train.eval_every_samples"):
         registry.get("openfold").load_config("full", ["train.eval_every_samples=0"])
+
+
+def test_trivial_predictors_stay_below_the_mini_target_on_the_run_data(tmp_path: Path) -> None:
+    """On the data `hpcbench run` trains the mini on (embedded_datagen_args, without the pretraining), an ideal
+    helix and an extended chain of each validation target's length stay far below the mini's 0.8."""
+    from hpcbench.commands.datagen import workload_parser
+    from hpcbench.workloads.openfold_mlperf.model.losses import lddt_ca
+
+    cls = registry.get("openfold")
+    ns = workload_parser("openfold").parse_args(["--out", str(tmp_path), *cls.embedded_datagen_args()])
+    ns.pretrain_steps = 0
+    cls.datagen(ns)
+    w = cls(cls.load_config("mini", [f"data.root={tmp_path}", "model.init_checkpoint="]))
+    rows = w.source("validation").chains.rows
+    assert len(rows) == 4 and all(24 <= r.sequence_length <= 40 for r in rows)
+    dicts = store.Dicts(tmp_path / "pdb_mmcif/processed/dicts")
+    scores: dict[str, list[float]] = {"helix": [], "extended": [], "rule": []}
+    for r in rows:
+        atoms = dicts.load(r.pdb_id).atoms["A"]
+        true, mask = torch.from_numpy(atoms.positions)[None], torch.from_numpy(atoms.mask.astype(np.float32))[None]
+        for name, seq in (("helix", "A" * r.sequence_length), ("extended", "V" * r.sequence_length),
+                          ("rule", r.sequence)):
+            pred = torch.from_numpy(synth.structure(seq)[0])[None]
+            scores[name].append(float(lddt_ca(pred, true, mask, eps=1e-8, per_residue=False)))
+    means = {k: float(np.mean(v)) for k, v in scores.items()}
+    target = w.target().threshold
+    assert means["rule"] > 0.99  # the targets are their sequences' rule
+    print(means)
+    assert 0.3 < means["helix"] < target - 0.15 and 0.3 < means["extended"] < target - 0.15, means
