@@ -52,7 +52,7 @@ def _workload(cfg: OpenFoldConfig, root: Path) -> "OpenFoldWorkload":
 def pretrain(cfg: OpenFoldConfig, root: Path, steps: int, seed: int, out: Path,
              progress: Callable[[int, float], None] | None = None) -> PretrainResult:
     """Train ``cfg``'s model for ``steps`` samples (batch 1) on the training chains under ``root`` with
-    ``cfg.optim``'s Adam (learning rate, betas, epsilon, global-norm clipping), starting from
+    ``cfg.optim``'s Adam (constant learning rate, betas, epsilon, global-norm clipping), starting from
     ``torch.manual_seed(seed)``; write its state dict to ``out`` (write, read back, rename)."""
     import hashlib
 
@@ -63,6 +63,9 @@ def pretrain(cfg: OpenFoldConfig, root: Path, steps: int, seed: int, out: Path,
     o = cfg.optim
     if o.name != "adam":
         raise ConfigError(f"pretraining: config key 'optim.name' must be 'adam' (the preset's optimizer), got {o.name!r}")
+    if o.schedule != "constant":
+        raise ConfigError(f"pretraining: config key 'optim.schedule' must be 'constant' (pretraining steps at the "
+                          f"preset's learning rate), got {o.schedule!r}")
     wl = _workload(cfg, root)
     source = wl.dataset().open(root, wl.dataset().train_split)
     assert isinstance(source, TrainChains)

@@ -400,3 +400,37 @@ def test_trivial_predictors_stay_below_the_mini_target_on_the_run_data(tmp_path:
     assert means["rule"] > 0.99  # the targets are their sequences' rule
     print(means)
     assert 0.3 < means["helix"] < target - 0.15 and 0.3 < means["extended"] < target - 0.15, means
+
+
+@pytest.fixture
+def one_thread():  # noqa: ANN201
+    """One torch thread, as datagen pretrains (two spinning threads on a shared 2-core box are 20x slower)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_pretraining_is_reproducible_and_its_checkpoint_starts_a_run(synthetic: Path, tmp_path: Path,
+                                                                     one_thread: None) -> None:
+    """The mini's initial checkpoint is our code's output: the same seed writes the same bytes, another seed
+    other weights; a workload loads it and logs its sha256; the validation targets are only scored."""
+    from hpcbench.workloads.openfold_mlperf import pretrain
+
+    cls = registry.get("openfold")
+
+    def cfg():  # noqa: ANN202
+        return cls.load_config("mini", [*MINI, f"data.root={synthetic}"])
+
+    a = pretrain.pretrain(cfg(), synthetic, 3, 5, tmp_path / "a_checkpoint.pt")
+    b = pretrain.pretrain(cfg(), synthetic, 3, 5, tmp_path / "b_checkpoint.pt")
+    c = pretrain.pretrain(cfg(), synthetic, 3, 6, tmp_path / "c_checkpoint.pt")
+    assert a.steps == 3 and math.isfinite(a.final_loss)
+    assert a.sha256 == b.sha256 == checkpoint.sha256_file(a.path) and c.sha256 != a.sha256
+    score = pretrain.evaluate(cfg(), synthetic, a.path)
+    assert 0.0 <= score <= 1.0
+    w = _workload(synthetic, f"model.init_checkpoint={a.path}")
+    w.build_model()
+    assert w.hyperparameters()["init_checkpoint_sha256sum"] == a.sha256
+    with pytest.raises(ConfigError, match="optim.schedule"):
+        pretrain.pretrain(cls.load_config("mini", [*MINI, "optim.schedule=cosine"]), synthetic, 1, 0, tmp_path / "x.pt")
