@@ -4,7 +4,8 @@ The rule a model can learn: a chain is a series of segments whose residue class 
 (helix formers A L E K M Q R -> alpha helix, strand formers V I Y F W T -> beta strand, turn formers
 G P N D S C H -> a turn whose backbone dihedrals are fixed per residue type); the backbone is built from those
 ideal (phi, psi) with ideal bond geometry, plus O, CB and the chi1 atom at a chi1 set by the segment class.
-Families share a segment layout; members differ by within-class substitutions (same structure).
+Families share a segment layout and their turn residues; members differ by within-class substitutions in
+helices and strands (whose dihedrals are the class's), so a family has one structure.
 
 MSAs mutate the chain's sequence, within class mostly, and co-vary residue pairs in contact (CB-CB < 8 A):
 when one side of a contact mutates, its partner takes the matching substitution. Rows carry insertions
