@@ -23,7 +23,7 @@ from hpcbench.workloads.openfold_mlperf.spec import TrainChains
 
 MINI = ["data.crop_size=16", "data.max_msa_clusters=4", "data.max_extra_msa=4", "data.max_templates=2",
         "data.num_recycling_iters=1", "model.c_m=8", "model.c_z=8", "model.c_s=8", "model.evoformer_blocks=1",
-        "model.structure_blocks=1"]
+        "model.structure_blocks=1", "model.init_checkpoint="]  # random weights (no pretrained mini checkpoint here)
 
 
 @pytest.fixture(scope="module")
@@ -249,18 +249,21 @@ def test_datagen_cli_and_the_packed_layout(tmp_path: Path) -> None:
 
     out = tmp_path / "of"
     proc = run_cli(["datagen", "openfold", "--out", str(out), "--families", "2", "--members", "3",
-                    "--min-length", "20", "--max-length", "24", "--msa-rows", "6"], timeout=120)
+                    "--min-length", "20", "--max-length", "24", "--msa-rows", "6", "--pretrain-steps", "2"], timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "wrote 6 synthetic chains (4 training, 2 validation targets" in proc.stdout
-    (out / "mini_init_checkpoint.pt").write_bytes(b"weights")
+    assert "wrote the pretrained mini checkpoint" in proc.stdout and "2 training samples" in proc.stdout
     files = scan(out, registry.layout("openfold"))
     assert list(files) == [REPLICATED]
     got = files[REPLICATED]
-    assert "mini_init_checkpoint.pt" in got and "pdb_mmcif/processed/chains.csv" in got
+    assert "mini_pretrained_checkpoint.pt" in got and "pdb_mmcif/processed/chains.csv" in got
     assert "pdb_mmcif/processed/cameo_targets.txt" in got and "open_protein_set/processed/pdb_alignments/super.index" in got
     assert not [f for f in got if "/raw/" in f or "/original/" in f]  # the downloads are not the dataset
     bad = run_cli(["datagen", "openfold", "--out", str(tmp_path / "bad"), "--members", "1"], timeout=60)
     assert bad.returncode != 0 and "--val-members" in bad.stderr
+    neg = run_cli(["datagen", "openfold", "--out", str(tmp_path / "neg"), "--families", "1", "--members", "2",
+                   "--min-length", "20", "--max-length", "20", "--msa-rows", "3", "--pretrain-steps", "-1"], timeout=60)
+    assert neg.returncode != 0 and "--pretrain-steps" in neg.stderr
 
 
 def test_dropout_off_is_every_rate_zero_and_open_only(synthetic: Path) -> None:
@@ -269,7 +272,7 @@ def test_dropout_off_is_every_rate_zero_and_open_only(synthetic: Path) -> None:
     rates = (mc.evoformer.msa_dropout, mc.evoformer.pair_dropout, mc.extra_msa.msa_dropout,
              mc.extra_msa.pair_dropout, mc.template.dropout_rate, mc.structure.dropout_rate)
     assert rates == (0.0,) * 6
-    on = _workload(synthetic).model_config()
+    on = _workload(synthetic, "model.dropout=true").model_config()
     assert (on.evoformer.msa_dropout, on.evoformer.pair_dropout, on.structure.dropout_rate) == (0.15, 0.25, 0.1)
     with pytest.raises(ConfigError, match="model.dropout"):
         registry.get("openfold").load_config("full", ["model.dropout=false"])
@@ -368,3 +371,66 @@ def test_an_open_run_may_evaluate_per_epoch(synthetic: Path) -> None:
     assert w.hyperparameters()["val_every_iters"] == 12
     with pytest.raises(ConfigError, match="train.eval_every_samples"):
         registry.get("openfold").load_config("full", ["train.eval_every_samples=0"])
+
+
+def test_trivial_predictors_stay_below_the_mini_target_on_the_run_data(tmp_path: Path) -> None:
+    """On the data `hpcbench run` trains the mini on (embedded_datagen_args, without the pretraining), an ideal
+    helix and an extended chain of each validation target's length stay far below the mini's 0.8."""
+    from hpcbench.commands.datagen import workload_parser
+    from hpcbench.workloads.openfold_mlperf.model.losses import lddt_ca
+
+    cls = registry.get("openfold")
+    ns = workload_parser("openfold").parse_args(["--out", str(tmp_path), *cls.embedded_datagen_args()])
+    ns.pretrain_steps = 0
+    cls.datagen(ns)
+    w = cls(cls.load_config("mini", [f"data.root={tmp_path}", "model.init_checkpoint="]))
+    rows = w.source("validation").chains.rows
+    assert len(rows) == 4 and all(24 <= r.sequence_length <= 40 for r in rows)
+    dicts = store.Dicts(tmp_path / "pdb_mmcif/processed/dicts")
+    scores: dict[str, list[float]] = {"helix": [], "extended": [], "rule": []}
+    for r in rows:
+        atoms = dicts.load(r.pdb_id).atoms["A"]
+        true, mask = torch.from_numpy(atoms.positions)[None], torch.from_numpy(atoms.mask.astype(np.float32))[None]
+        for name, seq in (("helix", "A" * r.sequence_length), ("extended", "V" * r.sequence_length),
+                          ("rule", r.sequence)):
+            pred = torch.from_numpy(synth.structure(seq)[0])[None]
+            scores[name].append(float(lddt_ca(pred, true, mask, eps=1e-8, per_residue=False)))
+    means = {k: float(np.mean(v)) for k, v in scores.items()}
+    target = w.target().threshold
+    assert means["rule"] > 0.99  # the targets are their sequences' rule
+    print(means)
+    assert 0.3 < means["helix"] < target - 0.15 and 0.3 < means["extended"] < target - 0.15, means
+
+
+@pytest.fixture
+def one_thread():  # noqa: ANN201
+    """One torch thread, as datagen pretrains (two spinning threads on a shared 2-core box are 20x slower)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_pretraining_is_reproducible_and_its_checkpoint_starts_a_run(synthetic: Path, tmp_path: Path,
+                                                                     one_thread: None) -> None:
+    """The mini's initial checkpoint is our code's output: the same seed writes the same bytes, another seed
+    other weights; a workload loads it and logs its sha256; the validation targets are only scored."""
+    from hpcbench.workloads.openfold_mlperf import pretrain
+
+    cls = registry.get("openfold")
+
+    def cfg():  # noqa: ANN202
+        return cls.load_config("mini", [*MINI, f"data.root={synthetic}"])
+
+    a = pretrain.pretrain(cfg(), synthetic, 3, 5, tmp_path / "a_checkpoint.pt")
+    b = pretrain.pretrain(cfg(), synthetic, 3, 5, tmp_path / "b_checkpoint.pt")
+    c = pretrain.pretrain(cfg(), synthetic, 3, 6, tmp_path / "c_checkpoint.pt")
+    assert a.steps == 3 and math.isfinite(a.final_loss)
+    assert a.sha256 == b.sha256 == checkpoint.sha256_file(a.path) and c.sha256 != a.sha256
+    score = pretrain.evaluate(cfg(), synthetic, a.path)
+    assert 0.0 <= score <= 1.0
+    w = _workload(synthetic, f"model.init_checkpoint={a.path}")
+    w.build_model()
+    assert w.hyperparameters()["init_checkpoint_sha256sum"] == a.sha256
+    with pytest.raises(ConfigError, match="optim.schedule"):
+        pretrain.pretrain(cls.load_config("mini", [*MINI, "optim.schedule=cosine"]), synthetic, 1, 0, tmp_path / "x.pt")

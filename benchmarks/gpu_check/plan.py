@@ -71,7 +71,8 @@ def _known() -> dict[str, Plan]:
              _batches("resnet", (256,)), 8, cache="host", note="random crops: the cache keeps decoded samples"),
         Plan("openfold", ("--families", "8", "--members", "5", "--min-length", "256", "--max-length", "320",
                           "--msa-rows", "48"),
-             ("--families", "2", "--members", "3", "--min-length", "20", "--max-length", "30", "--msa-rows", "6"),
+             ("--families", "2", "--members", "3", "--min-length", "20", "--max-length", "30", "--msa-rows", "6",
+              "--pretrain-steps", "2"),  # the mini preset loads its pretrained checkpoint
              (1,), 1, overrides_full=("model.init_checkpoint=", "model.init_checkpoint_sha256=", "train.division=open"),
              cache="", modes=("eager", "compile"),
              note="open division: the reference's checkpoint is not here (random weights); no data.cache: every "

@@ -4,7 +4,8 @@ The rule a model can learn: a chain is a series of segments whose residue class 
 (helix formers A L E K M Q R -> alpha helix, strand formers V I Y F W T -> beta strand, turn formers
 G P N D S C H -> a turn whose backbone dihedrals are fixed per residue type); the backbone is built from those
 ideal (phi, psi) with ideal bond geometry, plus O, CB and the chi1 atom at a chi1 set by the segment class.
-Families share a segment layout; members differ by within-class substitutions (same structure).
+Families share a segment layout and their turn residues; members differ by within-class substitutions in
+helices and strands (whose dihedrals are the class's), so a family has one structure.
 
 MSAs mutate the chain's sequence, within class mostly, and co-vary residue pairs in contact (CB-CB < 8 A):
 when one side of a contact mutates, its partner takes the matching substitution. Rows carry insertions
@@ -64,8 +65,11 @@ def layout(rng: np.random.Generator, length: int) -> str:
     return out[:length]
 
 
-def sequence_for(rng: np.random.Generator, segments: str) -> str:
-    return "".join(CLASSES[k][rng.integers(len(CLASSES[k]))] for k in segments)
+def sequence_for(rng: np.random.Generator, segments: str, turns: str = "") -> str:
+    """A sequence for a segment string: helix and strand residues drawn from their class; turn residues
+    from ``turns`` where given (a family keeps its turn residues, which set the turn's dihedrals)."""
+    return "".join(turns[i] if k == TURN and turns else CLASSES[k][rng.integers(len(CLASSES[k]))]
+                   for i, k in enumerate(segments))
 
 
 def structure(sequence: str) -> tuple[np.ndarray, np.ndarray]:
@@ -191,6 +195,7 @@ class SynthConfig:
     msa_rows: int = 48
     seed: int = 0
     val_members: int = 1  # per family, released after the training cut-off
+    conserved_turns: bool = True  # family members share their turn residues (so one structure per family)
 
 
 def generate_raw(root: Path, cfg: SynthConfig) -> list[str]:
@@ -201,13 +206,14 @@ def generate_raw(root: Path, cfg: SynthConfig) -> list[str]:
     for f in range(cfg.families):
         length = int(rng.integers(cfg.min_length, cfg.max_length + 1))
         seg = layout(rng, length)
+        turns = sequence_for(rng, seg) if cfg.conserved_turns else ""
         members = []
         for m in range(cfg.members):
             pdb_id = f"{1 + (f * cfg.members + m) // 100}{'abcdefghijklmnopqrstuvwxyz'[f % 26]}{(f * cfg.members + m) % 100:02d}"
             val = m >= cfg.members - cfg.val_members
             release = (TRAIN_END + timedelta(days=int(rng.integers(1, 80)))) if val else \
                 date(2015, 1, 1) + timedelta(days=int(rng.integers(0, 2000)))
-            members.append((pdb_id, sequence_for(rng, seg), release))
+            members.append((pdb_id, sequence_for(rng, seg, turns), release))
         fam_members.append(members)
     for members in fam_members:
         for pdb_id, seq, release in members:
