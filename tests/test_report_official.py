@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from hpcbench.common.mllog import MLPerfLogger
-from conftest import project_env, run_cli, run_mpi
+from conftest import TOY_OVERLAP, project_env, run_cli, run_mpi
 from hpcbench import results_layout as rl
 from hpcbench.report.build import build
 from hpcbench.report.logs import parse_log
@@ -28,12 +28,10 @@ TRAIN = ["-m", "hpcbench", "train", "tests.harness_toy:ToyWorkload", "--config",
 
 @pytest.fixture(scope="module")
 def real_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real weak-scaling job: the harness trains 10 instances (1 rank each) under mpiexec. A lower learning
-    rate makes each instance train about 23 epochs instead of 7, so that on a loaded box the instances (which
-    start when their own setup ends) still overlap in time, as the report requires of one weak-scaling job."""
+    """A real weak-scaling job: the harness trains 10 instances (1 rank each) under mpiexec (TOY_OVERLAP: long
+    enough to overlap in time on a loaded box, as the report requires of one weak-scaling job)."""
     root = tmp_path_factory.mktemp("real10")
-    slow = ["--set", "optim.lr=0.01", "--set", "train.max_epochs=80", "--set", "optim.milestones=[60]"]
-    proc = run_mpi(10, [*TRAIN, *slow, "--instances", "10", "--results", str(root)], timeout=300)
+    proc = run_mpi(10, [*TRAIN, *TOY_OVERLAP, "--instances", "10", "--results", str(root)], timeout=300)
     assert proc.stdout.count(": success after") == 10, proc.stdout + proc.stderr
     return root
 

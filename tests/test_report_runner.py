@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import packed_tiny_dataset, project_env, run_cli, run_mpi
+from conftest import TOY_OVERLAP, packed_tiny_dataset, project_env, run_cli, run_mpi
 from hpcbench import results_layout as rl
 
 JOB = "tests/runner_toy_job.py"
@@ -18,7 +18,8 @@ def _folder(root: Path) -> Path:
 
 
 TRAIN = ["-m", "hpcbench", "train", "tests.harness_toy:ToyWorkload", "--config", "tests/harness_configs/mini.toml",
-         "--system-name", "toybox", "--no-progress", "--ranks-per-node", "1", "--device", "cpu"]  # gloo on any node
+         "--system-name", "toybox", "--no-progress", "--ranks-per-node", "1", "--device", "cpu",  # gloo on any node
+         *TOY_OVERLAP]  # weak-scaling instances that overlap in time also on a loaded box
 
 
 def test_two_instances_two_ranks_report_equals_official(tmp_path: Path) -> None:
@@ -83,6 +84,7 @@ def test_failed_instance_is_reported_and_others_finish(tmp_path: Path) -> None:
     log1 = (_folder(tmp_path) / "result_1.txt").read_text().splitlines()
     assert '"status": "aborted"' in log1[-1] and '"key": "run_stop"' in log1[-1]
     rep = run_cli(["report", str(tmp_path), "--no-plots"], timeout=120)
+    assert rep.returncode == 0, rep.stdout + rep.stderr  # a failed instance is reported, not an error
     (g,) = json.loads((tmp_path / "report" / "report.json").read_text())["groups"]
     assert g["score"]["M"] == 2 and g["score"]["M_prime"] == 1
     assert [r["status"] for r in g["score"]["runs"]] == ["success", "aborted"]
