@@ -41,17 +41,15 @@ class PretrainResult:
     final_loss: float
 
 
-def _workload(cfg: OpenFoldConfig, root: Path) -> "OpenFoldWorkload":
-    from .workload import OpenFoldWorkload
-
+def _workload(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path) -> "OpenFoldWorkload":
     cfg.data.root = str(root)
     cfg.model = replace(cfg.model, init_checkpoint="", init_checkpoint_sha256="")  # from the seeded random init
-    return OpenFoldWorkload(cfg)
+    return workload(cfg)
 
 
-def pretrain(cfg: OpenFoldConfig, root: Path, steps: int, seed: int, out: Path,
+def pretrain(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, steps: int, seed: int, out: Path,
              progress: Callable[[int, float], None] | None = None) -> PretrainResult:
-    """Train ``cfg``'s model for ``steps`` samples (batch 1) on the training chains under ``root`` with
+    """Train ``cfg``'s model (built by ``workload``, the workload class that calls this) for ``steps`` samples (batch 1) on the training chains under ``root`` with
     ``cfg.optim``'s Adam (constant learning rate, betas, epsilon, global-norm clipping), starting from
     ``torch.manual_seed(seed)``; write its state dict to ``out`` (write, read back, rename)."""
     import hashlib
@@ -66,7 +64,7 @@ def pretrain(cfg: OpenFoldConfig, root: Path, steps: int, seed: int, out: Path,
     if o.schedule != "constant":
         raise ConfigError(f"pretraining: config key 'optim.schedule' must be 'constant' (pretraining steps at the "
                           f"preset's learning rate), got {o.schedule!r}")
-    wl = _workload(cfg, root)
+    wl = _workload(workload, cfg, root)
     source = wl.dataset().open(root, wl.dataset().train_split)
     assert isinstance(source, TrainChains)
     source.seed = seed
@@ -106,14 +104,14 @@ def pretrain(cfg: OpenFoldConfig, root: Path, steps: int, seed: int, out: Path,
     return PretrainResult(out, hashlib.sha256(data).hexdigest(), step, time.perf_counter() - t0, loss_value)
 
 
-def evaluate(cfg: OpenFoldConfig, root: Path, checkpoint: Path) -> float:
+def evaluate(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, checkpoint: Path) -> float:
     """The average lDDT-Ca over the validation targets of the weights in ``checkpoint`` (what a run starting
     from it measures before its first step)."""
     import torch
 
     from .model.checkpoint import load_initial_checkpoint
 
-    wl = _workload(cfg, root)
+    wl = _workload(workload, cfg, root)
     source = wl.dataset().open(root, wl.dataset().eval_split)
     assert isinstance(source, EvalChains)
     model: nn.Module = wl.build_model()

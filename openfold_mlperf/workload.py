@@ -172,7 +172,7 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
         return int(tc.eval_every * steps)
 
     def hyperparameters(self) -> dict[str, Any]:
-        d, m, t, tc = self.cfg.data, self.model_config(), self.cfg.model, self.cfg.train
+        d, m, t = self.cfg.data, self.model_config(), self.cfg.model
         loss = m.loss
         sha = self._init_sha256 or t.init_checkpoint_sha256
         return {
@@ -263,8 +263,8 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
             if step % 100 == 0 or step == steps:
                 print(f"pretraining: step {step}/{steps}, loss {loss:.2f}", flush=True)
 
-        res = pretrain.pretrain(cfg, out, steps, seed, path, progress)
-        start = pretrain.evaluate(cls.load_config(config), out, path)
+        res = pretrain.pretrain(cls, cfg, out, steps, seed, path, progress)
+        start = pretrain.evaluate(cls, cls.load_config(config), out, path)
         print(f"wrote the pretrained {config} checkpoint {path} (sha256 {res.sha256}; {res.steps} training samples "
               f"in {res.seconds:.0f} s; avg lDDT-Ca on the validation targets {start:.3f}, where a run from it "
               f"starts)")

@@ -422,15 +422,15 @@ def test_pretraining_is_reproducible_and_its_checkpoint_starts_a_run(synthetic: 
     def cfg():  # noqa: ANN202
         return cls.load_config("mini", [*MINI, f"data.root={synthetic}"])
 
-    a = pretrain.pretrain(cfg(), synthetic, 3, 5, tmp_path / "a_checkpoint.pt")
-    b = pretrain.pretrain(cfg(), synthetic, 3, 5, tmp_path / "b_checkpoint.pt")
-    c = pretrain.pretrain(cfg(), synthetic, 3, 6, tmp_path / "c_checkpoint.pt")
+    a = pretrain.pretrain(cls, cfg(), synthetic, 3, 5, tmp_path / "a_checkpoint.pt")
+    b = pretrain.pretrain(cls, cfg(), synthetic, 3, 5, tmp_path / "b_checkpoint.pt")
+    c = pretrain.pretrain(cls, cfg(), synthetic, 3, 6, tmp_path / "c_checkpoint.pt")
     assert a.steps == 3 and math.isfinite(a.final_loss)
     assert a.sha256 == b.sha256 == checkpoint.sha256_file(a.path) and c.sha256 != a.sha256
-    score = pretrain.evaluate(cfg(), synthetic, a.path)
+    score = pretrain.evaluate(cls, cfg(), synthetic, a.path)
     assert 0.0 <= score <= 1.0
     w = _workload(synthetic, f"model.init_checkpoint={a.path}")
     w.build_model()
     assert w.hyperparameters()["init_checkpoint_sha256sum"] == a.sha256
     with pytest.raises(ConfigError, match="optim.schedule"):
-        pretrain.pretrain(cls.load_config("mini", [*MINI, "optim.schedule=cosine"]), synthetic, 1, 0, tmp_path / "x.pt")
+        pretrain.pretrain(cls, cls.load_config("mini", [*MINI, "optim.schedule=cosine"]), synthetic, 1, 0, tmp_path / "x.pt")
