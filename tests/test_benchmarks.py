@@ -163,20 +163,36 @@ def test_llama_mfu_counts_the_8b_flops_and_reports_mfu_and_its_skips(tmp_path: P
 GPU_CHECK_WORKLOADS = __import__("hpcbench.registry").registry.names()  # every registered one, also new ones
 
 
+@pytest.fixture(scope="module")
+def gpu_check_smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], dict, list[str]]:
+    """One ``benchmarks.gpu_check --smoke --workloads all`` run (every registered workload in one process, as a
+    GPU session runs it), shared by the per-workload checks below."""
+    tmp = tmp_path_factory.mktemp("gpu_check_smoke")
+    out = tmp / "gpu_check"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--smoke", "--workloads", "all",
+                           "--work", str(tmp / "data"), "--seconds", "0.2", "--epochs", "2", "--budget-s", "1200",
+                           "--out", str(out)], cwd=ROOT, env=project_env(), capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return proc, json.loads(out.with_suffix(".json").read_text()), out.with_suffix(".txt").read_text().splitlines()
+
+
+def _section(text: list[str], name: str) -> list[str]:
+    """The lines of one workload's block in the results text (its '== name, ...' header up to the next block)."""
+    start = next(i for i, ln in enumerate(text) if ln.startswith(f"== {name}, local batch "))
+    end = next((i for i in range(start + 1, len(text)) if text[i].startswith(("== ", "# "))), len(text))
+    return text[start:end]
+
+
 @pytest.mark.parametrize("name", GPU_CHECK_WORKLOADS)
-def test_gpu_check_smoke_measures_every_figure_of_a_workload_on_the_cpu(name: str, tmp_path: Path) -> None:
+def test_gpu_check_smoke_measures_every_figure_of_a_workload_on_the_cpu(
+        name: str, gpu_check_smoke: tuple[subprocess.CompletedProcess[str], dict, list[str]]) -> None:
     """benchmarks.gpu_check --smoke (mini preset, CPU) gets through every figure of each registered workload:
     the step alone with its FLOPs, end to end through the loader (data.cache=none) and from the cache, the
     NVIDIA figure beside them, and one text + JSON result (it crashed once at its first end-to-end figure)."""
     from hpcbench import registry
 
-    out = tmp_path / "gpu_check"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--smoke", "--workloads", name,
-                           "--work", str(tmp_path / "data"), "--seconds", "0.2", "--epochs", "2", "--budget-s", "600",
-                           "--out", str(out)], cwd=ROOT, env=project_env(), capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    res = json.loads(out.with_suffix(".json").read_text())
+    proc, res, text = gpu_check_smoke
     assert res["preset"] == "mini" and res["peak"]["flops"] > 0 and res["skipped"] == []
     (row,) = res["workloads"][name]["batches"]
     if getattr(registry.get(name), "shards_parameters", False):  # only the harness builds a sharded model
@@ -193,17 +209,17 @@ def test_gpu_check_smoke_measures_every_figure_of_a_workload_on_the_cpu(name: st
         assert row["cache"]["status"].startswith("not offered: "), row
     assert row["comparable"] is False  # mini shapes are never put beside NVIDIA's figure as a ratio
     assert (row["nvidia"] is not None) == bool(nvidia.figures_for(name)), row
-    text = out.with_suffix(".txt").read_text().splitlines()
-    assert text[0].startswith("# ") and any(ln.startswith(f"== {name}, local batch ") for ln in text)
+    assert text[0].startswith("# ")
+    block = _section(text, name)
     # the end-to-end line states the rate after epoch 1 with every epoch's rate (the parser's tracked
     # throughput is (samples/s, epoch ms) pairs: summing them once crashed the check here)
-    (e2e,) = [ln for ln in text if "end to end, files -> loader -> device" in ln]
+    (e2e,) = [ln for ln in block if "end to end, files -> loader -> device" in ln]
     assert float(e2e.split("): ")[1].split(" samples/s")[0]) > 0 and "samples/s after epoch 1 (epochs " in e2e, e2e
     assert "; ok)" in e2e and all(ln.endswith("samples/s (ok)") for ln in proc.stdout.splitlines()
                                   if " end to end data.cache=" in ln), proc.stdout
-    assert any("end to end, files -> loader -> device (data.cache=none" in ln for ln in text)
+    assert any("end to end, files -> loader -> device (data.cache=none" in ln for ln in block)
     assert any((f"end to end, from the cache (data.cache={cache}" if cache else
-                "end to end, from the cache: not offered: ") in ln for ln in text)
+                "end to end, from the cache: not offered: ") in ln for ln in block)
     assert text[-1] == "# skipped: nothing"
 
 
