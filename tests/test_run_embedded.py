@@ -88,6 +88,33 @@ def test_run_bert_end_to_end_in_the_training_layout(tmp_path: Path) -> None:
     check_bert_mini_log(logs[0], work / "raw")
 
 
+
+@pytest.mark.slow
+def test_run_llama31_8b_end_to_end_reaches_the_mini_target(tmp_path: Path) -> None:
+    """Issue 27's done-when: ``hpcbench run --workload llama31_8b`` (synthetic Megatron indexed corpus -> pack ->
+    stage -> 2 instances of the mini Llama -> report) reaches the mini target in both instances, and both logs
+    pass the training 6.0.0 checker; the runs carry different seeds."""
+    from hpcbench.workloads.mlperf_training.llama31_8b.workload import LlamaWorkload
+    from tests.conftest import first_events
+
+    work = tmp_path / "work"
+    proc = run_cli(["run", "--workload", "llama31_8b", "--workdir", str(work), "--device", "cpu"], timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    logs = sorted((work / "results" / "results").rglob("result_*.txt"))
+    assert [p.name for p in logs] == ["result_0.txt", "result_1.txt"]
+    assert all(p.parent.name == "llama31_8b" for p in logs)
+    report = json.loads((work / "results" / "report" / "report.json").read_text())
+    (group,) = report["groups"]
+    score = group["score"]
+    assert (score["suite"], score["ruleset"], score["benchmark"], score["division"]) == \
+        ("training", "6.0.0", "llama31_8b", "open")
+    target = LlamaWorkload.load_config("mini").train.target  # log perplexity: lower is better
+    assert score["run_target"] == f"eval_accuracy <= {target:g}"
+    assert all(r["status"] == "success" and r["final_metric"] <= target for r in score["runs"]), score["runs"]
+    assert group["official"]["compliance"] == {"result_0.txt": True, "result_1.txt": True}
+    assert not [c for c in group["checks"] if c["agree"] is False]
+    assert len({first_events(p)["seed"] for p in logs}) == 2 and not score["flags"]
+
 def check_bert_mini_log(log: Path, data: Path) -> None:
     """What the mini preset's log of one instance on 2 ranks must say (training 5.0.0 rules)."""
     import numpy as np
