@@ -44,6 +44,13 @@ class OptimConfig:
     # the rate is set once per epoch from its 0-based index e, as a Keras LearningRateScheduler callback
     # (the reference CosmoFlow's) computes it: warmup at e, a milestone m passed when m < e; common/schedule.py
     lr_per_epoch: bool = False
+    # lr_per_epoch warmup as the reference 3D U-Net's lr_warmup (runtime/training.py): from this absolute rate
+    # (its init_learning_rate, 1e-4) instead of lr / warmup_factor; 0: warmup_factor decides the start
+    warmup_start_lr: float = 0.0
+    # lr_per_epoch warmup: the number the first epoch counts as, 0 (a Keras callback's 0-based index: the first
+    # epoch runs at the start rate) or 1 (the U-Net reference's 1-based epoch loop: the first epoch runs at
+    # start + (lr - start) / W and epoch W at lr)
+    warmup_first_epoch: int = 0
     min_lr: float = 0.0  # cosine floor
     total: float = 0.0  # cosine/poly length in ``unit`` (0: the run's max length)
     power: float = 1.0  # poly: exponent of the polynomial decay (BERT: 1, linear; ResNet: 2)
@@ -75,6 +82,14 @@ class OptimConfig:
             if any(not f > 0 for f in self.decay_factors):
                 raise ConfigError(f"config key 'optim.decay_factors': factors of the peak lr must be > 0, got "
                                   f"{list(self.decay_factors)}")
+        if self.warmup_start_lr < 0:
+            raise ConfigError(f"config key 'optim.warmup_start_lr': must be >= 0 (0: from warmup_factor), got "
+                              f"{self.warmup_start_lr}")
+        if self.warmup_first_epoch not in (0, 1):
+            raise ConfigError(f"config key 'optim.warmup_first_epoch': must be 0 or 1, got {self.warmup_first_epoch}")
+        if (self.warmup_start_lr or self.warmup_first_epoch) and not self.lr_per_epoch:
+            raise ConfigError("config keys 'optim.warmup_start_lr' and 'optim.warmup_first_epoch': apply to "
+                              "optim.lr_per_epoch = true only")
         if self.lr_per_epoch and (self.unit != "epochs" or self.schedule not in ("constant", "multistep")):
             raise ConfigError(f"config key 'optim.lr_per_epoch': needs unit 'epochs' and the constant or multistep "
                               f"schedule, got unit {self.unit!r} and schedule {self.schedule!r}")

@@ -16,7 +16,10 @@ steps once at build time (``unit = "epochs"`` multiplies by the steps per epoch)
   calls its ``_lr_schedule(epoch)``: ``start + e * (lr - start) / W`` while ``e < W`` (``W`` warmup
   epochs, ``start = lr / warmup_factor`` as above, so ``warmup_factor = 1`` starts at ``lr``), then
   ``lr`` x the factor of the last milestone ``m < e`` (strictly less: the reference's test, so
-  milestone 32 first applies in the epoch of index 33, logged ``epoch_num`` 34);
+  milestone 32 first applies in the epoch of index 33, logged ``epoch_num`` 34); with
+  ``warmup_first_epoch = 1`` the warmup counts epochs from 1 and with ``warmup_start_lr`` it starts from
+  that absolute rate: ``start + (e + 1) * (lr - start) / W`` while ``e < W``, the reference 3D U-Net's
+  ``lr_warmup(init_learning_rate, lr, epoch, W)`` called at the start of each 1-based epoch ``e + 1 <= W``;
 * ``cosine``: ``min_lr + (lr - min_lr) * (1 + cos(pi * (step - W) / (T - W))) / 2``, held at
   ``min_lr`` after ``T`` (``total``, or the run's length when 0; an explicit ``total`` must exceed
   the warmup, a run shorter than its warmup just ends at ``min_lr``);
@@ -56,6 +59,8 @@ class Schedule:
     decay_factors: tuple[float, ...] = ()  # multistep: absolute factors of lr, one per milestone
     lr_per_epoch: bool = False
     steps_per_epoch: float = 1.0
+    warmup_start_lr: float = 0.0  # lr_per_epoch: an absolute start rate (0: from warmup_factor)
+    warmup_first_epoch: int = 0  # lr_per_epoch: 1 counts the first epoch as 1 (the U-Net reference)
 
     @classmethod
     def from_config(cls, cfg: OptimConfig, steps_per_epoch: int, max_epochs: int) -> "Schedule":
@@ -83,6 +88,8 @@ class Schedule:
             decay_factors=tuple(cfg.decay_factors),
             lr_per_epoch=cfg.lr_per_epoch,
             steps_per_epoch=float(max(1, steps_per_epoch)),
+            warmup_start_lr=cfg.warmup_start_lr,
+            warmup_first_epoch=cfg.warmup_first_epoch,
         )
 
     @property
@@ -121,8 +128,9 @@ class Schedule:
             base = torch.full_like(step, self.lr)
         if self.warmup_steps <= 0:
             return base
-        start = self._start()
-        warm = start + (self.lr - start) * first / self.warmup_steps
+        start = self.warmup_start_lr or self._start()
+        counted = first + self.warmup_first_epoch * self.steps_per_epoch  # e (or e + 1) x steps per epoch
+        warm = start + (self.lr - start) * counted / self.warmup_steps
         return torch.where(first < self.warmup_steps, warm, base)
 
     def _multistep(self, step: torch.Tensor, strict: bool = False) -> torch.Tensor:

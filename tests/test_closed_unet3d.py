@@ -102,3 +102,43 @@ def test_a_run_past_max_epochs_is_logged_aborted(cpu_env, tmp_path) -> None:  # 
     tr.log.close()
     stops = [r for r in log_records(log) if r["key"] == "run_stop"]
     assert result.status == "aborted" and result.epochs == 2 and stops[0]["metadata"]["status"] == "aborted"
+
+
+def _reference_lr_of_epoch(epoch: int, lr: float = 0.8, init: float = 1e-4, warmup: int = 200) -> float:
+    """The reference's loop (image_segmentation/pytorch runtime/training.py), re-written: the optimizer is
+    built at ``lr``; at the start of each 1-based ``epoch <= warmup`` ``lr_warmup`` sets
+    ``init + (lr - init) * epoch / warmup``; no decay (``lr_decay_epochs`` empty in run_and_time.sh)."""
+    rate = lr
+    for e in range(1, epoch + 1):
+        if e <= warmup and warmup > 0:
+            rate = init + (lr - init) * (e / warmup)
+    return rate
+
+
+def test_full_preset_lr_of_every_step_is_the_reference_warmup() -> None:
+    """The full preset's rate at every step of the first 203 epochs (84 steps each at global batch 2) is the
+    reference's per-epoch warmup from its init_learning_rate 1e-4: constant inside an epoch, epoch 1 at
+    1e-4 + (0.8 - 1e-4) / 200, epoch 200 at 0.8, and 0.8 after."""
+    import torch
+
+    from hpcbench.common.schedule import Schedule
+
+    cfg = UNet3DWorkload.load_config("full")
+    assert (cfg.optim.lr_per_epoch, cfg.optim.warmup_start_lr, cfg.optim.warmup_first_epoch) == (True, 1e-4, 1)
+    sched = Schedule.from_config(cfg.optim, STEPS, cfg.train.max_epochs)
+    steps = torch.arange(203 * STEPS, dtype=torch.float64)
+    ours = sched(steps)
+    want = torch.tensor([_reference_lr_of_epoch(int(s) // STEPS + 1) for s in steps], dtype=torch.float64)
+    assert torch.allclose(ours, want, rtol=1e-12, atol=0), (ours - want).abs().max()
+    assert float(ours[0]) == pytest.approx(1e-4 + (0.8 - 1e-4) / 200, rel=1e-12)
+    assert float(ours[199 * STEPS]) == pytest.approx(0.8, rel=1e-12) and float(ours[199 * STEPS - 1]) < 0.8
+
+
+def test_warmup_start_and_first_epoch_keys_are_checked_by_name() -> None:
+    from hpcbench.common.runconfig import OptimConfig
+
+    for kwargs, key in (({"warmup_start_lr": -1.0, "lr_per_epoch": True}, "optim.warmup_start_lr"),
+                        ({"warmup_first_epoch": 2, "lr_per_epoch": True}, "optim.warmup_first_epoch"),
+                        ({"warmup_start_lr": 1e-4}, "optim.lr_per_epoch = true only")):
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            OptimConfig(unit="epochs", **kwargs).validate()
