@@ -83,3 +83,24 @@ def test_class_folders_must_match_the_model(mini_data: Path) -> None:
     cfg = ResNetWorkload.load_config("mini", [f"data.root={mini_data}", "model.num_classes=12"])
     with pytest.raises(ConfigError, match=r"model.num_classes' = 12.*holds 10 class folders"):
         ResNetWorkload(cfg).train_loader(DataShard(0, 1, 1, 8, torch.device("cpu")))
+
+
+@pytest.mark.skipif(not __import__("hpcbench.common.data.dali", fromlist=["dali_available"]).dali_available(),
+                    reason="NVIDIA DALI is not installed")
+def test_dali_loader_with_channels_last_auto_trains_through_the_cli(mini_data: Path, tmp_path: Path) -> None:
+    """Issue 26: ``train.loader = dali`` with ``train.channels_last = auto`` (the mini preset's) once ended in
+    a traceback before run_start (the layout probe read a DALI-encoded sample as model input). Through
+    ``hpcbench train`` on the CPU: the probe measures both layouts on a decoded batch, the epoch trains on
+    DALI's pipeline to the mini target and the log passes the checker."""
+    cfg = ResNetWorkload.load_config("mini", ["train.loader=dali"])
+    assert cfg.train.channels_last == "auto" and cfg.train.loader == "dali"
+    proc = run_cli(["train", "resnet", "--config", "mini", "--system-name", "box", "--progress", "lines",
+                    "--device", "cpu", "--data", str(mini_data), "--results", str(tmp_path),
+                    "--set", "train.loader=dali"], timeout=300)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "train.channels_last = " in proc.stdout and "(auto: measured here: channels-last step" in proc.stdout
+    assert "instance 0: success" in proc.stdout
+    log = tmp_path / "results" / "box" / "resnet" / "result_0.txt"
+    assert max(log_values(log, "eval_accuracy")) >= cfg.train.target
+    ok, out = check_log(log, "4.0.0", "training")
+    assert ok, out
