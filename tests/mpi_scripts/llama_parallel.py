@@ -6,7 +6,8 @@ TP ranks per tensor-parallel group (N / TP data-parallel ranks, FSDP over them).
 single-process reference (same seed) and trains it on the whole global batch through the same harness step
 (TrainStep, ShardedAdamW with clipping, cosine schedule with warmup); the sharded model trains on its
 data-parallel part of the batch, with ACCUM micro-batches and activation checkpointing. After each step rank 0
-prints one JSON line: the global gradient norm of both and the largest relative parameter difference. With
+prints one JSON line: the global gradient norm of both, the largest relative parameter difference and the
+step's loss of both (the mean token NLL of the global batch, the step's float32 value). With
 CKPT_DIR: the run is checkpointed after step 2 through the CheckpointManager (torch.distributed.checkpoint),
 a fresh model and optimizer are resumed from it and trained on, and the resumed parameters are compared too.
 """
@@ -101,10 +102,11 @@ def main(env: Any) -> None:  # noqa: ANN401
         manager = CheckpointManager(ckpt, par.comm, {}, {"optimizer_step": _Nothing()},
                                     sharded={"model": ShardedModel(model), "optimizer": opt})
     for i in range(STEPS):
-        step(mine[i])
-        ref_step(batches[i])
+        loss = float(step(mine[i]))  # this rank's value of the step's loss (scaled for the gradient average)
+        ref_loss = float(ref_step(batches[i]))  # the mean token NLL of the whole global batch
+        global_loss = par.comm.allreduce(loss) / world  # the ranks' values average to the global mean
         row = {"rank": par.rank, "step": i + 1, "norm": float(opt.last_grad_norm), "ref_norm": float(ref_opt.last_grad_norm),
-               "params": max_rel(model, ref)}
+               "params": max_rel(model, ref), "loss": global_loss, "ref_loss": ref_loss}
         if par.rank == 0:
             print(json.dumps(row), flush=True)
         if manager is not None and i == 1:
