@@ -109,13 +109,16 @@ class Schedule:
         w = self.warmup_steps
         f = self.warmup_factor
         if f != 1.0:
-            start = self.lr / f if f > 1.0 else self.lr * f
+            start = self._start()
             warm = start + (self.lr - start) * torch.clamp(step / w, max=1.0)
         else:
             warm = self.lr * torch.clamp((step + 1.0) / w, max=1.0)
         return torch.where(step < w, warm, base)
 
     def _start(self) -> float:
+        """The rate warmup starts from: ``warmup_start_lr`` where set, else from ``warmup_factor``."""
+        if self.warmup_start_lr:
+            return self.warmup_start_lr
         f = self.warmup_factor
         return self.lr / f if f >= 1.0 else self.lr * f
 
@@ -128,7 +131,7 @@ class Schedule:
             base = torch.full_like(step, self.lr)
         if self.warmup_steps <= 0:
             return base
-        start = self.warmup_start_lr or self._start()
+        start = self._start()
         counted = first + self.warmup_first_epoch * self.steps_per_epoch  # e (or e + 1) x steps per epoch
         warm = start + (self.lr - start) * counted / self.warmup_steps
         return torch.where(first < self.warmup_steps, warm, base)

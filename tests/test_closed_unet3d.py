@@ -128,7 +128,8 @@ def test_full_preset_lr_of_every_step_is_the_reference_warmup() -> None:
     sched = Schedule.from_config(cfg.optim, STEPS, cfg.train.max_epochs)
     steps = torch.arange(203 * STEPS, dtype=torch.float64)
     ours = sched(steps)
-    want = torch.tensor([_reference_lr_of_epoch(int(s) // STEPS + 1) for s in steps], dtype=torch.float64)
+    per_epoch = torch.tensor([_reference_lr_of_epoch(e) for e in range(1, 204)], dtype=torch.float64)
+    want = per_epoch.repeat_interleave(STEPS)  # the step s runs in the 1-based epoch s // STEPS + 1
     assert torch.allclose(ours, want, rtol=1e-12, atol=0), (ours - want).abs().max()
     assert float(ours[0]) == pytest.approx(1e-4 + (0.8 - 1e-4) / 200, rel=1e-12)
     assert float(ours[199 * STEPS]) == pytest.approx(0.8, rel=1e-12) and float(ours[199 * STEPS - 1]) < 0.8
