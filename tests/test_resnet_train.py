@@ -11,6 +11,7 @@ import pytest
 import yaml
 from mlperf_logging.compliance_checker import mlp_compliance
 
+from hpcbench.common.data.dali import dali_available
 from hpcbench.common.errors import ConfigError
 from hpcbench.common.mllog import check_log
 from hpcbench.common.workload import DataShard, DataSizes
@@ -85,8 +86,7 @@ def test_class_folders_must_match_the_model(mini_data: Path) -> None:
         ResNetWorkload(cfg).train_loader(DataShard(0, 1, 1, 8, torch.device("cpu")))
 
 
-@pytest.mark.skipif(not __import__("hpcbench.common.data.dali", fromlist=["dali_available"]).dali_available(),
-                    reason="NVIDIA DALI is not installed")
+@pytest.mark.skipif(not dali_available(), reason="NVIDIA DALI is not installed")
 def test_dali_loader_with_channels_last_auto_trains_through_the_cli(mini_data: Path, tmp_path: Path) -> None:
     """Issue 26: ``train.loader = dali`` with ``train.channels_last = auto`` (the mini preset's) once ended in
     a traceback before run_start (the layout probe read a DALI-encoded sample as model input). Through
