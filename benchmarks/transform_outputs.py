@@ -44,11 +44,15 @@ def cases(b: int) -> dict[str, tuple[Any, Callable[[Any], Any], Callable[[Any], 
                                                                           dtype=torch.uint8))
     cf = CosmoFlowData(128, channels_last=True)
     cf_batch = (torch.randint(0, 300, (b, 128, 128, 128, 4), generator=g, dtype=torch.int16), torch.rand(b, 4))
+    cf_first = CosmoFlowData(128, channels_last=False)  # NCDHW output: the layout change is part of the transform
     return {
         f"DeepCAM 768x1152x16 batch {b} (normalize + int64 labels)":
             (dc_batch, lambda t: ((t[0] - shift).mul_(scale).permute(0, 3, 1, 2), t[1].long()), dc.transform),
         f"CosmoFlow 128^3x4 batch {b} (float32 log1p)":
             (cf_batch, lambda t: (t[0].to(torch.float32).log1p_().permute(0, 4, 1, 2, 3), t[1]), cf.transform),
+        f"CosmoFlow 128^3x4 batch {b} channels-first (float32 log1p, NCDHW)":
+            (cf_batch, lambda t: (t[0].to(torch.float32).log1p_().permute(0, 4, 1, 2, 3).contiguous(), t[1]),
+             cf_first.transform),
     }
 
 
@@ -58,7 +62,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=4)
     a = ap.parse_args()
     print(header(describe()), flush=True)
-    print(f"# channels-last (the full presets); torch threads {torch.get_num_threads()}; best of {a.rounds} "
+    print(f"# channels-last (the full presets) unless named; torch threads {torch.get_num_threads()}; best of {a.rounds} "
           f"interleaved rounds", flush=True)
     for name, (batch, fresh, reused) in cases(a.batch).items():
         for x, y in zip(fresh(batch), reused(batch)):

@@ -37,13 +37,15 @@ def test_log1p_lookup_is_bit_equal_to_the_float32_formula_for_every_int16(channe
     assert flat[32767] == pytest.approx(np.log1p(32767.0), rel=1e-6)
 
 
-def test_lookup_reads_samples_picked_out_of_a_larger_array() -> None:
-    store = torch.randint(-5, 3000, (6, 4, 4, 4, 4), dtype=torch.int16).numpy()
+@pytest.mark.parametrize("channels_first", [False, True])
+def test_lookup_reads_samples_picked_out_of_a_larger_array(channels_first: bool) -> None:
+    store = torch.randint(-5, 3000, (6, 4, 5, 6, 3), dtype=torch.int16).numpy()
     picked = [store[5], store[0], store[5]]
-    out = np.empty((3, 4, 4, 4, 4), np.float32)
-    Int16Table(torch.log1p).into(picked, out)
+    out = np.empty((3, 3, 4, 5, 6) if channels_first else (3, 4, 5, 6, 3), np.float32)
+    Int16Table(torch.log1p).into(picked, out, channels_first=channels_first)
     want = torch.log1p(torch.from_numpy(store[[5, 0, 5]]).to(torch.float32))
-    assert torch.equal(bits(torch.from_numpy(out)), bits(want))
+    got = torch.from_numpy(out).permute(0, 2, 3, 4, 1) if channels_first else torch.from_numpy(out)
+    assert torch.equal(bits(got), bits(want))
 
 
 @pytest.mark.parametrize("channels_first", [False, True])
