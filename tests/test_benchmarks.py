@@ -131,7 +131,8 @@ def test_transform_outputs_compares_fresh_and_reused_outputs_of_equal_values() -
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("# ") and "transparent hugepages " in lines[0]
     rows = [ln for ln in lines if "fresh output" in ln and "reused output" in ln]
-    assert len(rows) == 2 and rows[0].startswith("DeepCAM") and rows[1].startswith("CosmoFlow")
+    assert len(rows) == 3 and rows[0].startswith("DeepCAM") and rows[1].startswith("CosmoFlow")
+    assert "channels-first" in rows[2] and "channels-first" not in rows[1]  # both CosmoFlow layouts, same values
 
 
 def test_llama_mfu_counts_the_8b_flops_and_reports_mfu_and_its_skips(tmp_path: Path) -> None:
