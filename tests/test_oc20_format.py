@@ -65,6 +65,56 @@ def test_non_finite_values_are_refused_at_read_with_file_and_field(field: str, v
         record.decode(record.encode(bad), "data.0000.lmdb key '7'")
 
 
+def encode_in_order(sample: dict, order: list[str]) -> bytes:
+    """A record as the documented layout has it, fields in ``order`` (the writer before the real-valued fields
+    were put first wrote them in the sample's order): a second writer, independent of record.encode."""
+    import json
+    import struct
+
+    header, chunks, offset = {}, [], 0
+    for name in order:
+        arr = np.asarray(sample[name])
+        if arr.ndim == 0:
+            header[name] = {"value": arr.item()}
+            continue
+        raw = np.ascontiguousarray(arr).tobytes()
+        header[name] = {"dtype": arr.dtype.name, "shape": list(arr.shape), "offset": offset}
+        chunks.append(raw)
+        offset += len(raw)
+    head = json.dumps(header).encode()
+    return b"HPCBOC20" + struct.pack("<BI", 1, len(head)) + head + b"".join(chunks)
+
+
+def test_real_valued_fields_are_one_run_of_bytes_checked_at_once() -> None:
+    """encode puts pos, cell, cell_offsets, force back to back (float32), so decode checks them in one pass; a
+    record of another layout (interleaved with integer fields) decodes the same and is checked field by field:
+    either way a non-finite value is named by its field."""
+    s = sample()
+    head, body = header_and_body(record.encode(s))
+    assert [n for n in head if "offset" in head[n]][:4] == list(record.FLOAT_FIELDS)
+    span = record._float_span(head, body)
+    assert span is not None and np.array_equal(span, np.concatenate([np.asarray(s[f], np.float32).ravel()
+                                                                      for f in record.FLOAT_FIELDS]))
+    interleaved = list(s)  # pos, atomic_numbers, cell, edge_index, ...: the float fields apart
+    assert record._float_span(*header_and_body(encode_in_order(s, interleaved))) is None
+    assert_same(s, record.decode(encode_in_order(s, interleaved), "old"))
+    for layout in (lambda d: record.encode(d), lambda d: encode_in_order(d, interleaved)):
+        bad = dict(s)
+        bad["cell_offsets"] = np.array(s["cell_offsets"], copy=True)
+        bad["cell_offsets"][3, 1] = np.nan
+        with pytest.raises(DataError, match=r"k: field 'cell_offsets' is not finite at index \[3, 1\]"):
+            record.decode(layout(bad), "k")
+
+
+def header_and_body(raw: bytes) -> tuple[dict, memoryview]:
+    """The JSON header and the array bytes of an encoded record (the documented layout)."""
+    import json
+
+    n = len(record.MAGIC)
+    hlen = int.from_bytes(raw[n + 1:n + 5], "little")
+    return json.loads(raw[n + 5:n + 5 + hlen]), memoryview(raw)[n + 5 + hlen:]
+
+
 def test_integer_positions_or_forces_are_refused() -> None:
     bad = dict(sample())
     bad["pos"] = np.rint(bad["pos"]).astype(np.int32)

@@ -11,12 +11,18 @@ from __future__ import annotations
 import numpy as np
 
 
+#: at most this many values are checked with ``np.isfinite(a).all()``: up to here its boolean temporary costs less
+#: than entering ``np.errstate`` for the dot (2-core EPYC: 2.7 vs 3.8 us at 4,096 values, 4.0 vs 4.3 at 32,768,
+#: 6.7 vs 4.9 at 65,536)
+SMALL = 32768
+
+
 def all_finite(a: np.ndarray) -> bool:
     """True when every value of ``a`` is finite (no NaN, no +-inf)."""
     if a.dtype.kind != "f" or a.size == 0:
         return True
     flat = a.reshape(-1) if a.flags.c_contiguous else np.ravel(a)
-    if a.dtype.itemsize < 4:  # float16: BLAS has no half dot; small arrays in practice
+    if a.dtype.itemsize < 4 or a.size <= SMALL:  # float16: BLAS has no half dot; small: errstate costs more
         return bool(np.isfinite(flat).all())
     with np.errstate(over="ignore", invalid="ignore"):
         if np.isfinite(np.dot(flat, flat)):
