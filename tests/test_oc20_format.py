@@ -41,6 +41,11 @@ def test_record_corruption_is_named() -> None:
         record.decode(raw[: len(raw) - 40], "f.lmdb key '3'")
     with pytest.raises(DataError, match="f.lmdb key '3'.*magic"):
         record.decode(b"garbage" * 4, "f.lmdb key '3'")
+    import struct
+
+    for head in (b"[1, 2]", b'{"pos": 3}'):  # valid JSON, not an object of field entries
+        with pytest.raises(DataError, match=r"k: corrupt record header \(expected an object of field entries\)"):
+            record.decode(record.MAGIC + struct.pack("<BI", record.VERSION, len(head)) + head, "k")
     bad = dict(sample())
     bad["force"] = bad["force"][:-1]
     with pytest.raises(DataError, match="'force' has shape"):
