@@ -100,7 +100,9 @@ def decode(value: bytes, where: str) -> dict[str, Any]:
 
 def float_values(value: bytes, where: str) -> np.ndarray | None:
     """The real-valued fields of an encoded record as the one array :func:`decode` checks (None for a record
-    whose float fields are not back to back); for measuring that check (benchmarks/finite_checks.py)."""
+    whose float fields are not back to back); for measuring that check (benchmarks/finite_checks.py). The
+    record is decoded first, so its header entries are known to be sound."""
+    decode(value, where)
     return _float_span(*_header_and_body(value, where))
 
 
@@ -130,20 +132,20 @@ def _header_and_body(value: bytes, where: str) -> tuple[dict[str, Any], memoryvi
 def _float_span(header: Mapping[str, Mapping[str, Any]], body: memoryview) -> np.ndarray | None:
     """The bytes of every FLOAT_FIELDS array as one float array, when they lie back to back in one float dtype
     (as :func:`encode` writes them); None otherwise (records of an older writer): then each field is checked
-    on its own. One check of a few thousand values instead of four costs a fraction of the decode."""
+    on its own. One check of a few thousand values instead of four costs a fraction of the decode. The
+    header's array entries must already be checked (types, byte ranges), as :func:`decode` does."""
     specs = [header.get(f) for f in FLOAT_FIELDS]
-    if any(not isinstance(sp, Mapping) or "offset" not in sp for sp in specs):
+    if any(sp is None or "value" in sp for sp in specs):
+        return None  # a field missing or stored as a scalar (decode checked only array entries): validate names it
+    dtype = specs[0]["dtype"]
+    if dtype not in ("float32", "float64") or any(sp["dtype"] != dtype for sp in specs):
         return None
-    dtype = specs[0].get("dtype")
-    if dtype not in ("float32", "float64") or any(sp.get("dtype") != dtype for sp in specs):
-        return None
-    item = np.dtype(dtype).itemsize
     start = end = specs[0]["offset"]
     for sp in specs:
-        if sp["offset"] != end or not isinstance(end, int) or not isinstance(sp.get("shape"), list):
+        if sp["offset"] != end:
             return None
-        end += int(np.prod(sp["shape"], dtype=np.int64)) * item
-    return np.frombuffer(body[start:end], dtype=dtype) if 0 <= start <= end <= len(body) else None
+        end += int(np.prod(sp["shape"], dtype=np.int64)) * np.dtype(dtype).itemsize
+    return np.frombuffer(body[start:end], dtype=dtype)
 
 
 #: fields that hold real numbers: stored as floats (not integers) and finite everywhere
