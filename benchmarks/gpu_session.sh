@@ -8,9 +8,11 @@
 #   echo /.whl/ >> .git/info/exclude
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-#     -d .whl zstandard==0.25.0 lmdb==3.0.0 mlperf-logging==4.1.68 crc32c==2.9.post0 tomli-w==1.2.0 ase==3.29.0
+#     -d .whl zstandard==0.25.0 lmdb==3.0.0 mlperf-logging==4.1.68 crc32c==2.9.post0 tomli-w==1.2.0 ase==3.29.0 \
+#     simplejpeg==1.9.0
 #   (the versions of the project's .venv; where pip finds no wheel for a platform tag, add
-#   --platform manylinux_2_N_x86_64 for the N it names. GPU.md: these six were enough there.)
+#   --platform manylinux_2_N_x86_64 for the N it names. GPU.md: the first six were enough there on
+#   2026-11-23; simplejpeg, the ResNet readers' strict JPEG decode, came after.)
 # Then three device calls, each `run` with carry [".whl"] and timeout_s 600:
 #   bash benchmarks/gpu_session.sh tests      # the GPU test files, counted, and the bf16 GEMM peak
 #   bash benchmarks/gpu_session.sh hpc        # cosmoflow, deepcam, oc20 at NVIDIA's local batches

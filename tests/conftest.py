@@ -168,3 +168,29 @@ def train_staged(tmp_path: Path, workload: str, datagen: list[str], ranks: int, 
     proc = run_mpi(ranks, args, timeout=300, check=False)
     assert proc.returncode in (0, 4), proc.stdout + proc.stderr
     return raw, local, results
+
+
+def damage_jpeg_entropy_data(path: Path) -> None:
+    """Overwrite 8 bytes of a JPEG's entropy-coded data (no 0xFF written, the marker structure intact)
+    so that libjpeg-turbo calls the data corrupt ("Corrupt JPEG data: ...", a warning Pillow and DALI
+    pass on) while Pillow still decodes the file without an error. The first position, after the
+    scan header, where this patch does both is used: damage after which the Huffman code
+    resynchronises decodes without any warning and would prove nothing."""
+    import io
+
+    import simplejpeg
+    from PIL import Image
+
+    good = path.read_bytes()
+    patch = bytes([0x5A, 0x00, 0x13, 0xC4, 0x00, 0x00, 0x7E, 0x21])
+    start = good.find(b"\xff\xda") + 20
+    for pos in range(start, len(good) - 16, 5):
+        bad = good[:pos] + patch + good[pos + len(patch):]
+        try:
+            simplejpeg.decode_jpeg(bad, strict=True)
+        except ValueError as exc:
+            if "Corrupt JPEG data" in str(exc):
+                Image.open(io.BytesIO(bad)).convert("RGB")  # Pillow: no error
+                path.write_bytes(bad)
+                return
+    raise AssertionError(f"{path}: no position in its entropy-coded data gives libjpeg's corrupt-data warning")

@@ -102,6 +102,18 @@ def test_resnet_loader_benchmark_prints_every_loader_and_its_ratio(tmp_path: Pat
     assert lines[-1].startswith("# done in ") and "of --budget-s 60" in lines[-1]
 
 
+def test_jpeg_check_times_both_readers_against_the_pillow_decode(tmp_path: Path) -> None:
+    proc = bench(["-m", "benchmarks.jpeg_check", "--work", str(tmp_path), "--size", "48", "--images", "8",
+                  "--rounds", "1"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("# ") and "flags" in lines[0] and lines[1].startswith("data ") and "8 files" in lines[1]
+    rows = [ln.split("  ")[0] for ln in lines[2:]]
+    assert rows == ["pillow decode (baseline)", "strict decode (Pillow loader)", "DALI bytes, first read (1/8 check)",
+                    "DALI bytes, later reads"]
+    assert lines[2].endswith("1.00x the Pillow decode") and all("ms/image" in ln for ln in lines[2:])
+
+
 def test_data_cache_names_the_machine_and_judges_each_workload(tmp_path: Path) -> None:
     out = tmp_path / "dc.json"
     proc = bench(["-m", "benchmarks.data_cache", "--work", str(tmp_path), "--shape", "tiny", "--epochs", "2",

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from conftest import damage_jpeg_entropy_data
 
 from hpcbench.common.data.dali import DaliLoader, dali_available
 from hpcbench.common.data.loader import Loader
@@ -119,13 +120,15 @@ def test_corrupt_and_truncated_files_are_named(tmp_path: Path, encoded: bool) ->
 
 
 @pytest.mark.parametrize("save", [
-    {}, {"progressive": True}, {"optimize": True}, {"quality": 100, "subsampling": 0},
+    {}, {"progressive": True}, {"optimize": True}, {"quality": 100, "subsampling": 0}, {"subsampling": 1},
     {"exif": b"Exif\x00\x00MM\x00*\x00\x00\x00\x08\x00\x00"}, {"restart_marker_blocks": 1},
     {"mode": "L"}, {"mode": "CMYK"}])
-def test_marker_walk_accepts_what_encoders_write(tmp_path: Path, save: dict) -> None:
-    """Baseline, progressive (several scans, DHT between them), optimized, 4:4:4, an APP1 segment,
-    restart markers after every MCU, grayscale and CMYK JPEGs written by libjpeg pass the walk."""
-    from hpcbench.workloads.mlperf_training.resnet.imagenet import check_jpeg_markers
+def test_strict_decode_accepts_what_encoders_write_and_gives_pillows_pixels(tmp_path: Path, save: dict) -> None:
+    """Baseline, progressive (several scans, DHT between them), optimized, 4:4:4, 4:2:2, an APP1
+    segment, restart markers after every MCU, grayscale and CMYK JPEGs written by libjpeg (odd sizes,
+    partial MCUs) pass the strict check, and the decode is the reference's Image.open().convert("RGB")
+    pixel for pixel (libjpeg-turbo for YCbCr and grayscale, Pillow's conversion for CMYK)."""
+    from hpcbench.workloads.mlperf_training.resnet.imagenet import check_encoded, decode
 
     kw = dict(save)
     img = Image.fromarray(_noise(3, 97, 131)).convert(kw.pop("mode", "RGB"))
@@ -134,21 +137,27 @@ def test_marker_walk_accepts_what_encoders_write(tmp_path: Path, save: dict) -> 
     data = path.read_bytes()
     if "restart_marker_blocks" in save:
         assert any(bytes([0xFF, m]) in data for m in range(0xD0, 0xD8))
-    check_jpeg_markers(data, path)  # no error
+    assert check_encoded(path).tobytes() == data  # no error
+    assert np.array_equal(decode(path), np.asarray(Image.open(path).convert("RGB")))
+
+
+def _damaged(good: Path, at: float, patch: bytes) -> bytes:
+    """The file with ``patch`` written over its entropy-coded data at fraction ``at`` of it."""
+    data = bytearray(good.read_bytes())
+    sos = data.find(b"\xff\xda")
+    pos = sos + 20 + int((len(data) - sos - 40) * at)
+    data[pos:pos + len(patch)] = patch
+    return bytes(data)
 
 
 @pytest.mark.parametrize("encoded", [False, True])
 def test_damaged_entropy_coded_data_is_named_under_both_loaders(tmp_path: Path, encoded: bool) -> None:
-    """A marker byte pair no JPEG holds inside the image data: libjpeg only warns ("Unsupported marker
-    type") and DALI decodes grey; the encoded (DALI) path refuses it by name without decoding, as
-    the Pillow path does when it decodes."""
+    """A marker byte pair no JPEG holds inside the image data, and a segment length past the file:
+    libjpeg only warns ("Unsupported marker type", "Premature end") and DALI and Pillow decode a
+    partly grey image; both loaders refuse the file by name."""
     good = _one_class_tree(tmp_path)
-    data = bytearray(good.read_bytes())
-    sos = data.find(b"\xff\xda")
-    mid = (sos + len(data)) // 2
-    data[mid:mid + 2] = b"\xff\x99"
     bad = good.with_name("b.JPEG")
-    bad.write_bytes(bytes(data))
+    bad.write_bytes(_damaged(good, 0.5, b"\xff\x99"))
     with pytest.raises(DataError, match=r"b\.JPEG.*(corrupt|does not decode)"):
         _spec(encoded_for_dali=encoded).open(tmp_path, "train")[1]
     data = bytearray(good.read_bytes())  # a segment length that runs past the file
@@ -157,6 +166,42 @@ def test_damaged_entropy_coded_data_is_named_under_both_loaders(tmp_path: Path, 
     bad.write_bytes(bytes(data))
     with pytest.raises(DataError, match=r"b\.JPEG.*(corrupt|does not decode|not a readable)"):
         _spec(encoded_for_dali=encoded).open(tmp_path, "train")[1]
+
+
+@pytest.mark.parametrize("kind", ["train", "val", "encoded", "bounded"])
+def test_damaged_huffman_data_with_intact_markers_is_named(tmp_path: Path, kind: str) -> None:
+    """Bytes inside the Huffman-coded data replaced, no 0xFF among them (the marker structure intact):
+    Pillow decodes the file without an error (the hold-out case trained on it) and libjpeg-turbo's
+    strict decode names it, for training and evaluation decodes, the bounded (draft) decode and the
+    encoded bytes handed to DALI."""
+    from PIL import Image as PILImage
+
+    good = _one_class_tree(tmp_path)
+    split = "val" if kind == "val" else "train"
+    bad = tmp_path / split / WNIDS[0] / "b.JPEG"
+    bad.write_bytes(good.read_bytes())
+    damage_jpeg_entropy_data(bad)
+    assert bad.read_bytes().count(b"\xff") == good.read_bytes().count(b"\xff")  # the markers as they were
+    PILImage.open(bad).convert("RGB")  # Pillow: no error (libjpeg's warning is swallowed)
+    spec = _spec(encoded_for_dali=kind == "encoded", decode_short_side=64 if kind == "bounded" else 0)
+    with pytest.raises(DataError, match=r"b\.JPEG: the JPEG data does not decode cleanly \(libjpeg-turbo: "
+                                        r"Corrupt JPEG data.*corrupt or truncated"):
+        spec.open(tmp_path, split)[1]
+
+
+def test_encoded_files_are_decoded_strictly_once_per_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The DALI path decodes a file's data (at 1/8 scale) the first time this process reads it; a
+    later epoch's read checks the header and end-of-image marker only."""
+    from hpcbench.workloads.mlperf_training.resnet import imagenet
+
+    _one_class_tree(tmp_path)
+    calls: list[Path] = []
+    real = imagenet.strict_decode
+    monkeypatch.setattr(imagenet, "strict_decode", lambda data, path, check_only=False: (
+        calls.append(path), real(data, path, check_only))[1])
+    src = _spec(encoded_for_dali=True).open(tmp_path, "train")
+    src[0], src[0]
+    assert calls == [src.files[0]]
 
 
 def test_layout_errors_name_the_folder(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from hpcbench.common.data.dali import dali_available
 from hpcbench.common.errors import ConfigError
 from hpcbench.common.mllog import check_log
 from hpcbench.common.workload import DataShard, DataSizes
-from conftest import first_events, log_values, run_cli, run_mpi
+from conftest import damage_jpeg_entropy_data, first_events, log_values, run_cli, run_mpi
 from hpcbench import registry
 from hpcbench.workloads.mlperf_training.resnet.model import ModelConfig
 from hpcbench.workloads.mlperf_training.resnet.workload import ResNetWorkload
@@ -104,3 +104,25 @@ def test_dali_loader_with_channels_last_auto_trains_through_the_cli(mini_data: P
     assert max(log_values(log, "eval_accuracy")) >= cfg.train.target
     ok, out = check_log(log, "4.0.0", "training")
     assert ok, out
+
+
+@pytest.mark.parametrize("loader", ["torch", "dali"])
+def test_a_jpeg_with_damaged_huffman_data_stops_hpcbench_train_by_name(mini_data: Path, tmp_path: Path,
+                                                                        loader: str) -> None:
+    """Issue 26 hold-out: a training JPEG whose entropy-coded bytes are damaged with its markers intact
+    (libjpeg warns "Corrupt JPEG data", Pillow and DALI decode a partly grey image and trained on it)
+    ends ``hpcbench train`` with an error naming the file, no traceback, under both loaders."""
+    import shutil
+
+    if loader == "dali" and not dali_available():
+        pytest.skip("NVIDIA DALI is not installed")
+    data = tmp_path / "data"
+    shutil.copytree(mini_data, data)
+    victim = sorted((data / "train").rglob("*.JPEG"))[7]
+    damage_jpeg_entropy_data(victim)
+    proc = run_cli(["train", "resnet", "--config", "mini", "--system-name", "box", "--progress", "lines",
+                    "--device", "cpu", "--data", str(data), "--results", str(tmp_path / "out"),
+                    "--set", f"train.loader={loader}", "--set", "data.cache=none"], timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in out, out[-3000:]
+    assert f"{victim.name}: the JPEG data does not decode cleanly (libjpeg-turbo: Corrupt JPEG data" in out, out[-3000:]

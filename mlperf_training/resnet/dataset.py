@@ -31,7 +31,8 @@ import numpy as np
 from hpcbench.common.data.layout import FileLayout, KnownSplit
 from hpcbench.common.data.spec import DatasetSpec
 
-from .imagenet import ImageList, check_encoded, class_folders, list_split, open_image, to_rgb
+from .imagenet import (ImageList, check_encoded, class_folders, decode, jpeg_header, list_split, open_checked,
+                       read_bytes, to_rgb)
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -74,6 +75,8 @@ class ImageSource:
     def __init__(self, images: ImageList, kind: str, size: int, resize: int, short_side: int) -> None:
         self.images, self.kind = images, kind
         self.size, self.resize, self.short_side = size, resize, short_side
+        # encoded samples: the files whose data this process has decoded strictly once (check_encoded)
+        self._checked = np.zeros(len(images), dtype=bool)
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -83,14 +86,22 @@ class ImageSource:
         return len(self.images)
 
     def __getitem__(self, i: int) -> Decoded | Cropped | Encoded:
+        from PIL import Image
+
         from .transforms import bound_shorter_side, draft, eval_crop
 
         path, label = self.images.files[i], self.images.labels[i:i + 1]
         if self.kind == "encoded":
-            return Encoded(check_encoded(path), label)
-        img = open_image(path)
+            encoded = Encoded(check_encoded(path, strict=not self._checked[i]), label)
+            self._checked[i] = True
+            return encoded
         if self.kind == "eval":
-            return Cropped(eval_crop(to_rgb(img, path), self.size, self.resize), label)
+            return Cropped(eval_crop(Image.fromarray(decode(path)), self.size, self.resize), label)
+        data = read_bytes(path)
+        header = jpeg_header(data, path)
+        if self.short_side <= 0 or (header is not None and min(header[:2]) <= self.short_side):
+            return Decoded(decode(path, data), label)  # full resolution
+        img = open_checked(path, data, header)
         draft(img, self.short_side)
         return Decoded(np.asarray(bound_shorter_side(to_rgb(img, path), self.short_side)), label)
 

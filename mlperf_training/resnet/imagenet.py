@@ -4,9 +4,12 @@
 class folders, as the MLPerf reference and torchvision's ImageFolder expect). A class index is the
 position of its wnid (``n01440764``...) in sorted order, so train and val must hold the same wnids.
 
-Decoding follows the reference: Pillow opens the file and ``convert("RGB")`` turns grayscale and
-CMYK JPEGs (ImageNet has both, and one PNG named ``.JPEG``) into 3-channel RGB. A file that does not
-decode, or is cut short, is a :class:`DataError` naming it. Pillow is imported when first used.
+Decoding follows the reference, Pillow's ``Image.open(path).convert("RGB")``, which turns grayscale
+and CMYK JPEGs (ImageNet has both, and one PNG named ``.JPEG``) into 3-channel RGB. YCbCr and grayscale
+JPEGs are decoded by libjpeg-turbo through simplejpeg (the same library and settings as Pillow's, so
+the same pixels) in strict mode: a file whose data libjpeg calls corrupt is a :class:`DataError`
+naming it, where Pillow and DALI only warn. A file that does not decode, or is cut short, is a
+DataError naming it. Pillow and simplejpeg are imported when first used.
 """
 from __future__ import annotations
 
@@ -106,76 +109,85 @@ def to_rgb(img: "PILImage.Image", path: Path) -> "PILImage.Image":
         raise DataError(f"{path}: the JPEG data does not decode ({exc}); the file is corrupt or truncated") from None
 
 
-def decode(path: Path) -> np.ndarray:
-    """The whole image as uint8 RGB (H, W, 3)."""
-    return np.asarray(to_rgb(open_image(path), path))
-
-
-def check_encoded(path: Path) -> np.ndarray:
-    """The file's bytes for a decoder elsewhere (DALI), checked without decoding: a JPEG or PNG
-    header Pillow can parse, a positive size, and for a JPEG the end-of-image marker (a truncated
-    file lacks it). Returns the bytes as a uint8 array."""
+def read_bytes(path: Path) -> bytes:
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as exc:
         raise DataError(f"{path}: cannot read ({exc.strerror})") from None
-    img = open_image(path, data)
-    w, h = img.size
+
+
+def jpeg_header(data: bytes, path: Path) -> tuple[int, int, str] | None:
+    """(width, height, colour space) of a JPEG (libjpeg-turbo's header parse); None when the bytes
+    are not a JPEG (no start-of-image marker: a PNG, or another format :func:`open_image` names)."""
+    import simplejpeg
+
+    if not data.startswith(JPEG_SOI):
+        return None
+    try:
+        w, h, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+    except ValueError as exc:
+        raise DataError(f"{path}: not a readable JPEG image ({exc})") from None
     if w < 1 or h < 1:
         raise DataError(f"{path}: image size {w}x{h}; expected a positive size")
-    if img.format == "JPEG" and (not data.startswith(JPEG_SOI) or JPEG_EOI not in data[-64:]):
+    return w, h, colorspace
+
+
+def strict_decode(data: bytes, path: Path, check_only: bool = False) -> np.ndarray:
+    """The JPEG decoded by libjpeg-turbo with every *recoverable* error treated as an error: damaged
+    entropy-coded data ("Corrupt JPEG data: bad Huffman code", "N extraneous bytes before marker",
+    "Unsupported marker type", "Premature end of data segment") is a DataError naming the file, where
+    Pillow and DALI's decoders only warn and train on a partly grey image. ``check_only``: decode at
+    1/8 scale (all of the entropy-coded data is still decoded, the inverse DCT is skipped; about 2/3 of
+    a full decode's time). Damage after which the Huffman code resynchronises decodes without any
+    warning and is, to every decoder, a valid image; only a checksum (the staging manifest's) sees it."""
+    import simplejpeg
+
+    try:
+        if check_only:
+            return simplejpeg.decode_jpeg(data, colorspace="RGB", strict=True, min_height=1, min_width=1)
+        return simplejpeg.decode_jpeg(data, colorspace="RGB", strict=True)
+    except ValueError as exc:
+        raise DataError(f"{path}: the JPEG data does not decode cleanly (libjpeg-turbo: {exc}); the file "
+                        "is corrupt or truncated") from None
+
+
+#: JPEG colour spaces whose RGB decode by libjpeg-turbo is Pillow's ``convert("RGB")`` pixel for pixel
+#: (same library, same integer IDCT and upsampling); CMYK and YCCK take Pillow's own conversion.
+_SAME_AS_PILLOW = frozenset(["YCbCr", "Gray"])
+
+
+def decode(path: Path, data: bytes | None = None) -> np.ndarray:
+    """The whole image as uint8 RGB (H, W, 3), as the reference's ``Image.open(path).convert("RGB")``
+    gives it, with the strict JPEG check of :func:`strict_decode`."""
+    data = read_bytes(path) if data is None else data
+    header = jpeg_header(data, path)
+    if header is not None and header[2] in _SAME_AS_PILLOW:
+        return strict_decode(data, path)
+    return np.asarray(to_rgb(open_checked(path, data, header), path))
+
+
+def open_checked(path: Path, data: bytes, header: tuple[int, int, str] | None) -> "PILImage.Image":
+    """The file opened by Pillow (not decoded yet: a draft scale may still be set) after a strict
+    check of a JPEG's data (:func:`strict_decode` at 1/8 scale)."""
+    if header is not None:
+        strict_decode(data, path, check_only=True)
+    return open_image(path, data)
+
+
+def check_encoded(path: Path, strict: bool = True) -> np.ndarray:
+    """The file's bytes for a decoder elsewhere (DALI), checked: a header that parses, a positive
+    size, for a JPEG the end-of-image marker (a truncated file lacks it) and, with ``strict``, its
+    data decoded by :func:`strict_decode` at 1/8 scale (the caller checks each file once and passes
+    False for a file it has checked before). Returns the bytes as a uint8 array."""
+    data = read_bytes(path)
+    header = jpeg_header(data, path)
+    if header is None:
+        img = open_image(path, data)  # a PNG, or another format named there
+        w, h = img.size
+        if w < 1 or h < 1:
+            raise DataError(f"{path}: image size {w}x{h}; expected a positive size")
+    elif JPEG_EOI not in data[-64:]:
         raise DataError(f"{path}: the JPEG has no end-of-image marker; the file is truncated")
-    if img.format == "JPEG":
-        check_jpeg_markers(data, path)
+    elif strict:
+        strict_decode(data, path, check_only=True)
     return np.frombuffer(data, dtype=np.uint8)
-
-
-#: markers that may end an entropy-coded segment (ITU T.81 table B.1): SOFn, DHT, DAC, DQT, DNL, DRI,
-#: DHP, EXP, APPn, COM, SOS, EOI. Inside the segment only stuffed 0xFF00, RSTn (0xD0-0xD7) and 0xFF fill
-#: bytes may follow an 0xFF.
-_SCAN_ENDS = frozenset([*range(0xC0, 0xD0), 0xD9, 0xDA, 0xDB, 0xDC, 0xDD, 0xDE, 0xDF, *range(0xE0, 0xF0), 0xFE])
-
-
-def check_jpeg_markers(data: bytes, path: Path) -> None:
-    """The JPEG's marker structure, walked without decoding (ITU T.81 B.1): every segment's length fits
-    the file, and every 0xFF inside the entropy-coded data is a stuffed byte, a restart marker or the
-    marker that ends the scan. A decoder (libjpeg in DALI or Pillow) meeting any other byte there only
-    warns ("Unsupported marker", "Corrupt JPEG data") and fills the rest of the image with grey; this
-    refuses that file by name. Corruption that keeps the byte structure (a flipped bit in the Huffman
-    data) is only seen by decoding."""
-    n, pos = len(data), 2  # after SOI
-    while pos < n:
-        if data[pos] != 0xFF:
-            raise DataError(f"{path}: corrupt JPEG: byte {pos} is 0x{data[pos]:02x} where a marker was expected")
-        while pos < n and data[pos] == 0xFF:  # fill bytes before a marker
-            pos += 1
-        if pos >= n:
-            break
-        marker = data[pos]
-        pos += 1
-        if marker == 0xD9:  # EOI
-            return
-        if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # TEM, RSTn: no length
-            continue
-        if pos + 2 > n:
-            break
-        length = int.from_bytes(data[pos:pos + 2], "big")
-        if length < 2 or pos + length > n:
-            raise DataError(f"{path}: corrupt JPEG: marker 0xFF{marker:02X} at byte {pos - 2} has length "
-                            f"{length}, beyond the file's {n} bytes")
-        pos += length
-        if marker != 0xDA:  # SOS: its entropy-coded data follows the header
-            continue
-        while True:
-            pos = data.find(b"\xff", pos)
-            if pos < 0 or pos + 1 >= n:
-                raise DataError(f"{path}: the JPEG has no end-of-image marker; the file is truncated")
-            nxt = data[pos + 1]
-            if nxt == 0x00 or 0xD0 <= nxt <= 0xD7 or nxt == 0xFF:
-                pos += 1 if nxt == 0xFF else 2
-                continue
-            if nxt not in _SCAN_ENDS:
-                raise DataError(f"{path}: corrupt JPEG: the image data holds marker 0xFF{nxt:02X} at byte {pos}, "
-                                "which no JPEG contains; the entropy-coded data is damaged")
-            break
-    raise DataError(f"{path}: the JPEG has no end-of-image marker; the file is truncated")
