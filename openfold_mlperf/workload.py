@@ -69,6 +69,8 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
                          extra_msa=replace(mc.extra_msa, msa_dropout=0.0, pair_dropout=0.0),
                          template=replace(mc.template, dropout_rate=0.0),
                          structure=replace(mc.structure, dropout_rate=0.0))
+        if not m.activation_checkpointing:
+            mc = replace(mc, activation_checkpointing=False)
         return mc.with_chunks(m.chunk_size) if m.chunk_size else mc
 
     def init_checkpoint_path(self) -> Path | None:

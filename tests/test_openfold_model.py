@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from importlib import resources
 
 import numpy as np
@@ -152,6 +153,35 @@ def test_recycling_iterations_run_without_gradients() -> None:
     model.recycling_embedder.forward = spy
     model(feature_dict(n_res=16, n_cycle=3))
     assert seen == [(False, False), (False, False), (True, False)]
+
+
+def test_activation_checkpointing_off_gives_the_same_loss_and_gradients() -> None:
+    """``activation_checkpointing = False`` (the mini preset) keeps the blocks' activations instead of
+    recomputing them in the backward pass: the same loss and the same gradients, and the checkpointed model
+    really recomputes (its Evoformer blocks run twice per training step, the other's once)."""
+    cfg, model = _mini()
+    plain = AlphaFold(replace(cfg, activation_checkpointing=False))
+    with torch.no_grad():  # non-zero final layers: every block's gradient is non-zero
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    plain.load_state_dict(model.state_dict())
+    batch = feature_dict(n_res=16, n_clust=6, n_extra=8, n_templ=2, n_cycle=2, batch=1)
+    losses, grads, calls = [], [], []
+    for m in (model, plain):
+        m.train()
+        runs = [0]
+        m.evoformer_stack.blocks[0].register_forward_pre_hook(lambda *_: runs.__setitem__(0, runs[0] + 1))
+        torch.manual_seed(1)  # the same dropout masks (the recomputation replays the RNG state)
+        loss, _ = alphafold_loss(m(batch), last_iteration(batch), cfg.loss)
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append({k: p.grad for k, p in m.named_parameters() if p.grad is not None})
+        calls.append(runs[0])
+    assert calls == [3, 2]  # no-grad recycling pass + training pass (+ its recomputation when checkpointed)
+    assert torch.equal(losses[0], losses[1])
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 0.9 * len(list(model.parameters()))
+    for k, g in grads[0].items():
+        assert torch.allclose(g, grads[1][k], rtol=1e-5, atol=1e-7), k
 
 
 def test_chunked_equals_unchunked() -> None:

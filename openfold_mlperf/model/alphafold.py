@@ -3,7 +3,7 @@
 Input: the reference's training feature dict, every tensor with a leading batch dimension and the
 recycling dimension LAST (num_recycling_iters + 1). Iterations 0..N-1 run without gradients and only
 feed the recycling embedder; the last runs with autograd (under activation checkpointing when
-training) and the auxiliary heads read its outputs. The top-level module names are the reference's
+training, unless ``activation_checkpointing`` is off) and the auxiliary heads read its outputs. The top-level module names are the reference's
 ``AlphaFold`` attributes, so its state dict maps one to one (see :mod:`.checkpoint`).
 """
 from __future__ import annotations
@@ -103,7 +103,7 @@ class AlphaFold(nn.Module):
             with torch.no_grad():
                 _, prev = self._iteration(feats, prev, gradient_checkpointing=False)
         feats = {k: v[..., -1] for k, v in batch.items() if isinstance(v, torch.Tensor)}
-        outputs, _ = self._iteration(feats, prev, gradient_checkpointing=self.training)
+        outputs, _ = self._iteration(feats, prev, gradient_checkpointing=self.training and self.cfg.activation_checkpointing)
         outputs.update(self.auxiliary_heads(outputs))
         return outputs
 

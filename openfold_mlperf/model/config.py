@@ -139,6 +139,9 @@ class ModelConfig:
     recycle_max_bin: float = 20.75
     recycle_num_bins: int = 15
     recycle_inf: float = 1e8
+    # recompute the stacks' blocks in the backward pass instead of keeping their activations (the reference
+    # trains so; a model of a few channels has activations too small to be worth the recomputation)
+    activation_checkpointing: bool = True
     template: TemplateConfig = field(default_factory=TemplateConfig)
     extra_msa: EvoformerConfig = field(default_factory=lambda: EvoformerConfig(
         c_m=64, c_hidden_msa_att=8, num_blocks=4))
