@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,6 +34,16 @@ def one_thread_rank_env(**extra: str) -> dict[str, str]:
 def say(text: str) -> None:
     """Print now: a benchmark's output must not wait in a pipe buffer until the end."""
     print(text, flush=True)
+
+
+def best_seconds(fn: Callable[[], object], rounds: int) -> float:
+    """The least wall time of ``rounds`` calls of ``fn``."""
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def add_budget_argument(parser: argparse.ArgumentParser, default: float) -> None:

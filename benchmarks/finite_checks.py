@@ -20,24 +20,15 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks.budget import best_seconds
 from benchmarks.machine import describe, header
 from benchmarks.synth_data import write_deepcam
 from hpcbench.common.data.values import all_finite
-
-
-def _best(fn: Callable[[], object], rounds: int) -> float:
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def deepcam(work: Path) -> tuple[Callable[[], object], Callable[[], object], str]:
@@ -129,8 +120,8 @@ def main() -> None:
         read()  # warm the page cache and the allocator
         r = c = float("inf")
         for _ in range(args.rounds):  # interleaved: a slow moment of the shared box hits both
-            r = min(r, _best(read, 1))
-            c = min(c, _best(check, 1))
+            r = min(r, best_seconds(read, 1))
+            c = min(c, best_seconds(check, 1))
         share = c / r
         print(f"{name:<11} {r * 1e3:9.3f} {c * 1e3:9.3f} {share:9.2%}  {'met' if share <= 0.03 else 'MISSED'}   {desc}",
               flush=True)

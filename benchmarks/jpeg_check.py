@@ -19,23 +19,13 @@ from __future__ import annotations
 
 import argparse
 import io
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks.budget import best_seconds
 from benchmarks.machine import describe, header
 from hpcbench.workloads.mlperf_training.resnet.imagenet import check_encoded, decode, list_split
-
-
-def _best(fn: Callable[[], object], rounds: int) -> float:
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     best = {name: float("inf") for name in rows}
     for _ in range(args.rounds):  # interleaved: a burst of load hits every row alike
         for name, fn in rows.items():
-            best[name] = min(best[name], _best(fn, 1))
+            best[name] = min(best[name], best_seconds(fn, 1))
     base = best["pillow decode (baseline)"]
     for name, t in best.items():
         print(f"{name:38s} {t / len(files) * 1e3:7.3f} ms/image  {t / base:5.2f}x the Pillow decode")
