@@ -11,11 +11,12 @@ under a seed of its own), and writes the weights as a bare state dict that ``mod
 from __future__ import annotations
 
 import io
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hpcbench.common.atomic import atomic_write
 from hpcbench.common.errors import ConfigError
@@ -32,11 +33,19 @@ if TYPE_CHECKING:  # pragma: no cover
 MINI_CHECKPOINT = "mini_pretrained_checkpoint.pt"
 
 
+#: samples per pretraining step: the gradients of two draws averaged. On the mini's data the steps to a given
+#: score fall ~1.7x against one sample per step (docs/openfold.md), and two processes compute the two
+#: gradients at once where the host has two cores, so a step costs about what a one-sample step does.
+PRETRAIN_BATCH = 2
+
+
 @dataclass(frozen=True)
 class PretrainResult:
     path: Path
     sha256: str
     steps: int
+    batch: int  # samples per step
+    processes: int
     seconds: float
     final_loss: float
 
@@ -47,11 +56,21 @@ def _workload(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Pat
     return workload(cfg)
 
 
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
 def pretrain(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, steps: int, seed: int, out: Path,
-             progress: Callable[[int, float], None] | None = None) -> PretrainResult:
-    """Train ``cfg``'s model (built by ``workload``, the workload class that calls this) for ``steps`` samples (batch 1) on the training chains under ``root`` with
-    ``cfg.optim``'s Adam (constant learning rate, betas, epsilon, global-norm clipping), starting from
-    ``torch.manual_seed(seed)``; write its state dict to ``out`` (write, read back, rename)."""
+             progress: Callable[[int, float], None] | None = None, processes: int = 0) -> PretrainResult:
+    """Train ``cfg``'s model (built by ``workload``, the workload class that calls this) for ``steps`` steps of
+    :data:`PRETRAIN_BATCH` samples on the training chains under ``root`` with ``cfg.optim``'s Adam (constant
+    learning rate, betas, epsilon, global-norm clipping), starting from ``torch.manual_seed(seed)``; write its
+    state dict to ``out`` (write, read back, rename). ``processes``: how many processes share each step's samples
+    (0: one per usable core, at most the batch); each is one torch thread, and more than one averages the
+    gradients with a gloo all-reduce. The samples, their order and the mean are the same for any count."""
     import hashlib
 
     import torch
@@ -64,6 +83,38 @@ def pretrain(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path
     if o.schedule != "constant":
         raise ConfigError(f"pretraining: config key 'optim.schedule' must be 'constant' (pretraining steps at the "
                           f"preset's learning rate), got {o.schedule!r}")
+    world = processes or min(PRETRAIN_BATCH, usable_cores())
+    if world < 1 or PRETRAIN_BATCH % world:
+        raise ConfigError(f"pretraining: {world} processes cannot share steps of {PRETRAIN_BATCH} samples evenly")
+    t0 = time.perf_counter()
+    if world == 1:
+        state, loss_value = _train(workload, cfg, root, steps, seed, 0, 1, progress)
+    else:
+        state, loss_value = _train_spawned(workload, cfg, root, steps, seed, world, progress)
+
+    with torch.device("meta"):
+        names = set(_workload(workload, cfg, root).build_model().state_dict())
+
+    def verify(tmp: Path) -> None:
+        back = torch.load(tmp, map_location="cpu", weights_only=True)
+        if set(back) != names:
+            raise ConfigError(f"{tmp}: the written checkpoint does not hold the model's state dict")
+
+    with atomic_write(out, "wb", verify=verify) as fh:
+        fh.write(state)
+    return PretrainResult(out, hashlib.sha256(state).hexdigest(), steps, PRETRAIN_BATCH, world,
+                          time.perf_counter() - t0, loss_value)
+
+
+def _train(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, steps: int, seed: int, rank: int,
+           world: int, progress: Callable[[int, float], None] | None) -> tuple[bytes, float]:
+    """The training loop of one of ``world`` processes (an initialised gloo group when more than one): step k's
+    samples are draws k * B ... k * B + B - 1 of the training chains (epoch = draw // chains), rank r computes
+    the loss of its B / world of them divided by B, and the summed gradients are the batch's mean. Returns the
+    state dict as ``torch.save`` bytes and the last step's mean loss."""
+    import torch
+
+    o = cfg.optim
     wl = _workload(workload, cfg, root)
     source = wl.dataset().open(root, wl.dataset().train_split)
     assert isinstance(source, TrainChains)
@@ -71,42 +122,118 @@ def pretrain(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path
     torch.manual_seed(seed)
     model = wl.build_model()
     model.train()
+    params = list(model.parameters())
     # one fused kernel per step (torch's default on a CPU is a Python loop over the ~430 tensors: 10 ms of
     # a ~110 ms step); torch builds without a fused CPU Adam take the multi-tensor one
     adam = dict(lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay)
     try:
-        opt = torch.optim.Adam(model.parameters(), fused=True, **adam)
+        opt = torch.optim.Adam(params, fused=True, **adam)
     except RuntimeError:
-        opt = torch.optim.Adam(model.parameters(), foreach=True, **adam)
-    t0, step, loss_value = time.perf_counter(), 0, float("nan")
-    while step < steps:
-        for i in range(len(source)):
-            batch = wl.dataset().collate([source[i]])
-            loss = wl.loss(model(batch), batch)
-            opt.zero_grad(set_to_none=True)
+        opt = torch.optim.Adam(params, foreach=True, **adam)
+    per, n = PRETRAIN_BATCH // world, len(source)
+    loss_value = float("nan")
+    for step in range(steps):
+        opt.zero_grad(set_to_none=False)
+        local = torch.zeros(())
+        for j in range(rank * per, (rank + 1) * per):
+            draw = step * PRETRAIN_BATCH + j
+            source.epoch = draw // n
+            batch = wl.dataset().collate([source[draw % n]])
+            loss = wl.loss(model(batch), batch) / PRETRAIN_BATCH
             loss.backward()
-            if o.max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), o.max_grad_norm, foreach=True)
-            opt.step()
-            step += 1
-            loss_value = float(loss.detach())
-            if progress is not None:
-                progress(step, loss_value)
-            if step == steps:
-                break
-        source.epoch += 1
+            local += loss.detach()
+        if world > 1:
+            _all_reduce_grads(params, local)
+        if o.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(params, o.max_grad_norm, foreach=True)
+        opt.step()
+        loss_value = float(local)
+        if progress is not None:
+            progress(step + 1, loss_value)
     buf = io.BytesIO()
     torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, buf)
-    data = buf.getvalue()
+    return buf.getvalue(), loss_value
 
-    def verify(tmp: Path) -> None:
-        back = torch.load(tmp, map_location="cpu", weights_only=True)
-        if set(back) != set(model.state_dict()):
-            raise ConfigError(f"{tmp}: the written checkpoint does not hold the model's state dict")
 
-    with atomic_write(out, "wb", verify=verify) as fh:
-        fh.write(data)
-    return PretrainResult(out, hashlib.sha256(data).hexdigest(), step, time.perf_counter() - t0, loss_value)
+def _all_reduce_grads(params: "list[torch.Tensor]", loss: "torch.Tensor") -> None:
+    """Sum every parameter's gradient (and the loss) over the group, in one flat all-reduce."""
+    import torch
+    import torch.distributed as dist
+
+    for p in params:
+        if p.grad is None:  # no gradient on this rank's samples: the others' still count
+            p.grad = torch.zeros_like(p)
+    grads = [p.grad for p in params]
+    flat = torch.cat([*(g.reshape(-1) for g in grads), loss.reshape(1)])
+    dist.all_reduce(flat)
+    parts = torch.split(flat[:-1], [g.numel() for g in grads])
+    torch._foreach_copy_(grads, [v.view_as(g) for v, g in zip(parts, grads)])
+    loss.copy_(flat[-1])
+
+
+def _train_spawned(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, steps: int, seed: int,
+                   world: int, progress: Callable[[int, float], None] | None) -> tuple[bytes, float]:
+    """:func:`_train` in ``world`` spawned processes (gloo over a file store in a temporary folder). Rank 0
+    reports each step's loss and at the end the state dict through a queue; a process that fails ends the
+    others and raises here with its error (torch's ProcessContext), and a rank left waiting in the all-reduce
+    gives up after the group's timeout, so nothing hangs."""
+    import queue as queue_mod
+    import tempfile
+
+    import torch.multiprocessing as tmp
+
+    ctx = tmp.get_context("spawn")
+    messages = ctx.Queue()
+    result: list[tuple[bytes, float]] = []
+    with tempfile.TemporaryDirectory(prefix="hpcbench-pretrain-") as store:
+        procs = tmp.start_processes(_rank_main, args=(workload, cfg, root, steps, seed, world,
+                                                      str(Path(store) / "store"), messages),
+                                    nprocs=world, join=False, start_method="spawn")
+
+        def drain() -> None:
+            while True:
+                try:
+                    kind, *payload = messages.get_nowait()
+                except queue_mod.Empty:
+                    return
+                if kind == "step" and progress is not None:
+                    progress(*payload)
+                elif kind == "done":
+                    result.append((payload[0], payload[1]))
+
+        try:
+            while not procs.join(timeout=0.2):
+                drain()
+        except tmp.ProcessRaisedException as exc:
+            raise RuntimeError(f"pretraining: a process failed: {str(exc).strip().splitlines()[-1]}") from None
+        except tmp.ProcessExitedException as exc:
+            raise RuntimeError(f"pretraining: a process ended without finishing ({exc})") from None
+        deadline = time.monotonic() + 30
+        while not result and time.monotonic() < deadline:
+            drain()
+            time.sleep(0.05)
+    if not result:
+        raise RuntimeError("pretraining: the processes ended but rank 0 sent no checkpoint")
+    return result[0]
+
+
+def _rank_main(rank: int, workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, steps: int, seed: int,
+               world: int, store: str, messages: Any) -> None:
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", store=dist.FileStore(store, world), rank=rank, world_size=world,
+                            timeout=timedelta(seconds=300))
+    try:
+        report = (lambda step, loss: messages.put(("step", step, loss))) if rank == 0 else None
+        state, loss = _train(workload, cfg, root, steps, seed, rank, world, report)
+        if rank == 0:
+            messages.put(("done", state, loss))
+    finally:
+        dist.destroy_process_group()
 
 
 def evaluate(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, checkpoint: Path) -> float:

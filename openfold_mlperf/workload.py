@@ -26,7 +26,7 @@ Batch = dict[str, "torch.Tensor"]
 
 #: samples the mini's initial checkpoint is trained on by ``hpcbench run``'s datagen (docs/openfold.md: where
 #: that leaves avg lDDT-Ca, and the timed run's climb from there to 0.8)
-MINI_PRETRAIN_STEPS = 2750
+MINI_PRETRAIN_STEPS = 2000
 
 
 class OpenFoldWorkload(Workload[OpenFoldConfig]):
@@ -216,7 +216,8 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
         parser.add_argument("--shards", type=int, default=2, help="alignment shards (<k>.db) of pdb_alignments/")
         parser.add_argument("--pretrain-steps", type=int, default=0,
                             help="also write the mini preset's initial checkpoint (openfold_mlperf/pretrain.py): "
-                                 "the --pretrain-config model trained this many samples on the training chains")
+                                 "the --pretrain-config model trained this many steps of 2 samples on the training "
+                                 "chains (two processes where there are two cores)")
         parser.add_argument("--pretrain-config", default="mini", help="preset or TOML file whose model, data "
                             "settings and Adam the pretraining uses (default mini)")
 
@@ -267,9 +268,9 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
 
         res = pretrain.pretrain(cls, cfg, out, steps, seed, path, progress)
         start = pretrain.evaluate(cls, cls.load_config(config), out, path)
-        print(f"wrote the pretrained {config} checkpoint {path} (sha256 {res.sha256}; {res.steps} training samples "
-              f"in {res.seconds:.0f} s; avg lDDT-Ca on the validation targets {start:.3f}, where a run from it "
-              f"starts)")
+        print(f"wrote the pretrained {config} checkpoint {path} (sha256 {res.sha256}; {res.steps} steps of "
+              f"{res.batch} training samples in {res.seconds:.0f} s on {res.processes} process(es); avg lDDT-Ca on "
+              f"the validation targets {start:.3f}, where a run from it starts)")
 
 
 def _count(cfg: Any) -> int:

@@ -4,6 +4,7 @@ pinned initial checkpoint, and the harness's weight average ("SWA") and Adam cli
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -252,7 +253,7 @@ def test_datagen_cli_and_the_packed_layout(tmp_path: Path) -> None:
                     "--min-length", "20", "--max-length", "24", "--msa-rows", "6", "--pretrain-steps", "2"], timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "wrote 6 synthetic chains (4 training, 2 validation targets" in proc.stdout
-    assert "wrote the pretrained mini checkpoint" in proc.stdout and "2 training samples" in proc.stdout
+    assert "wrote the pretrained mini checkpoint" in proc.stdout and "2 steps of 2 training samples" in proc.stdout
     files = scan(out, registry.layout("openfold"))
     assert list(files) == [REPLICATED]
     got = files[REPLICATED]
@@ -411,6 +412,20 @@ def one_thread():  # noqa: ANN201
     torch.set_num_threads(before)
 
 
+def test_a_failing_pretraining_process_ends_the_others_with_its_error(tmp_path: Path) -> None:
+    """Both spawned processes fail to open the training chains: the call raises with the data error
+    (naming the folder) instead of leaving a rank waiting in the all-reduce, and no checkpoint is left."""
+    from hpcbench.workloads.openfold_mlperf import pretrain
+
+    cls = registry.get("openfold")
+    missing = tmp_path / "no_data"
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"pretraining: a process failed: .*no_data"):
+        pretrain.pretrain(cls, cls.load_config("mini", [*MINI, f"data.root={missing}"]), missing, 2, 0,
+                          tmp_path / "x_checkpoint.pt", processes=2)
+    assert time.monotonic() - t0 < 120 and not (tmp_path / "x_checkpoint.pt").exists()
+
+
 def test_pretraining_is_reproducible_and_its_checkpoint_starts_a_run(synthetic: Path, tmp_path: Path,
                                                                      one_thread: None) -> None:
     """The mini's initial checkpoint is our code's output: the same seed writes the same bytes, another seed
@@ -422,11 +437,23 @@ def test_pretraining_is_reproducible_and_its_checkpoint_starts_a_run(synthetic: 
     def cfg():  # noqa: ANN202
         return cls.load_config("mini", [*MINI, f"data.root={synthetic}"])
 
-    a = pretrain.pretrain(cls, cfg(), synthetic, 3, 5, tmp_path / "a_checkpoint.pt")
-    b = pretrain.pretrain(cls, cfg(), synthetic, 3, 5, tmp_path / "b_checkpoint.pt")
-    c = pretrain.pretrain(cls, cfg(), synthetic, 3, 6, tmp_path / "c_checkpoint.pt")
-    assert a.steps == 3 and math.isfinite(a.final_loss)
+    a = pretrain.pretrain(cls, cfg(), synthetic, 3, 5, tmp_path / "a_checkpoint.pt", processes=1)
+    b = pretrain.pretrain(cls, cfg(), synthetic, 3, 5, tmp_path / "b_checkpoint.pt", processes=1)
+    c = pretrain.pretrain(cls, cfg(), synthetic, 3, 6, tmp_path / "c_checkpoint.pt", processes=1)
+    assert a.steps == 3 and a.batch == pretrain.PRETRAIN_BATCH == 2 and a.processes == 1 and math.isfinite(a.final_loss)
     assert a.sha256 == b.sha256 == checkpoint.sha256_file(a.path) and c.sha256 != a.sha256
+    # two processes (gloo all-reduce of the gradients) train on the same samples: the same mean loss and
+    # weights up to the order of the float sums
+    losses: dict[int, list[float]] = {1: [], 2: []}
+    two = pretrain.pretrain(cls, cfg(), synthetic, 3, 5, tmp_path / "two_checkpoint.pt",
+                            lambda step, loss: losses[2].append(loss), processes=2)
+    pretrain.pretrain(cls, cfg(), synthetic, 3, 5, tmp_path / "one_checkpoint.pt",
+                      lambda step, loss: losses[1].append(loss), processes=1)
+    assert two.processes == 2 and len(losses[2]) == 3 and losses[2] == pytest.approx(losses[1], rel=1e-4)
+    one_w = torch.load(tmp_path / "one_checkpoint.pt", weights_only=True)
+    two_w = torch.load(two.path, weights_only=True)
+    assert one_w.keys() == two_w.keys()
+    assert all(torch.allclose(one_w[k], two_w[k], rtol=1e-3, atol=1e-5) for k in one_w)
     score = pretrain.evaluate(cls, cfg(), synthetic, a.path)
     assert 0.0 <= score <= 1.0
     w = _workload(synthetic, f"model.init_checkpoint={a.path}")
