@@ -208,6 +208,10 @@ def _train_spawned(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root
             raise RuntimeError(f"pretraining: a process failed: {str(exc).strip().splitlines()[-1]}") from None
         except tmp.ProcessExitedException as exc:
             raise RuntimeError(f"pretraining: a process ended without finishing ({exc})") from None
+        finally:  # also on Ctrl-C here: no process is left training on its own
+            for proc in procs.processes:
+                if proc.is_alive():
+                    proc.terminate()
         deadline = time.monotonic() + 30
         while not result and time.monotonic() < deadline:
             drain()
