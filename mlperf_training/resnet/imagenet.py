@@ -139,7 +139,8 @@ def strict_decode(data: bytes, path: Path, check_only: bool = False) -> np.ndarr
     Pillow and DALI's decoders only warn and train on a partly grey image. ``check_only``: decode at
     1/8 scale (all of the entropy-coded data is still decoded, the inverse DCT is skipped; about 2/3 of
     a full decode's time). Damage after which the Huffman code resynchronises decodes without any
-    warning and is, to every decoder, a valid image; only a checksum (the staging manifest's) sees it."""
+    warning and is, to every decoder, a valid image; only a checksum taken before the damage sees it (the
+    staging manifest's crc32c, for damage after packing)."""
     import simplejpeg
 
     try:
