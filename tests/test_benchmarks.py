@@ -178,15 +178,27 @@ GPU_CHECK_WORKLOADS = __import__("hpcbench.registry").registry.names()  # every 
 
 @pytest.fixture(scope="module")
 def gpu_check_smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], dict, list[str]]:
-    """One ``benchmarks.gpu_check --smoke --workloads all`` run (every registered workload in one process, as a
-    GPU session runs it), shared by the per-workload checks below."""
+    """``benchmarks.gpu_check --smoke`` over every registered workload, shared by the per-workload checks below,
+    run as a GPU session runs it: in parts (here two, at once: one core each), merged with ``--merge``."""
     tmp = tmp_path_factory.mktemp("gpu_check_smoke")
+    halves = (GPU_CHECK_WORKLOADS[0::2], GPU_CHECK_WORKLOADS[1::2])
+    parts = [subprocess.Popen([sys.executable, "-m", "benchmarks.gpu_check", "--smoke", "--workloads", ",".join(names),
+                               "--work", str(tmp / "data"), "--seconds", "0.2", "--epochs", "2", "--budget-s", "1200",
+                               "--out", str(tmp / f"part{k}")], cwd=ROOT, env=project_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for k, names in enumerate(halves)]
+    try:
+        outputs = [part.communicate(timeout=1500) for part in parts]
+    finally:
+        for part in parts:
+            part.kill()
+    for part, (stdout, stderr) in zip(parts, outputs):
+        assert part.returncode == 0, stdout[-3000:] + stderr[-3000:]
+        assert "Traceback" not in stderr, stderr[-3000:]
     out = tmp / "gpu_check"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--smoke", "--workloads", "all",
-                           "--work", str(tmp / "data"), "--seconds", "0.2", "--epochs", "2", "--budget-s", "1200",
-                           "--out", str(out)], cwd=ROOT, env=project_env(), capture_output=True, text=True, timeout=1500)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--merge", str(tmp / "part0.json"),
+                           str(tmp / "part1.json"), "--out", str(out)], cwd=ROOT, env=project_env(),
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     return proc, json.loads(out.with_suffix(".json").read_text()), out.with_suffix(".txt").read_text().splitlines()
 
 
