@@ -204,11 +204,9 @@ def build_layout(comm: Any, instances: int = 1, ranks_per_node: int | None = Non
 
 def default_threads(local_size: int) -> int:
     """CPUs this process may use divided by the ranks sharing the node (at least 1)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        cpus = os.cpu_count() or 1
-    return max(1, cpus // max(1, local_size))
+    from .system import usable_cores
+
+    return max(1, usable_cores() // max(1, local_size))
 
 
 def _rendezvous_host(env: DistEnv, comm: Any) -> str:

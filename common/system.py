@@ -45,6 +45,14 @@ STATUS_WORDS = {
 }
 
 
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask; the machine's count where there is none)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -11,7 +11,6 @@ under a seed of its own), and writes the weights as a bare state dict that ``mod
 from __future__ import annotations
 
 import io
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpcbench.common.atomic import atomic_write
 from hpcbench.common.errors import ConfigError
+from hpcbench.common.system import usable_cores
 
 from .config import OpenFoldConfig
 from .spec import EvalChains, TrainChains
@@ -54,13 +54,6 @@ def _workload(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Pat
     cfg.data.root = str(root)
     cfg.model = replace(cfg.model, init_checkpoint="", init_checkpoint_sha256="")  # from the seeded random init
     return workload(cfg)
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 def pretrain(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, steps: int, seed: int, out: Path,

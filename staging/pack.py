@@ -10,7 +10,6 @@ read once and checked against its crc32c; a damaged one is packed again); ``mani
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -23,6 +22,7 @@ import zstandard
 from hpcbench.common.atomic import atomic_write, atomic_write_text
 from hpcbench.common.data.layout import REPLICATED, FileLayout, scan
 from hpcbench.common.errors import DataError
+from hpcbench.common.system import usable_cores
 
 from .manifest import (MANIFEST, FileEntry, Frame, Manifest, ShardInfo, SplitInfo, encode_header, file_crc,
                        refuse_overlap, safe_relpath)
@@ -74,7 +74,7 @@ class Packer:
         self.source, self.dest, self.layout = source, dest, layout
         self.shard_bytes, self.level = shard_bytes, level
         self.chunk_bytes = chunk_bytes or layout.chunk_bytes
-        self.threads = threads or max(1, len(os.sched_getaffinity(0)))
+        self.threads = threads or usable_cores()
         self.progress = progress
         self.reused = 0
         self.written = 0

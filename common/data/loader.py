@@ -11,7 +11,6 @@ and uncached epochs give bit-identical batches.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
@@ -19,6 +18,7 @@ import numpy as np
 import torch
 
 from hpcbench.common.step import prepare_batch, tree_map
+from hpcbench.common.system import usable_cores
 
 from .cache import BatchCache, SampleCache, build_cache
 from .prefetch import prefetch_map
@@ -36,7 +36,7 @@ def reader_threads(configured: int, device: torch.device | None) -> int:
         return configured
     if device is not None and device.type == "cpu":
         return 0
-    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+    return max(1, min(4, usable_cores()))
 
 
 def pin(batch: Any) -> Any:

@@ -31,8 +31,8 @@ import numpy as np
 from hpcbench.common.data.layout import FileLayout, KnownSplit
 from hpcbench.common.data.spec import DatasetSpec
 
-from .imagenet import (ImageList, check_encoded, class_folders, decode, jpeg_header, list_split, open_checked,
-                       read_bytes, to_rgb)
+from .imagenet import (ImageList, check_encoded, class_folders, decode, decode_read, jpeg_header, list_split,
+                       open_checked, read_bytes, to_rgb)
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -100,7 +100,7 @@ class ImageSource:
         data = read_bytes(path)
         header = jpeg_header(data, path)
         if self.short_side <= 0 or (header is not None and min(header[:2]) <= self.short_side):
-            return Decoded(decode(path, data), label)  # full resolution
+            return Decoded(decode_read(path, data, header), label)  # full resolution
         img = open_checked(path, data, header)
         draft(img, self.short_side)
         return Decoded(np.asarray(bound_shorter_side(to_rgb(img, path), self.short_side)), label)

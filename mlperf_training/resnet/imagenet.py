@@ -157,11 +157,15 @@ def strict_decode(data: bytes, path: Path, check_only: bool = False) -> np.ndarr
 _SAME_AS_PILLOW = frozenset(["YCbCr", "Gray"])
 
 
-def decode(path: Path, data: bytes | None = None) -> np.ndarray:
+def decode(path: Path) -> np.ndarray:
     """The whole image as uint8 RGB (H, W, 3), as the reference's ``Image.open(path).convert("RGB")``
     gives it, with the strict JPEG check of :func:`strict_decode`."""
-    data = read_bytes(path) if data is None else data
-    header = jpeg_header(data, path)
+    data = read_bytes(path)
+    return decode_read(path, data, jpeg_header(data, path))
+
+
+def decode_read(path: Path, data: bytes, header: tuple[int, int, str] | None) -> np.ndarray:
+    """:func:`decode` of the file's bytes already read and their :func:`jpeg_header`."""
     if header is not None and header[2] in _SAME_AS_PILLOW:
         return strict_decode(data, path)
     return np.asarray(to_rgb(open_checked(path, data, header), path))
