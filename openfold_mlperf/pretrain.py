@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpcbench.common.atomic import atomic_write
-from hpcbench.common.errors import ConfigError
+from hpcbench.common.errors import ConfigError, DistributedError
 from hpcbench.common.system import usable_cores
 
 from .config import OpenFoldConfig
@@ -168,8 +168,9 @@ def _train_spawned(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root
                    world: int, progress: Callable[[int, float], None] | None) -> tuple[bytes, float]:
     """:func:`_train` in ``world`` spawned processes (gloo over a file store in a temporary folder). Rank 0
     reports each step's loss and at the end the state dict through a queue; a process that fails ends the
-    others and raises here with its error (torch's ProcessContext), and a rank left waiting in the all-reduce
-    gives up after the group's timeout, so nothing hangs."""
+    others (torch's ProcessContext) and its error is raised here as a DistributedError (the CLI prints it
+    without a traceback), and a rank left waiting in the all-reduce gives up after the group's timeout, so
+    nothing hangs."""
     import queue as queue_mod
     import tempfile
 
@@ -198,9 +199,9 @@ def _train_spawned(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root
             while not procs.join(timeout=0.2):
                 drain()
         except tmp.ProcessRaisedException as exc:
-            raise RuntimeError(f"pretraining: a process failed: {str(exc).strip().splitlines()[-1]}") from None
+            raise DistributedError(f"pretraining: a process failed: {str(exc).strip().splitlines()[-1]}") from None
         except tmp.ProcessExitedException as exc:
-            raise RuntimeError(f"pretraining: a process ended without finishing ({exc})") from None
+            raise DistributedError(f"pretraining: a process ended without finishing ({exc})") from None
         finally:  # also on Ctrl-C here: no process is left training on its own
             for proc in procs.processes:
                 if proc.is_alive():
@@ -210,7 +211,7 @@ def _train_spawned(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root
             drain()
             time.sleep(0.05)
     if not result:
-        raise RuntimeError("pretraining: the processes ended but rank 0 sent no checkpoint")
+        raise DistributedError("pretraining: the processes ended but rank 0 sent no checkpoint")
     return result[0]
 
 

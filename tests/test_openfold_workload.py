@@ -13,7 +13,7 @@ import torch
 
 from closed_yaml import check_closed_yaml
 from hpcbench import registry
-from hpcbench.common.errors import ConfigError, DataError
+from hpcbench.common.errors import ConfigError, DataError, DistributedError
 from hpcbench.common.workload import DataSizes
 from hpcbench.workloads.openfold_mlperf import INIT_CHECKPOINT_SHA256, features
 from hpcbench.workloads.openfold_mlperf.data import dataset, store, synth
@@ -420,7 +420,7 @@ def test_a_failing_pretraining_process_ends_the_others_with_its_error(tmp_path: 
     cls = registry.get("openfold")
     missing = tmp_path / "no_data"
     t0 = time.monotonic()
-    with pytest.raises(RuntimeError, match=r"pretraining: a process failed: .*no_data"):
+    with pytest.raises(DistributedError, match=r"pretraining: a process failed: .*no_data"):
         pretrain.pretrain(cls, cls.load_config("mini", [*MINI, f"data.root={missing}"]), missing, 2, 0,
                           tmp_path / "x_checkpoint.pt", processes=2)
     assert time.monotonic() - t0 < 120 and not (tmp_path / "x_checkpoint.pt").exists()
