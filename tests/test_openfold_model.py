@@ -184,6 +184,63 @@ def test_activation_checkpointing_off_gives_the_same_loss_and_gradients() -> Non
         assert torch.allclose(g, grads[1][k], rtol=1e-5, atol=1e-7), k
 
 
+def test_template_pair_stack_runs_once_where_its_inputs_do_not_change() -> None:
+    """Where the template features and residue mask are the same in every recycling iteration and no dropout
+    draws masks (evaluation, or dropout 0), the template pair stack runs once and the recycling iterations
+    read its output: the same outputs, loss and gradients as running it in every iteration. Templates that
+    differ between iterations, or training with template dropout, run it in every iteration."""
+    cfg, _ = _mini()  # no dropout anywhere (the mini preset's model.dropout = false): no random masks
+    cfg = replace(cfg, template=replace(cfg.template, dropout_rate=0.0),
+                  evoformer=replace(cfg.evoformer, msa_dropout=0.0, pair_dropout=0.0),
+                  extra_msa=replace(cfg.extra_msa, msa_dropout=0.0, pair_dropout=0.0),
+                  structure=replace(cfg.structure, dropout_rate=0.0))
+    torch.manual_seed(0)
+    model = AlphaFold(cfg)
+    with torch.no_grad():  # non-zero final layers: the template branch reaches every output
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    runs = [0]
+    model.template_pair_stack.register_forward_pre_hook(lambda *_: runs.__setitem__(0, runs[0] + 1))
+    batch = feature_dict(n_res=16, n_clust=6, n_extra=8, n_templ=2, n_cycle=3, batch=1)
+
+    def step(reuse: bool) -> tuple[int, torch.Tensor, dict[str, torch.Tensor]]:
+        runs[0] = 0
+        model.zero_grad(set_to_none=True)
+        model._template_pairs_constant = (lambda *a: AlphaFold._template_pairs_constant(model, *a)) if reuse \
+            else (lambda *a: False)
+        model.train()
+        loss, _ = alphafold_loss(model(batch), last_iteration(batch), cfg.loss)
+        loss.backward()
+        return runs[0], loss.detach(), {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+    once, loss_once, grads_once = step(True)
+    every, loss_every, grads_every = step(False)
+    assert (once, every) == (1, 3)
+    assert torch.equal(loss_once, loss_every)
+    assert grads_once.keys() == grads_every.keys() and any("template_pair_stack" in k for k in grads_once)
+    for k, g in grads_once.items():
+        assert torch.allclose(g, grads_every[k], rtol=1e-5, atol=1e-7), k
+    del model._template_pairs_constant
+    model.eval()
+    runs[0] = 0
+    with torch.no_grad():
+        model(batch)
+    assert runs[0] == 1
+    changed = dict(batch)  # a template that differs in the first iteration: the stack runs in each
+    changed["template_pseudo_beta"] = batch["template_pseudo_beta"].clone()
+    changed["template_pseudo_beta"][..., 0] += 1.0
+    runs[0] = 0
+    with torch.no_grad():
+        model(changed)
+    assert runs[0] == 3
+    dropout = AlphaFold(ModelConfig.mini()).train()  # the reference's template dropout: every iteration draws
+    assert dropout.cfg.template.dropout_rate > 0
+    calls = [0]
+    dropout.template_pair_stack.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    dropout(batch)
+    assert calls[0] == 3
+
+
 def test_chunked_equals_unchunked() -> None:
     cfg, model = _mini()
     model.eval()

@@ -126,6 +126,41 @@ def test_perfect_prediction_scores_zero_structure_loss() -> None:
     assert float(chi_f) == pytest.approx(float(chi), abs=1e-5)
 
 
+def _renaming_all_slots(b: dict[str, torch.Tensor], pred: torch.Tensor, eps: float = 1e-10
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Algorithm 26 as the reference writes it: every atom14 slot paired with every slot, 14 x 14."""
+    def dists(x: torch.Tensor) -> torch.Tensor:
+        return torch.sqrt(eps + torch.sum((x[..., :, :, None, None, :] - x[..., None, None, :, :, :]) ** 2, dim=-1))
+    gt, alt = b["atom14_gt_positions"], b["atom14_alt_gt_positions"]
+    err = torch.sqrt(eps + (dists(pred) - dists(gt)) ** 2)
+    alt_err = torch.sqrt(eps + (dists(pred) - dists(alt)) ** 2)
+    exists, amb = b["atom14_gt_exists"], b["atom14_atom_is_ambiguous"]
+    mask = (exists * amb)[..., :, :, None, None] * (exists * (1.0 - amb))[..., None, None, :, :]
+    gt_sum, alt_sum = torch.sum(mask * err, dim=(-1, -2, -3)), torch.sum(mask * alt_err, dim=(-1, -2, -3))
+    return (alt_sum < gt_sum).float(), gt_sum, alt_sum
+
+
+def test_renaming_over_the_ambiguous_slots_matches_the_14_by_14_sum() -> None:
+    """The renaming pairs only the slots that can hold an ambiguous atom with every slot; the reference's
+    14 x 14 sum picks the same naming, for predictions near either naming and for random ones, and the
+    choice carries no gradient."""
+    b = last_iteration(feature_dict(n_res=40, batch=3, seed=4))
+    amb = b["atom14_atom_is_ambiguous"].sum(-1) > 0
+    assert int(amb.sum()) >= 5  # enough ASP/GLU/PHE/TYR residues to mean something
+    gen = torch.Generator().manual_seed(1)
+    gt, alt = b["atom14_gt_positions"], b["atom14_alt_gt_positions"]
+    for pred in (gt + 0.3 * torch.randn(gt.shape, generator=gen), alt + 0.3 * torch.randn(gt.shape, generator=gen),
+                 gt + 3.0 * torch.randn(gt.shape, generator=gen), 0.5 * (gt + alt)):
+        pred = pred.requires_grad_(True)
+        want, gt_sum, alt_sum = _renaming_all_slots(b, pred.detach())
+        got = renamed_ground_truth(b, pred)
+        decided = (gt_sum - alt_sum).abs() > 1e-4 * gt_sum.abs().clamp_min(1.0)  # not a tie to rounding
+        assert torch.equal(got["alt_naming_is_better"][decided], want[decided])
+        assert not any(v.requires_grad for v in got.values())
+        ab = want[..., None, None]
+        assert torch.equal(got["renamed_atom14_gt_positions"][decided], ((1 - ab) * gt + ab * alt)[decided])
+
+
 def test_distogram_and_masked_msa_hand_computed() -> None:
     cfg = LossConfig()
     # CB-CB 5 A apart: bin = number of squared edges (linspace(2.3125, 21.6875, 63))^2 below 25

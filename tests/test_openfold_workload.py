@@ -426,6 +426,31 @@ def test_a_failing_pretraining_process_ends_the_others_with_its_error(tmp_path: 
     assert time.monotonic() - t0 < 120 and not (tmp_path / "x_checkpoint.pt").exists()
 
 
+def test_pretraining_warms_up_to_a_multiple_of_the_preset_rate(synthetic: Path, tmp_path: Path, one_thread: None,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step k's rate is PRETRAIN_LR_FACTOR x optim.lr x min(1, (k + 1) / PRETRAIN_WARMUP_STEPS), and the
+    optimizer steps with it."""
+    from hpcbench.workloads.openfold_mlperf import pretrain
+
+    base, warm, factor = 3e-3, pretrain.PRETRAIN_WARMUP_STEPS, pretrain.PRETRAIN_LR_FACTOR
+    assert warm > 1 and factor > 1
+    assert pretrain.pretrain_lr(base, 0) == pytest.approx(base * factor / warm)
+    assert pretrain.pretrain_lr(base, warm // 2 - 1) == pytest.approx(base * factor * (warm // 2) / warm)
+    assert pretrain.pretrain_lr(base, warm - 1) == pretrain.pretrain_lr(base, 10 * warm) == pytest.approx(base * factor)
+    seen: list[float] = []
+    step = torch.optim.Adam.step
+
+    def spy(self, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        seen.append(self.param_groups[0]["lr"])
+        return step(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.Adam, "step", spy)
+    cls = registry.get("openfold")
+    cfg = cls.load_config("mini", [*MINI, f"data.root={synthetic}", f"optim.lr={base}"])
+    pretrain.pretrain(cls, cfg, synthetic, 3, 5, tmp_path / "w_checkpoint.pt", processes=1)
+    assert seen == pytest.approx([pretrain.pretrain_lr(base, k) for k in range(3)])
+
+
 def test_pretraining_is_reproducible_and_its_checkpoint_starts_a_run(synthetic: Path, tmp_path: Path,
                                                                      one_thread: None) -> None:
     """The mini's initial checkpoint is our code's output: the same seed writes the same bytes, another seed

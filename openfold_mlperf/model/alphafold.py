@@ -97,18 +97,32 @@ class AlphaFold(nn.Module):
 
     def forward(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         n_cycle = check_features(batch, self.cfg)
+        last = {k: v[..., -1] for k, v in batch.items() if isinstance(v, torch.Tensor)}
+        gc = self.training and self.cfg.activation_checkpointing
+        # the template pair stack reads only the template features and the residue mask: where they are the
+        # same in every iteration and no dropout draws masks, its output is too, so it runs once (with
+        # autograd, for the last iteration) and the recycling iterations read it detached
+        shared = self._template_pairs(last, gc) if self._template_pairs_constant(batch, n_cycle) else None
         prev: dict[str, torch.Tensor] = {}
         for j in range(n_cycle - 1):
             feats = {k: v[..., j] for k, v in batch.items() if isinstance(v, torch.Tensor)}
             with torch.no_grad():
-                _, prev = self._iteration(feats, prev, gradient_checkpointing=False)
-        feats = {k: v[..., -1] for k, v in batch.items() if isinstance(v, torch.Tensor)}
-        outputs, _ = self._iteration(feats, prev, gradient_checkpointing=self.training and self.cfg.activation_checkpointing)
+                _, prev = self._iteration(feats, prev, False, None if shared is None else shared.detach())
+        outputs, _ = self._iteration(last, prev, gc, shared)
         outputs.update(self.auxiliary_heads(outputs))
         return outputs
 
+    def _template_pairs_constant(self, batch: Mapping[str, torch.Tensor], n_cycle: int) -> bool:
+        t = self.cfg.template
+        if not t.enabled or n_cycle < 2 or (self.training and t.dropout_rate > 0):
+            return False
+        keys = [k for k in batch if k.startswith("template_")] + ["seq_mask"]
+        same = [torch.equal(batch[k][..., :1].expand_as(batch[k]), batch[k]) for k in keys]
+        return all(same)
+
     def _iteration(self, feats: Mapping[str, torch.Tensor], prev: Mapping[str, torch.Tensor],
-                   gradient_checkpointing: bool) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+                   gradient_checkpointing: bool, template_pairs: torch.Tensor | None
+                   ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         cfg = self.cfg
         seq_mask = feats["seq_mask"]
         pair_mask = seq_mask.unsqueeze(-1) * seq_mask.unsqueeze(-2)
@@ -126,7 +140,7 @@ class AlphaFold(nn.Module):
         z = z + z_emb
         msa_mask = feats["msa_mask"]
         if cfg.template.enabled:
-            t_pair, t_angle = self._embed_templates(feats, z, pair_mask, gradient_checkpointing)
+            t_pair, t_angle = self._embed_templates(feats, z, template_pairs, gradient_checkpointing)
             z = z + t_pair
             if cfg.template.embed_torsion_angles:
                 m = torch.cat([m, t_angle], dim=1)
@@ -145,17 +159,26 @@ class AlphaFold(nn.Module):
                     "x_prev": out["final_atom_positions"].detach()}
         return out, prev_out
 
-    def _embed_templates(self, feats: Mapping[str, torch.Tensor], z: torch.Tensor, pair_mask: torch.Tensor,
-                         gradient_checkpointing: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def _template_pairs(self, feats: Mapping[str, torch.Tensor], gradient_checkpointing: bool) -> torch.Tensor:
+        """The template pair stack's output [B, T, R, R, c_t] for one iteration's features."""
         tf = {k: v for k, v in feats.items() if k.startswith("template_")}
+        seq_mask = feats["seq_mask"]
+        dev = seq_mask.device.type  # the dtype of the pair activations (as z's in an iteration)
+        dt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else \
+            self.template_pair_embedder.linear.weight.dtype
+        pair_mask = (seq_mask.unsqueeze(-1) * seq_mask.unsqueeze(-2)).to(dt)
         n_templ = tf["template_aatype"].shape[1]
         pair = [self.template_pair_embedder(
-            build_template_pair_feat({k: v[:, i] for k, v in tf.items()}, self.cfg.template).to(z.dtype))
+            build_template_pair_feat({k: v[:, i] for k, v in tf.items()}, self.cfg.template).to(dt))
             for i in range(n_templ)]
-        t = torch.stack(pair, dim=1)  # [B, T, R, R, c_t]
-        t = self.template_pair_stack(t, pair_mask.to(z.dtype), gradient_checkpointing)
+        return self.template_pair_stack(torch.stack(pair, dim=1), pair_mask, gradient_checkpointing)
+
+    def _embed_templates(self, feats: Mapping[str, torch.Tensor], z: torch.Tensor, pairs: torch.Tensor | None,
+                         gradient_checkpointing: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        tf = {k: v for k, v in feats.items() if k.startswith("template_")}
+        t = self._template_pairs(feats, gradient_checkpointing) if pairs is None else pairs
         template_mask = tf["template_mask"].to(z.dtype)
-        t = self.template_pointwise_attention(t, z, template_mask)
+        t = self.template_pointwise_attention(t.to(z.dtype), z, template_mask)
         any_template = (torch.sum(template_mask, dim=1) > 0).to(t.dtype)
         t = t * any_template[:, None, None, None]
         angle = self.template_angle_embedder(build_template_angle_feat(tf).to(z.dtype))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Mapping, Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -65,19 +66,31 @@ def backbone_fape(sm_frames: torch.Tensor, backbone_rigid_tensor: torch.Tensor,
     return torch.mean(clamped, dim=1)
 
 
+#: the atom14 slots that any residue type marks ambiguous (ASP, GLU, PHE, TYR: slots 6..9). Only these can be
+#: the first atom of a term of Algorithm 26's sum; every other slot's terms are masked zeros.
+_AMBIGUOUS_SLOTS = slice(int(np.flatnonzero(rc.RESTYPE_ATOM14_AMBIGUOUS_ATOMS.any(axis=0)).min()),
+                         int(np.flatnonzero(rc.RESTYPE_ATOM14_AMBIGUOUS_ATOMS.any(axis=0)).max()) + 1)
+
+
+@torch.no_grad()
 def renamed_ground_truth(batch: Mapping[str, torch.Tensor], atom14_pred: torch.Tensor, eps: float = 1e-10
                          ) -> dict[str, torch.Tensor]:
     """Algorithm 26: per residue, the naming of symmetric atoms (ASP, GLU, PHE, TYR) that better matches
-    the prediction's distances to the non-ambiguous atoms."""
-    def dists(x: torch.Tensor) -> torch.Tensor:  # [B, R, 14, 3] -> [B, R, 14, R, 14]
-        return torch.sqrt(eps + torch.sum((x[..., :, :, None, None, :] - x[..., None, None, :, :, :]) ** 2,
-                                          dim=-1))
-    pred_d = dists(atom14_pred)
+    the prediction's distances to the non-ambiguous atoms. The choice is a comparison, so nothing here
+    carries a gradient (the reference's result is the same constant): it runs without autograd, and the
+    sum takes its ambiguous atom from the slots that can hold one (:data:`_AMBIGUOUS_SLOTS`): the terms left
+    out are those the mask zeroes, so the sums hold the same terms (a 14 x 14 pairing costs 3.5x more)."""
+    amb_slots = _AMBIGUOUS_SLOTS
+
+    def dists(x: torch.Tensor) -> torch.Tensor:  # [B, R, 14, 3] -> [B, R, A, R, 14] (A: the ambiguous slots)
+        left = x[..., :, amb_slots, None, None, :]
+        return torch.sqrt(eps + torch.sum((left - x[..., None, None, :, :, :]) ** 2, dim=-1))
+    pred_d = dists(atom14_pred.detach())
     gt, alt = batch["atom14_gt_positions"], batch["atom14_alt_gt_positions"]
     err = torch.sqrt(eps + (pred_d - dists(gt)) ** 2)
     alt_err = torch.sqrt(eps + (pred_d - dists(alt)) ** 2)
     exists, amb = batch["atom14_gt_exists"], batch["atom14_atom_is_ambiguous"]
-    mask = (exists * amb)[..., :, :, None, None] * (exists * (1.0 - amb))[..., None, None, :, :]
+    mask = (exists * amb)[..., :, amb_slots, None, None] * (exists * (1.0 - amb))[..., None, None, :, :]
     alt_better = (torch.sum(mask * alt_err, dim=(-1, -2, -3)) < torch.sum(mask * err, dim=(-1, -2, -3)))
     alt_better = alt_better.to(atom14_pred.dtype)
     ab = alt_better[..., None, None]
