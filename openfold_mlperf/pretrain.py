@@ -118,6 +118,9 @@ def _train(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, 
     the loss of its B / world of them divided by B, and the summed gradients are the batch's mean. Returns the
     state dict as ``torch.save`` bytes and the last step's mean loss."""
     import torch
+    import torch.distributed as dist
+
+    from hpcbench.common.flat import FlatParams
 
     o = cfg.optim
     wl = _workload(workload, cfg, root)
@@ -127,20 +130,23 @@ def _train(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, 
     torch.manual_seed(seed)
     model = wl.build_model()
     model.train()
-    params = list(model.parameters())
-    # one fused kernel per step (torch's default on a CPU is a Python loop over the ~430 tensors: 10 ms of
-    # a ~110 ms step); torch builds without a fused CPU Adam take the multi-tensor one
+    # the parameters and their gradients as views into two flat buffers (the harness's FlatParams): one
+    # all-reduce, one norm and one fused Adam kernel over the whole model per step instead of a loop over its
+    # ~430 tensors (Adam is elementwise and the buffers' alignment gaps hold zeros, so the update is the same)
+    flat = FlatParams(model)
+    weights = flat.params
+    weights.grad = flat.grads
     adam = dict(lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay)
     try:
-        opt = torch.optim.Adam(params, fused=True, **adam)
-    except RuntimeError:
-        opt = torch.optim.Adam(params, foreach=True, **adam)
+        opt = torch.optim.Adam([weights], fused=True, **adam)
+    except RuntimeError:  # a torch build without a fused CPU Adam
+        opt = torch.optim.Adam([weights], foreach=True, **adam)
     per, n = PRETRAIN_BATCH // world, len(source)
     loss_value = float("nan")
     for step in range(steps):
         for group in opt.param_groups:
             group["lr"] = pretrain_lr(o.lr, step)
-        opt.zero_grad(set_to_none=False)
+        flat.zero_grad()
         local = torch.zeros(())
         for j in range(rank * per, (rank + 1) * per):
             draw = step * PRETRAIN_BATCH + j
@@ -149,10 +155,12 @@ def _train(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, 
             loss = wl.loss(model(batch), batch) / PRETRAIN_BATCH
             loss.backward()
             local += loss.detach()
-        if world > 1:
-            _all_reduce_grads(params, local)
+        flat.check_grads()
+        if world > 1:  # the batch's mean gradient and loss: sums of the ranks' shares
+            dist.all_reduce(flat.grads)
+            dist.all_reduce(local)
         if o.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(params, o.max_grad_norm, foreach=True)
+            torch.nn.utils.clip_grad_norm_([weights], o.max_grad_norm)
         opt.step()
         loss_value = float(local)
         if progress is not None:
@@ -160,22 +168,6 @@ def _train(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, 
     buf = io.BytesIO()
     torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, buf)
     return buf.getvalue(), loss_value
-
-
-def _all_reduce_grads(params: "list[torch.Tensor]", loss: "torch.Tensor") -> None:
-    """Sum every parameter's gradient (and the loss) over the group, in one flat all-reduce."""
-    import torch
-    import torch.distributed as dist
-
-    for p in params:
-        if p.grad is None:  # no gradient on this rank's samples: the others' still count
-            p.grad = torch.zeros_like(p)
-    grads = [p.grad for p in params]
-    flat = torch.cat([*(g.reshape(-1) for g in grads), loss.reshape(1)])
-    dist.all_reduce(flat)
-    parts = torch.split(flat[:-1], [g.numel() for g in grads])
-    torch._foreach_copy_(grads, [v.view_as(g) for v, g in zip(parts, grads)])
-    loss.copy_(flat[-1])
 
 
 def _train_spawned(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, steps: int, seed: int,
