@@ -156,6 +156,11 @@ class FlatParams:
         dst = [buf[o : o + n] for o, n in zip(self.offsets, self.numels)]
         torch._foreach_copy_(dst, list(packed[: self.numel].split(self.numels)))
 
+    def unflatten(self, buf: torch.Tensor) -> list[torch.Tensor]:
+        """Views of a ``size``-long buffer laid out like ``params``: one per parameter, with its shape and
+        strides (the inverse of :meth:`flatten`)."""
+        return [_view(buf, off, p) for off, p in zip(self.offsets, self._params)]
+
     @torch.no_grad()
     def flatten(self, tensors: list[torch.Tensor]) -> torch.Tensor:
         """``tensors`` (one per parameter, in order, any layout) placed like ``params`` (zero gaps)."""

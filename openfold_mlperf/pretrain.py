@@ -46,6 +46,13 @@ PRETRAIN_LR_FACTOR = 2.0
 PRETRAIN_WARMUP_STEPS = 150
 
 
+#: the checkpoint holds the weights' exponential moving average (each step ``avg + (w - avg) x (1 - decay)``, the
+#: first step's weights copied, as the run's own average), not the last weights: along one pretraining the last
+#: weights' score swings by up to 0.1 between evaluations 100 steps apart, the average's by a few hundredths
+#: (docs/openfold.md)
+PRETRAIN_AVERAGE_DECAY = 0.99
+
+
 def pretrain_lr(base: float, step: int) -> float:
     """The learning rate of pretraining step ``step`` (from 0) for the preset's rate ``base``."""
     return base * PRETRAIN_LR_FACTOR * min(1.0, (step + 1) / PRETRAIN_WARMUP_STEPS)
@@ -73,8 +80,11 @@ def pretrain(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path
     """Train ``cfg``'s model (built by ``workload``, the workload class that calls this) for ``steps`` steps of
     :data:`PRETRAIN_BATCH` samples on the training chains under ``root`` with ``cfg.optim``'s Adam (betas, epsilon,
     global-norm clipping; the learning rate of :func:`pretrain_lr`, from the preset's constant rate), starting
-    from ``torch.manual_seed(seed)``; write its state dict to ``out`` (write, read back, rename). ``processes``: how many processes share each step's samples
-    (0: one per usable core, at most the batch); each is one torch thread, and more than one averages the
+    from ``torch.manual_seed(seed)``; write the reference's resumable layout to ``out`` (write, read back,
+    rename): ``iteration`` (the steps), ``alphafold_state_dict`` (the weights' moving average,
+    :data:`PRETRAIN_AVERAGE_DECAY`) and ``optimizer_state_dict`` (Adam's step and moments, torch's layout, which
+    a run continues from: ``model.init_optimizer_state``). ``processes``: how many processes share each step's
+    samples (0: one per usable core, at most the batch); each is one torch thread, and more than one averages the
     gradients with a gloo all-reduce. The samples, their order and the mean are the same for any count."""
     import hashlib
 
@@ -98,12 +108,14 @@ def pretrain(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path
         state, loss_value = _train_spawned(workload, cfg, root, steps, seed, world, progress)
 
     with torch.device("meta"):
-        names = set(_workload(workload, cfg, root).build_model().state_dict())
+        meta_model = _workload(workload, cfg, root).build_model()
+        names, n_params = set(meta_model.state_dict()), len(list(meta_model.parameters()))
 
     def verify(tmp: Path) -> None:
         back = torch.load(tmp, map_location="cpu", weights_only=True)
-        if set(back) != names:
-            raise ConfigError(f"{tmp}: the written checkpoint does not hold the model's state dict")
+        if set(back.get("alphafold_state_dict", {})) != names or \
+                len(back.get("optimizer_state_dict", {}).get("state", {})) != n_params:
+            raise ConfigError(f"{tmp}: the written checkpoint does not hold the model's state dict and Adam state")
 
     with atomic_write(out, "wb", verify=verify) as fh:
         fh.write(state)
@@ -143,6 +155,7 @@ def _train(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, 
         opt = torch.optim.Adam([weights], foreach=True, **adam)
     per, n = PRETRAIN_BATCH // world, len(source)
     loss_value = float("nan")
+    average: torch.Tensor | None = None  # of the flat weights (PRETRAIN_AVERAGE_DECAY)
     for step in range(steps):
         for group in opt.param_groups:
             group["lr"] = pretrain_lr(o.lr, step)
@@ -162,12 +175,34 @@ def _train(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, 
         if o.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_([weights], o.max_grad_norm)
         opt.step()
+        with torch.no_grad():
+            if average is None:
+                average = weights.detach().clone()
+            else:
+                average.lerp_(weights, 1.0 - PRETRAIN_AVERAGE_DECAY)
         loss_value = float(local)
         if progress is not None:
             progress(step + 1, loss_value)
+    if average is not None:
+        with torch.no_grad():
+            weights.copy_(average)  # the model's parameters are views into ``weights``
     buf = io.BytesIO()
-    torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, buf)
+    torch.save({"iteration": steps, "alphafold_state_dict": {k: v.detach().clone() for k, v in model.state_dict().items()},
+                "optimizer_state_dict": _adam_state_dict(opt, weights, flat)}, buf)
     return buf.getvalue(), loss_value
+
+
+def _adam_state_dict(opt: "torch.optim.Optimizer", weights: "torch.Tensor", flat: Any) -> dict[str, Any]:
+    """The Adam over the flat buffer as torch's ``optimizer.state_dict()`` of an Adam over
+    ``model.parameters()`` in one group (the reference's resumable layout): per parameter index its step and
+    moments, shaped like the parameter."""
+    st = opt.state[weights]
+    moments = {k: flat.unflatten(st[k]) for k in ("exp_avg", "exp_avg_sq")}
+    state = {i: {"step": st["step"].detach().clone(), **{k: v[i].detach().clone() for k, v in moments.items()}}
+             for i in range(flat.num_tensors)}
+    group = {k: v for k, v in opt.param_groups[0].items() if k != "params"}
+    group["params"] = list(range(flat.num_tensors))
+    return {"state": state, "param_groups": [group]}
 
 
 def _train_spawned(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, steps: int, seed: int,

@@ -26,7 +26,7 @@ Batch = dict[str, "torch.Tensor"]
 
 #: samples the mini's initial checkpoint is trained on by ``hpcbench run``'s datagen (docs/openfold.md: where
 #: that leaves avg lDDT-Ca, and the timed run's climb from there to 0.8)
-MINI_PRETRAIN_STEPS = 1600
+MINI_PRETRAIN_STEPS = 1400
 
 
 class OpenFoldWorkload(Workload[OpenFoldConfig]):

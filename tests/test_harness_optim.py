@@ -262,6 +262,20 @@ def test_channels_last_parameters_keep_their_layout_in_the_flat_buffer() -> None
         torch.testing.assert_close(p.grad, r.grad, atol=1e-6, rtol=1e-5)
 
 
+def test_unflatten_is_the_inverse_of_flatten_in_each_parameters_layout() -> None:
+    """``unflatten`` of a buffer laid out like ``params`` gives one view per parameter with its shape and
+    strides (channels-last included): of ``params`` itself the parameters, of ``flatten(ts)`` the ``ts``."""
+    torch.manual_seed(4)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Linear(8, 5)).to(memory_format=torch.channels_last)
+    flat = FlatParams(model)
+    views = flat.unflatten(flat.params)
+    for v, p in zip(views, model.parameters()):
+        assert v.shape == p.shape and v.stride() == p.stride() and v.data_ptr() == p.data_ptr()
+    tensors = [torch.randn(p.shape) for p in model.parameters()]
+    back = flat.unflatten(flat.flatten(tensors))
+    assert len(back) == len(tensors) and all(torch.equal(b, t) for b, t in zip(back, tensors))
+
+
 def test_channels_last_3d_conv_weights() -> None:
     from hpcbench.common.precision import module_to_channels_last
 

@@ -451,6 +451,67 @@ def test_pretraining_warms_up_to_a_multiple_of_the_preset_rate(synthetic: Path, 
     assert seen == pytest.approx([pretrain.pretrain_lr(base, k) for k in range(3)])
 
 
+def test_pretraining_writes_a_resumable_checkpoint_of_its_weights_average_and_adam_state(synthetic: Path, tmp_path: Path, one_thread: None,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checkpoint is the reference's resumable layout: ``alphafold_state_dict`` holds the weights'
+    exponential moving average over the steps (the first step's weights copied, then avg + (w - avg) x
+    (1 - PRETRAIN_AVERAGE_DECAY)), not the last weights, and ``optimizer_state_dict`` Adam's step and moments,
+    which a run's workload hands to the harness's Adam."""
+    from hpcbench.common.flat import FlatParams
+    from hpcbench.workloads.openfold_mlperf import pretrain
+
+    after: list[torch.Tensor] = []  # the flat weights after each optimizer step
+    step = torch.optim.Adam.step
+
+    def spy(self, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        out = step(self, *a, **k)
+        after.append(self.param_groups[0]["params"][0].detach().clone())
+        return out
+
+    monkeypatch.setattr(torch.optim.Adam, "step", spy)
+    cls = registry.get("openfold")
+    cfg = cls.load_config("mini", [*MINI, f"data.root={synthetic}"])
+    result = pretrain.pretrain(cls, cfg, synthetic, 4, 5, tmp_path / "avg_checkpoint.pt", processes=1)
+    assert len(after) == 4 and not torch.equal(after[-1], after[-2])
+    d = pretrain.PRETRAIN_AVERAGE_DECAY
+    assert 0.9 <= d < 1
+    average = after[0].clone()
+    for w in after[1:]:
+        average = average + (w - average) * (1 - d)
+    model = pretrain._workload(cls, cls.load_config("mini", [*MINI, f"data.root={synthetic}"]), synthetic).build_model()
+    flat = FlatParams(model)
+    with torch.no_grad():
+        flat.params.copy_(average)
+    want = model.state_dict()
+    saved = torch.load(result.path, weights_only=True)
+    assert saved["iteration"] == 4
+    got = saved["alphafold_state_dict"]
+    assert got.keys() == want.keys()
+    for k in want:
+        assert torch.allclose(got[k], want[k], rtol=1e-5, atol=1e-7), k
+    with torch.no_grad():
+        flat.params.copy_(after[-1])
+    last = model.state_dict()
+    assert any(not torch.allclose(got[k], last[k]) for k in last)  # not the last weights
+    # Adam's state in torch's layout (one group over model.parameters()), as the reference's resumable
+    # checkpoint holds it: the moments of the flat optimizer, per parameter, and its step
+    opt_state = saved["optimizer_state_dict"]
+    names = [n for n, _ in model.named_parameters()]
+    assert opt_state["param_groups"][0]["params"] == list(range(len(names)))
+    for i, (name, p) in enumerate(model.named_parameters()):
+        st = opt_state["state"][i]
+        assert float(st["step"]) == 4.0
+        assert st["exp_avg"].shape == p.shape and st["exp_avg_sq"].shape == p.shape, name
+        assert bool((st["exp_avg_sq"] >= 0).all())
+    assert any(float(st["exp_avg"].abs().sum()) > 0 for st in opt_state["state"].values())
+    # a run loads it: the workload hands the moments and the step to the harness's Adam
+    w = _workload(synthetic, f"model.init_checkpoint={result.path}")
+    w.build_model()
+    init = w.initial_optimizer_state(names)
+    assert init is not None and init["step"] == 4.0 and len(init["exp_avg"]) == len(names)
+    assert all(torch.equal(a, opt_state["state"][i]["exp_avg"]) for i, a in enumerate(init["exp_avg"]))
+
+
 def test_pretraining_is_reproducible_and_its_checkpoint_starts_a_run(synthetic: Path, tmp_path: Path,
                                                                      one_thread: None) -> None:
     """The mini's initial checkpoint is our code's output: the same seed writes the same bytes, another seed
@@ -475,8 +536,8 @@ def test_pretraining_is_reproducible_and_its_checkpoint_starts_a_run(synthetic: 
     pretrain.pretrain(cls, cfg(), synthetic, 3, 5, tmp_path / "one_checkpoint.pt",
                       lambda step, loss: losses[1].append(loss), processes=1)
     assert two.processes == 2 and len(losses[2]) == 3 and losses[2] == pytest.approx(losses[1], rel=1e-4)
-    one_w = torch.load(tmp_path / "one_checkpoint.pt", weights_only=True)
-    two_w = torch.load(two.path, weights_only=True)
+    one_w = torch.load(tmp_path / "one_checkpoint.pt", weights_only=True)["alphafold_state_dict"]
+    two_w = torch.load(two.path, weights_only=True)["alphafold_state_dict"]
     assert one_w.keys() == two_w.keys()
     assert all(torch.allclose(one_w[k], two_w[k], rtol=1e-3, atol=1e-5) for k in one_w)
     score = pretrain.evaluate(cls, cfg(), synthetic, a.path)
