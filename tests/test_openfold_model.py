@@ -241,37 +241,6 @@ def test_template_pair_stack_runs_once_where_its_inputs_do_not_change() -> None:
     assert calls[0] == 3
 
 
-def test_side_chains_of_every_layer_in_one_pass_equal_layer_by_layer() -> None:
-    """The structure module computes Algorithm 24's side chains for all its layers in one batched pass: each
-    layer's side-chain frames and atom positions equal those built from that layer's backbone frame and
-    angles alone; ``all_layers=False`` (a recycling pass) gives the last layer's only."""
-    torch.manual_seed(0)
-    cfg = ModelConfig.mini(structure_blocks=3)
-    model = AlphaFold(cfg).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    sm = model.structure_module
-    b, r = 2, 12
-    s, z = torch.randn(b, r, cfg.c_s), torch.randn(b, r, r, cfg.c_z)
-    mask, aatype = torch.ones(b, r), torch.randint(0, 21, (b, r))
-    with torch.no_grad():
-        out = sm(s, z, mask, aatype)
-        last = sm(s, z, mask, aatype, all_layers=False)
-    assert out["sm_positions"].shape == (b, 3, r, 14, 3) and out["sm_sidechain_frames"].shape == (b, 3, r, 8, 4, 4)
-    for layer in range(3):
-        f = out["sm_frames"][:, layer]
-        bb = Rigid(quat_to_rot(f[..., :4]), f[..., 4:])
-        frames = torsion_angles_to_frames(bb, out["sm_angles"][:, layer], aatype, sm.default_frames)
-        pos = frames_to_atom14(frames, aatype, sm.group_idx, sm.atom_mask, sm.lit_positions)
-        torch.testing.assert_close(out["sm_sidechain_frames"][:, layer], frames.to_4x4(), atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(out["sm_positions"][:, layer], pos, atol=1e-5, rtol=1e-5)
-    assert last["sm_positions"].shape == (b, 1, r, 14, 3)
-    assert torch.equal(last["sm_positions"][:, 0], out["sm_positions"][:, -1])
-    assert torch.equal(last["sm_sidechain_frames"][:, 0], out["sm_sidechain_frames"][:, -1])
-    assert all(torch.equal(last[k], out[k]) for k in ("sm_frames", "sm_angles", "sm_single"))
-
-
 def test_chunked_equals_unchunked() -> None:
     cfg, model = _mini()
     model.eval()

@@ -107,9 +107,8 @@ class AlphaFold(nn.Module):
         for j in range(n_cycle - 1):
             feats = {k: v[..., j] for k, v in batch.items() if isinstance(v, torch.Tensor)}
             with torch.no_grad():
-                _, prev = self._iteration(feats, prev, False, None if shared is None else shared.detach(),
-                                          recycling=True)
-        outputs, _ = self._iteration(last, prev, gc, shared, recycling=False)
+                _, prev = self._iteration(feats, prev, False, None if shared is None else shared.detach())
+        outputs, _ = self._iteration(last, prev, gc, shared)
         outputs.update(self.auxiliary_heads(outputs))
         return outputs
 
@@ -122,10 +121,8 @@ class AlphaFold(nn.Module):
         return all(same)
 
     def _iteration(self, feats: Mapping[str, torch.Tensor], prev: Mapping[str, torch.Tensor],
-                   gradient_checkpointing: bool, template_pairs: torch.Tensor | None, recycling: bool
+                   gradient_checkpointing: bool, template_pairs: torch.Tensor | None
                    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        """One pass of the network; a ``recycling`` pass's outputs only feed the next one (the structure
-        module's side chains of its last layer only)."""
         cfg = self.cfg
         seq_mask = feats["seq_mask"]
         pair_mask = seq_mask.unsqueeze(-1) * seq_mask.unsqueeze(-2)
@@ -152,8 +149,7 @@ class AlphaFold(nn.Module):
         z = self.extra_msa_stack(a, z, feats["extra_msa_mask"].to(dt), pair_mask.to(dt), gradient_checkpointing)
         m, z, s = self.evoformer_stack(m, z, msa_mask.to(dt), pair_mask.to(dt), gradient_checkpointing)
         out: dict[str, torch.Tensor] = {"msa": m[:, :n_clust], "pair": z, "single": s}
-        out.update(self.structure_module(s, z, seq_mask.to(s.dtype), feats["aatype"].long(),
-                                         all_layers=not recycling))
+        out.update(self.structure_module(s, z, seq_mask.to(s.dtype), feats["aatype"].long()))
         out["final_atom_positions"] = atom14_to_atom37(out["sm_positions"][:, -1],
                                                        feats["residx_atom37_to_atom14"],
                                                        feats["atom37_atom_exists"])

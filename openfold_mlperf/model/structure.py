@@ -184,11 +184,8 @@ class StructureModule(nn.Module):
         for name, (arr, dtype) in tables.items():  # not in the state dict (the reference's are not either)
             self.register_buffer(name, torch.tensor(np.asarray(arr), dtype=dtype), persistent=False)
 
-    def forward(self, s: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, aatype: torch.Tensor,
-                all_layers: bool = True) -> dict[str, torch.Tensor]:
-        """The reference's outputs per layer, stacked on dim 1. ``all_layers`` False (a recycling iteration,
-        whose outputs only feed the next one) computes the side-chain frames and atom positions of the last
-        layer only: ``sm_sidechain_frames`` and ``sm_positions`` then hold one layer."""
+    def forward(self, s: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, aatype: torch.Tensor
+                ) -> dict[str, torch.Tensor]:
         cfg = self.cfg
         s = self.layer_norm_s(s)
         z = self.layer_norm_z(z)
@@ -197,37 +194,28 @@ class StructureModule(nn.Module):
         quat = identity_quat(s.shape[:-1], s.dtype, s.device)
         trans = torch.zeros(s.shape[:-1] + (3,), dtype=s.dtype, device=s.device)
         dt = s.dtype
+        default_frames, lit = self.default_frames.to(dt), self.lit_positions.to(dt)
         outs: dict[str, list[torch.Tensor]] = {k: [] for k in (
-            "sm_frames", "sm_unnormalized_angles", "sm_angles", "sm_states")}
-        rots: list[torch.Tensor] = []
+            "sm_frames", "sm_sidechain_frames", "sm_unnormalized_angles", "sm_angles", "sm_positions",
+            "sm_states")}
         for _ in range(cfg.num_blocks):
             r = Rigid(quat_to_rot(quat), trans)
             s = s + self.ipa(s, z, r, mask)
             s = self.layer_norm_ipa(self.ipa_dropout(s))
             s = self.transition(s)
             quat, trans = compose_q_update(quat, trans, self.bb_update(s))
-            rots.append(quat_to_rot(quat))
+            bb = Rigid(quat_to_rot(quat), trans * cfg.scale_factor)
             unnorm, angles = self.angle_resnet(s, s_initial)
+            frames = torsion_angles_to_frames(bb, angles, aatype, default_frames)
+            pos = frames_to_atom14(frames, aatype, self.group_idx, self.atom_mask.to(dt), lit)
             outs["sm_frames"].append(torch.cat([quat, trans * cfg.scale_factor], dim=-1))
+            outs["sm_sidechain_frames"].append(frames.to_4x4())
             outs["sm_unnormalized_angles"].append(unnorm)
             outs["sm_angles"].append(angles)
+            outs["sm_positions"].append(pos)
             outs["sm_states"].append(s)
             quat = quat.detach()  # no gradient through the rotations into the next layer (supplement 1.8.2)
         out = {k: torch.stack(v, dim=1) for k, v in outs.items()}
-        # Algorithm 24's side chains for the layers' backbone frames and angles in one pass, the layers folded
-        # into the batch (the same arithmetic as layer by layer, a fraction of the operations)
-        keep = slice(None) if all_layers else slice(-1, None)
-        rot = torch.stack(rots, dim=1)[:, keep]  # [B, L, R, 3, 3]
-        bb_trans = out["sm_frames"][:, keep, ..., 4:]  # [B, L, R, 3], already scaled
-        angles = out["sm_angles"][:, keep]
-        b, n_layers, n_res = rot.shape[:3]
-        aa = aatype.unsqueeze(1).expand(b, n_layers, n_res).reshape(b * n_layers, n_res)
-        bb = Rigid(rot.reshape(b * n_layers, n_res, 3, 3), bb_trans.reshape(b * n_layers, n_res, 3))
-        frames = torsion_angles_to_frames(bb, angles.reshape((b * n_layers,) + angles.shape[2:]), aa,
-                                          self.default_frames.to(dt))
-        pos = frames_to_atom14(frames, aa, self.group_idx, self.atom_mask.to(dt), self.lit_positions.to(dt))
-        out["sm_sidechain_frames"] = frames.to_4x4().reshape(b, n_layers, n_res, 8, 4, 4)
-        out["sm_positions"] = pos.reshape(b, n_layers, n_res, 14, 3)
         out["sm_single"] = s
         return out
 
