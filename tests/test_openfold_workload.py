@@ -451,8 +451,8 @@ def test_pretraining_warms_up_to_a_multiple_of_the_preset_rate(synthetic: Path, 
     assert seen == pytest.approx([pretrain.pretrain_lr(base, k) for k in range(3)])
 
 
-def test_pretraining_writes_a_resumable_checkpoint_of_its_weights_average_and_adam_state(synthetic: Path, tmp_path: Path, one_thread: None,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pretraining_writes_a_resumable_checkpoint_of_its_weights_average_and_adam_state(
+        synthetic: Path, tmp_path: Path, one_thread: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """The checkpoint is the reference's resumable layout: ``alphafold_state_dict`` holds the weights'
     exponential moving average over the steps (the first step's weights copied, then avg + (w - avg) x
     (1 - PRETRAIN_AVERAGE_DECAY)), not the last weights, and ``optimizer_state_dict`` Adam's step and moments,
