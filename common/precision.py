@@ -19,6 +19,11 @@ import torch.distributed as dist
 from .errors import ConfigError
 
 
+def autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The dtype ``torch.autocast`` casts to on ``device_type`` ("cpu", "cuda") where it is on here, else None."""
+    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+
+
 class Precision:
     def __init__(self, mode: str, device: torch.device, world: int = 1, init_scale: float = 2.0**16,
                  growth_interval: int = 2000) -> None:

@@ -5,8 +5,8 @@ checkpoint of its own small model: :func:`pretrain` trains the model a preset de
 initialisation, on the dataset's training chains (the same weighted draws, crops and MSA sampling as a run,
 under a seed of its own), and writes the reference's resumable layout (the weights' moving average and Adam's
 state) that ``model.init_checkpoint`` loads (its sha256 is then logged as ``init_checkpoint_sha256sum``).
-The validation targets are never trained on: :func:`evaluate` only measures where the checkpoint starts a run. ``hpcbench datagen openfold
---pretrain-steps N`` calls it after writing the data.
+The validation targets are never trained on: :func:`evaluate` only measures where the checkpoint starts a run.
+``hpcbench datagen openfold --pretrain-steps N`` calls it after writing the data.
 """
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ from .spec import EvalChains, TrainChains
 
 if TYPE_CHECKING:  # pragma: no cover
     from torch import nn
+
+    from hpcbench.common.flat import FlatParams
 
     from .workload import OpenFoldWorkload
 
@@ -128,7 +130,8 @@ def _train(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, 
     """The training loop of one of ``world`` processes (an initialised gloo group when more than one): step k's
     samples are draws k * B ... k * B + B - 1 of the training chains (epoch = draw // chains), rank r computes
     the loss of its B / world of them divided by B, and the summed gradients are the batch's mean. Returns the
-    resumable checkpoint as ``torch.save`` bytes and the last step's mean loss."""
+    resumable checkpoint as ``torch.save`` bytes (rank 0; the others, whose weights are the same, keep no
+    average and return no bytes) and the last step's mean loss."""
     import torch
     import torch.distributed as dist
 
@@ -155,7 +158,7 @@ def _train(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, 
         opt = torch.optim.Adam([weights], foreach=True, **adam)
     per, n = PRETRAIN_BATCH // world, len(source)
     loss_value = float("nan")
-    average: torch.Tensor | None = None  # of the flat weights (PRETRAIN_AVERAGE_DECAY)
+    average: torch.Tensor | None = None  # of the flat weights (PRETRAIN_AVERAGE_DECAY), kept by rank 0
     for step in range(steps):
         for group in opt.param_groups:
             group["lr"] = pretrain_lr(o.lr, step)
@@ -175,14 +178,14 @@ def _train(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, 
         if o.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_([weights], o.max_grad_norm)
         opt.step()
-        with torch.no_grad():
-            if average is None:
-                average = weights.detach().clone()
-            else:
+        if rank == 0:  # it writes the checkpoint (the ranks hold the same weights)
+            average = weights.detach().clone() if average is None else \
                 average.lerp_(weights, 1.0 - PRETRAIN_AVERAGE_DECAY)
         loss_value = float(local)
         if progress is not None:
             progress(step + 1, loss_value)
+    if rank != 0:
+        return b"", loss_value
     if average is not None:
         with torch.no_grad():
             weights.copy_(average)  # the model's parameters are views into ``weights``
@@ -193,7 +196,7 @@ def _train(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, 
     return buf.getvalue(), loss_value
 
 
-def _adam_state_dict(opt: "torch.optim.Optimizer", weights: "torch.Tensor", flat: Any) -> dict[str, Any]:
+def _adam_state_dict(opt: "torch.optim.Optimizer", weights: "torch.Tensor", flat: "FlatParams") -> dict[str, Any]:
     """The Adam over the flat buffer as torch's ``optimizer.state_dict()`` of an Adam over
     ``model.parameters()`` in one group (the reference's resumable layout): per parameter index its step and
     moments, shaped like the parameter."""

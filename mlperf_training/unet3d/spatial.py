@@ -42,6 +42,7 @@ from torch import nn
 
 from hpcbench.common.errors import ConfigError
 from hpcbench.common.parallel import consecutive_groups
+from hpcbench.common.precision import autocast_dtype
 
 from .loss import SMOOTH_DR, SMOOTH_NR
 
@@ -210,11 +211,6 @@ def _zero_extend(t: torch.Tensor, rows: int, axis: int, after: bool) -> torch.Te
     return torch.cat((t, zeros) if after else (zeros, t), dim=axis)
 
 
-def _autocast_dtype(x: torch.Tensor) -> torch.dtype | None:
-    kind = x.device.type
-    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None
-
-
 class _HaloConvFn(torch.autograd.Function):
     """The slab's own convolution, zero-padded where the halos belong, runs while the halos travel
     (it is most of the work); the halos' contribution to the boundary rows is then a small
@@ -223,7 +219,7 @@ class _HaloConvFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,  # noqa: ANN401
                 sg: SpatialGroup, g: _Geometry) -> torch.Tensor:
-        dtype = _autocast_dtype(x)  # autocast's cast, done here since the convolutions below run without it
+        dtype = autocast_dtype(x.device.type)  # autocast's cast, done here since the convolutions below run without it
         ctx.in_dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
         if dtype is not None:
             x, weight = x.to(dtype), weight.to(dtype)

@@ -13,6 +13,8 @@ from typing import Mapping
 import torch
 import torch.nn as nn
 
+from hpcbench.common.precision import autocast_dtype
+
 from .. import residue_constants as rc
 from .config import ModelConfig
 from .embedders import (ExtraMSAEmbedder, InputEmbedder, RecyclingEmbedder, TemplateAngleEmbedder,
@@ -163,9 +165,8 @@ class AlphaFold(nn.Module):
         """The template pair stack's output [B, T, R, R, c_t] for one iteration's features."""
         tf = {k: v for k, v in feats.items() if k.startswith("template_")}
         seq_mask = feats["seq_mask"]
-        dev = seq_mask.device.type  # the dtype of the pair activations (as z's in an iteration)
-        dt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else \
-            self.template_pair_embedder.linear.weight.dtype
+        # the dtype of the pair activations (as z's in an iteration)
+        dt = autocast_dtype(seq_mask.device.type) or self.template_pair_embedder.linear.weight.dtype
         pair_mask = (seq_mask.unsqueeze(-1) * seq_mask.unsqueeze(-2)).to(dt)
         n_templ = tf["template_aatype"].shape[1]
         pair = [self.template_pair_embedder(

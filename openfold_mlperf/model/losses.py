@@ -66,10 +66,14 @@ def backbone_fape(sm_frames: torch.Tensor, backbone_rigid_tensor: torch.Tensor,
     return torch.mean(clamped, dim=1)
 
 
+def _ambiguous_slots() -> slice:
+    slots = np.flatnonzero(rc.RESTYPE_ATOM14_AMBIGUOUS_ATOMS.any(axis=0))
+    return slice(int(slots[0]), int(slots[-1]) + 1)
+
+
 #: the atom14 slots that any residue type marks ambiguous (ASP, GLU, PHE, TYR: slots 6..9). Only these can be
 #: the first atom of a term of Algorithm 26's sum; every other slot's terms are masked zeros.
-_AMBIGUOUS_SLOTS = slice(int(np.flatnonzero(rc.RESTYPE_ATOM14_AMBIGUOUS_ATOMS.any(axis=0)).min()),
-                         int(np.flatnonzero(rc.RESTYPE_ATOM14_AMBIGUOUS_ATOMS.any(axis=0)).max()) + 1)
+_AMBIGUOUS_SLOTS = _ambiguous_slots()
 
 
 @torch.no_grad()
