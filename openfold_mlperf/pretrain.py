@@ -61,6 +61,26 @@ def pretrain_lr(base: float, step: int) -> float:
 
 
 @dataclass(frozen=True)
+class StartGate:
+    """Where a pretraining stops: at the first check (step ``first``, then every ``every`` steps) where the
+    weights' moving average, the checkpoint it would write, scores at least ``score`` avg lDDT-Ca on the
+    validation targets; :func:`pretrain` raises if no check up to its step limit does. A run then starts from a
+    checkpoint of a known quality on any machine, which a fixed step count does not give: the score after a
+    given number of steps depends on the order of float sums (docs/openfold.md)."""
+    score: float
+    first: int = 1000
+    every: int = 100
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.score <= 1.0 or self.first < 1 or self.every < 1:
+            raise ConfigError(f"pretraining: a start gate needs 0 < score <= 1 and first/every >= 1, got {self}")
+
+    def checks(self, step: int) -> bool:
+        """Whether the gate is checked after ``step`` steps."""
+        return step >= self.first and (step - self.first) % self.every == 0
+
+
+@dataclass(frozen=True)
 class PretrainResult:
     path: Path
     sha256: str
@@ -69,6 +89,11 @@ class PretrainResult:
     processes: int
     seconds: float
     final_loss: float
+    score: float | None = None  # the checkpoint's avg lDDT-Ca at the gate's last check (None: no gate)
+
+
+class GateNotReached(ConfigError):
+    """The pretraining reached its step limit with the weights' average below the start gate."""
 
 
 def _workload(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path) -> "OpenFoldWorkload":
@@ -77,8 +102,13 @@ def _workload(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Pat
     return workload(cfg)
 
 
+#: what :func:`pretrain` reports after each step: (step, the step's mean loss, the average's score at a gate check
+#: or None)
+Progress = Callable[[int, float, "float | None"], None]
+
+
 def pretrain(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, steps: int, seed: int, out: Path,
-             progress: Callable[[int, float], None] | None = None, processes: int = 0) -> PretrainResult:
+             progress: Progress | None = None, processes: int = 0, gate: StartGate | None = None) -> PretrainResult:
     """Train ``cfg``'s model (built by ``workload``, the workload class that calls this) for ``steps`` steps of
     :data:`PRETRAIN_BATCH` samples on the training chains under ``root`` with ``cfg.optim``'s Adam (betas, epsilon,
     global-norm clipping; the learning rate of :func:`pretrain_lr`, from the preset's constant rate), starting
@@ -87,7 +117,9 @@ def pretrain(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path
     :data:`PRETRAIN_AVERAGE_DECAY`) and ``optimizer_state_dict`` (Adam's step and moments, torch's layout, which
     a run continues from: ``model.init_optimizer_state``). ``processes``: how many processes share each step's
     samples (0: one per usable core, at most the batch); each is one torch thread, and more than one averages the
-    gradients with a gloo all-reduce. The samples, their order and the mean are the same for any count."""
+    gradients with a gloo all-reduce. The samples, their order and the mean are the same for any count.
+    ``gate``: stop at its first check that the average passes, ``steps`` being the limit; :class:`GateNotReached`
+    (nothing written) if none does."""
     import hashlib
 
     import torch
@@ -105,9 +137,16 @@ def pretrain(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path
         raise ConfigError(f"pretraining: {world} processes cannot share steps of {PRETRAIN_BATCH} samples evenly")
     t0 = time.perf_counter()
     if world == 1:
-        state, loss_value = _train(workload, cfg, root, steps, seed, 0, 1, progress)
+        done = _train(workload, cfg, root, steps, seed, 0, 1, progress, gate)
     else:
-        state, loss_value = _train_spawned(workload, cfg, root, steps, seed, world, progress)
+        done = _train_spawned(workload, cfg, root, steps, seed, world, progress, gate)
+    if gate is not None and (done.score is None or done.score < gate.score):
+        got = "was never checked" if done.score is None else f"scored avg lDDT-Ca {done.score:.3f}"
+        raise GateNotReached(
+            f"pretraining: after {done.steps} steps (the limit) the weights' average {got} on the validation "
+            f"targets, below the start gate {gate.score} (checked from step {gate.first} every {gate.every}); "
+            f"nothing was written to {out}. Allow more steps, or lower the gate")
+    state = done.state
 
     with torch.device("meta"):
         meta_model = _workload(workload, cfg, root).build_model()
@@ -121,17 +160,45 @@ def pretrain(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path
 
     with atomic_write(out, "wb", verify=verify) as fh:
         fh.write(state)
-    return PretrainResult(out, hashlib.sha256(state).hexdigest(), steps, PRETRAIN_BATCH, world,
-                          time.perf_counter() - t0, loss_value)
+    return PretrainResult(out, hashlib.sha256(state).hexdigest(), done.steps, PRETRAIN_BATCH, world,
+                          time.perf_counter() - t0, done.loss, done.score)
+
+
+@dataclass(frozen=True)
+class _Trained:
+    state: bytes  # the resumable checkpoint (torch.save bytes; rank 0 only, b"" elsewhere)
+    loss: float  # the last step's mean loss
+    steps: int  # steps taken
+    score: float | None  # the average's avg lDDT-Ca at the last gate check (rank 0; None: never checked)
+
+
+def score(wl: "OpenFoldWorkload", model: "nn.Module", source: EvalChains) -> float:
+    """The average lDDT-Ca of ``model`` over the validation targets ``source`` (eval mode, no gradients; the
+    model's mode is restored)."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    total = {"lddt_ca": 0.0, "samples": 0.0}
+    try:
+        with torch.no_grad():
+            for i in range(len(source)):
+                batch = wl.dataset().collate([source[i]])
+                for k, v in wl.eval_sums(model(batch), batch).items():
+                    total[k] += float(v)
+    finally:
+        model.train(was_training)
+    return wl.metric(total)
 
 
 def _train(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, steps: int, seed: int, rank: int,
-           world: int, progress: Callable[[int, float], None] | None) -> tuple[bytes, float]:
+           world: int, progress: Progress | None, gate: StartGate | None) -> _Trained:
     """The training loop of one of ``world`` processes (an initialised gloo group when more than one): step k's
     samples are draws k * B ... k * B + B - 1 of the training chains (epoch = draw // chains), rank r computes
-    the loss of its B / world of them divided by B, and the summed gradients are the batch's mean. Returns the
-    resumable checkpoint as ``torch.save`` bytes (rank 0; the others, whose weights are the same, keep no
-    average and return no bytes) and the last step's mean loss."""
+    the loss of its B / world of them divided by B, and the summed gradients are the batch's mean. At the
+    ``gate``'s checks rank 0 scores the weights' average on the validation targets and tells the others whether
+    to stop (a broadcast). Rank 0 returns the resumable checkpoint as ``torch.save`` bytes; the others, whose
+    weights are the same, keep no average and return none."""
     import torch
     import torch.distributed as dist
 
@@ -157,7 +224,8 @@ def _train(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, 
     except RuntimeError:  # a torch build without a fused CPU Adam
         opt = torch.optim.Adam([weights], foreach=True, **adam)
     per, n = PRETRAIN_BATCH // world, len(source)
-    loss_value = float("nan")
+    targets = wl.dataset().open(root, wl.dataset().eval_split) if gate is not None and rank == 0 else None
+    loss_value, last_score, taken = float("nan"), None, 0
     average: torch.Tensor | None = None  # of the flat weights (PRETRAIN_AVERAGE_DECAY), kept by rank 0
     for step in range(steps):
         for group in opt.param_groups:
@@ -181,19 +249,35 @@ def _train(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, 
         if rank == 0:  # it writes the checkpoint (the ranks hold the same weights)
             average = weights.detach().clone() if average is None else \
                 average.lerp_(weights, 1.0 - PRETRAIN_AVERAGE_DECAY)
-        loss_value = float(local)
-        if progress is not None:
-            progress(step + 1, loss_value)
+        loss_value, taken, checked = float(local), step + 1, None
+        if gate is not None and gate.checks(taken):
+            stop = torch.zeros((), dtype=torch.int32)
+            if rank == 0:
+                assert average is not None and isinstance(targets, EvalChains)
+                with torch.no_grad():
+                    last = weights.detach().clone()
+                    weights.copy_(average)  # score what the checkpoint would hold
+                    checked = last_score = score(wl, model, targets)
+                    weights.copy_(last)
+                stop.fill_(int(checked >= gate.score))
+            if world > 1:
+                dist.broadcast(stop, 0)
+            if progress is not None:
+                progress(taken, loss_value, checked)
+            if int(stop):
+                break
+        elif progress is not None:
+            progress(taken, loss_value, None)
     if rank != 0:
-        return b"", loss_value
+        return _Trained(b"", loss_value, taken, None)
     if average is not None:
         with torch.no_grad():
             weights.copy_(average)  # the model's parameters are views into ``weights``
     buf = io.BytesIO()
     weights_sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    torch.save({"iteration": steps, "alphafold_state_dict": weights_sd,
+    torch.save({"iteration": taken, "alphafold_state_dict": weights_sd,
                 "optimizer_state_dict": _adam_state_dict(opt, weights, flat)}, buf)
-    return buf.getvalue(), loss_value
+    return _Trained(buf.getvalue(), loss_value, taken, last_score)
 
 
 def _adam_state_dict(opt: "torch.optim.Optimizer", weights: "torch.Tensor", flat: "FlatParams") -> dict[str, Any]:
@@ -210,7 +294,7 @@ def _adam_state_dict(opt: "torch.optim.Optimizer", weights: "torch.Tensor", flat
 
 
 def _train_spawned(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, steps: int, seed: int,
-                   world: int, progress: Callable[[int, float], None] | None) -> tuple[bytes, float]:
+                   world: int, progress: Progress | None, gate: StartGate | None) -> _Trained:
     """:func:`_train` in ``world`` spawned processes (gloo over a file store in a temporary folder). Rank 0
     reports each step's loss and at the end the state dict through a queue; a process that fails ends the
     others (torch's ProcessContext) and its error is raised here as a DistributedError (the CLI prints it
@@ -223,9 +307,9 @@ def _train_spawned(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root
 
     ctx = tmp.get_context("spawn")
     messages = ctx.Queue()
-    result: list[tuple[bytes, float]] = []
+    result: list[_Trained] = []
     with tempfile.TemporaryDirectory(prefix="hpcbench-pretrain-") as store:
-        procs = tmp.start_processes(_rank_main, args=(workload, cfg, root, steps, seed, world,
+        procs = tmp.start_processes(_rank_main, args=(workload, cfg, root, steps, seed, world, gate,
                                                       str(Path(store) / "store"), messages),
                                     nprocs=world, join=False, start_method="spawn")
 
@@ -238,7 +322,7 @@ def _train_spawned(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root
                 if kind == "step" and progress is not None:
                     progress(*payload)
                 elif kind == "done":
-                    result.append((payload[0], payload[1]))
+                    result.append(payload[0])
 
         try:
             while not procs.join(timeout=0.2):
@@ -261,7 +345,7 @@ def _train_spawned(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root
 
 
 def _rank_main(rank: int, workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, steps: int, seed: int,
-               world: int, store: str, messages: Any) -> None:
+               world: int, gate: StartGate | None, store: str, messages: Any) -> None:
     from datetime import timedelta
 
     import torch
@@ -271,10 +355,10 @@ def _rank_main(rank: int, workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfi
     dist.init_process_group("gloo", store=dist.FileStore(store, world), rank=rank, world_size=world,
                             timeout=timedelta(seconds=300))
     try:
-        report = (lambda step, loss: messages.put(("step", step, loss))) if rank == 0 else None
-        state, loss = _train(workload, cfg, root, steps, seed, rank, world, report)
+        report = (lambda step, loss, checked: messages.put(("step", step, loss, checked))) if rank == 0 else None
+        done = _train(workload, cfg, root, steps, seed, rank, world, report, gate)
         if rank == 0:
-            messages.put(("done", state, loss))
+            messages.put(("done", done))
     finally:
         dist.destroy_process_group()
 
@@ -282,8 +366,6 @@ def _rank_main(rank: int, workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfi
 def evaluate(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, checkpoint: Path) -> float:
     """The average lDDT-Ca over the validation targets of the weights in ``checkpoint`` (what a run starting
     from it measures before its first step)."""
-    import torch
-
     from .model.checkpoint import load_initial_checkpoint
 
     wl = _workload(workload, cfg, root)
@@ -291,11 +373,4 @@ def evaluate(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path
     assert isinstance(source, EvalChains)
     model: nn.Module = wl.build_model()
     load_initial_checkpoint(checkpoint, model)
-    model.eval()
-    total = {"lddt_ca": 0.0, "samples": 0.0}
-    with torch.no_grad():
-        for i in range(len(source)):
-            batch = wl.dataset().collate([source[i]])
-            for k, v in wl.eval_sums(model(batch), batch).items():
-                total[k] += float(v)
-    return wl.metric(total)
+    return score(wl, model, source)

@@ -265,6 +265,11 @@ def test_datagen_cli_and_the_packed_layout(tmp_path: Path) -> None:
     neg = run_cli(["datagen", "openfold", "--out", str(tmp_path / "neg"), "--families", "1", "--members", "2",
                    "--min-length", "20", "--max-length", "20", "--msa-rows", "3", "--pretrain-steps", "-1"], timeout=60)
     assert neg.returncode != 0 and "--pretrain-steps" in neg.stderr
+    for until, steps in (("1.5", "2"), ("0.5", "0")):  # an lDDT-Ca is at most 1; a gate needs a step limit
+        gate = run_cli(["datagen", "openfold", "--out", str(tmp_path / "gate"), "--families", "1", "--members", "2",
+                        "--min-length", "20", "--max-length", "20", "--msa-rows", "3", "--pretrain-steps", steps,
+                        "--pretrain-until", until], timeout=60)
+        assert gate.returncode != 0 and "--pretrain-until" in gate.stderr
 
 
 def test_dropout_off_is_every_rate_zero_and_open_only(synthetic: Path) -> None:
@@ -382,7 +387,7 @@ def test_trivial_predictors_stay_below_the_mini_target_on_the_run_data(tmp_path:
 
     cls = registry.get("openfold")
     ns = workload_parser("openfold").parse_args(["--out", str(tmp_path), *cls.embedded_datagen_args()])
-    ns.pretrain_steps = 0
+    ns.pretrain_steps, ns.pretrain_until = 0, 0.0  # no pretraining, no start gate
     cls.datagen(ns)
     w = cls(cls.load_config("mini", [f"data.root={tmp_path}", "model.init_checkpoint="]))
     rows = w.source("validation").chains.rows
@@ -532,9 +537,9 @@ def test_pretraining_is_reproducible_and_its_checkpoint_starts_a_run(synthetic: 
     # weights up to the order of the float sums
     losses: dict[int, list[float]] = {1: [], 2: []}
     two = pretrain.pretrain(cls, cfg(), synthetic, 3, 5, tmp_path / "two_checkpoint.pt",
-                            lambda step, loss: losses[2].append(loss), processes=2)
+                            lambda step, loss, _: losses[2].append(loss), processes=2)
     pretrain.pretrain(cls, cfg(), synthetic, 3, 5, tmp_path / "one_checkpoint.pt",
-                      lambda step, loss: losses[1].append(loss), processes=1)
+                      lambda step, loss, _: losses[1].append(loss), processes=1)
     assert two.processes == 2 and len(losses[2]) == 3 and losses[2] == pytest.approx(losses[1], rel=1e-4)
     one_w = torch.load(tmp_path / "one_checkpoint.pt", weights_only=True)["alphafold_state_dict"]
     two_w = torch.load(two.path, weights_only=True)["alphafold_state_dict"]
@@ -547,3 +552,38 @@ def test_pretraining_is_reproducible_and_its_checkpoint_starts_a_run(synthetic: 
     assert w.hyperparameters()["init_checkpoint_sha256sum"] == a.sha256
     with pytest.raises(ConfigError, match="optim.schedule"):
         pretrain.pretrain(cls, cls.load_config("mini", [*MINI, "optim.schedule=cosine"]), synthetic, 1, 0, tmp_path / "x.pt")
+
+
+def test_pretraining_stops_at_its_start_gate_and_fails_clearly_below_it(synthetic: Path, tmp_path: Path,
+                                                                        one_thread: None) -> None:
+    """With a start gate the pretraining scores the weights' average (what the checkpoint holds) on the validation
+    targets at the gate's steps and stops at the first that passes, in every process; the checkpoint written
+    scores what the check saw. Below the gate at the step limit it raises, naming the score and the gate, and
+    writes nothing."""
+    from hpcbench.workloads.openfold_mlperf import pretrain
+
+    with pytest.raises(ConfigError, match="start gate"):
+        pretrain.StartGate(0.0)
+    gate = pretrain.StartGate(0.5, first=3, every=2)
+    assert [s for s in range(1, 9) if gate.checks(s)] == [3, 5, 7]
+    cls = registry.get("openfold")
+
+    def cfg():  # noqa: ANN202
+        return cls.load_config("mini", [*MINI, f"data.root={synthetic}"])
+
+    checks: list[tuple[int, float | None]] = []
+    low = pretrain.StartGate(1e-9, first=2, every=1)  # any weights pass it: the first check stops the training
+    out = tmp_path / "gated_checkpoint.pt"
+    res = pretrain.pretrain(cls, cfg(), synthetic, 6, 5, out, lambda step, loss, c: checks.append((step, c)),
+                            processes=2, gate=low)
+    assert res.steps == 2 and [s for s, _ in checks] == [1, 2] and checks[0][1] is None
+    assert res.score is not None and res.score == checks[1][1]
+    assert torch.load(out, weights_only=True)["iteration"] == 2
+    assert pretrain.evaluate(cls, cfg(), synthetic, out) == pytest.approx(res.score, abs=1e-5)
+    checks.clear()
+    never = tmp_path / "never_checkpoint.pt"
+    with pytest.raises(pretrain.GateNotReached, match=r"after 3 steps .* below the start gate 1.0") as err:
+        pretrain.pretrain(cls, cfg(), synthetic, 3, 5, never, lambda step, loss, c: checks.append((step, c)),
+                          processes=1, gate=pretrain.StartGate(1.0, first=2, every=1))
+    assert str(never) in str(err.value) and not never.exists()
+    assert [s for s, c in checks if c is not None] == [2, 3]
