@@ -36,8 +36,10 @@ def project_env(**extra: str) -> dict[str, str]:
 # The toy workload trains to its target in ~7 epochs of a few ms each: shorter than the spread of its
 # instances' start times on a loaded box (each starts when its own setup ends), so the report would flag a
 # weak-scaling set whose instances do not overlap in time. Tests that report several toy instances with
-# --strict train them at a lower rate (~23 epochs) so they overlap as real instances do.
-TOY_OVERLAP = ["--set", "optim.lr=0.01", "--set", "train.max_epochs=80", "--set", "optim.milestones=[60]"]
+# --strict train them at a lower rate so they overlap as real instances do: 39-54 epochs, 4.3-7.1 s for ten
+# instances on 2 cores (at lr 0.01, 17-23 epochs of 2.0-4.4 s, a slow box once started five of ten instances
+# up to 3.6 s late, after the first had stopped)
+TOY_OVERLAP = ["--set", "optim.lr=0.004", "--set", "train.max_epochs=120", "--set", "optim.milestones=[100]"]
 
 
 def run_mpi(n: int, args: list[str], timeout: float = 180, cwd: Path | None = None,

@@ -582,8 +582,18 @@ def test_pretraining_stops_at_its_start_gate_and_fails_clearly_below_it(syntheti
     assert pretrain.evaluate(cls, cfg(), synthetic, out) == pytest.approx(res.score, abs=1e-5)
     checks.clear()
     never = tmp_path / "never_checkpoint.pt"
+    losses: dict[str, list[float]] = {"gated": [], "plain": []}
+
+    def record(step: int, loss: float, c: float | None) -> None:
+        checks.append((step, c))
+        losses["gated"].append(loss)
+
     with pytest.raises(pretrain.GateNotReached, match=r"after 3 steps .* below the start gate 1.0") as err:
-        pretrain.pretrain(cls, cfg(), synthetic, 3, 5, never, lambda step, loss, c: checks.append((step, c)),
-                          processes=1, gate=pretrain.StartGate(1.0, first=2, every=1))
+        pretrain.pretrain(cls, cfg(), synthetic, 3, 5, never, record, processes=1,
+                          gate=pretrain.StartGate(1.0, first=2, every=1))
     assert str(never) in str(err.value) and not never.exists()
     assert [s for s, c in checks if c is not None] == [2, 3]
+    # the check after step 2 draws nothing the training draws: step 3 is the ungated pretraining's step 3
+    pretrain.pretrain(cls, cfg(), synthetic, 3, 5, tmp_path / "plain_checkpoint.pt",
+                      lambda step, loss, c: losses["plain"].append(loss), processes=1)
+    assert losses["gated"] == losses["plain"]
