@@ -5,7 +5,8 @@ checkpoint of its own small model: :func:`pretrain` trains the model a preset de
 initialisation, on the dataset's training chains (the same weighted draws, crops and MSA sampling as a run,
 under a seed of its own), and writes the reference's resumable layout (the weights' moving average and Adam's
 state) that ``model.init_checkpoint`` loads (its sha256 is then logged as ``init_checkpoint_sha256sum``).
-The validation targets are never trained on: :func:`evaluate` only measures where the checkpoint starts a run.
+The validation targets are never trained on: :func:`evaluate`, and a :class:`StartGate`'s checks, only score
+where the checkpoint starts a run.
 ``hpcbench datagen openfold --pretrain-steps N`` calls it after writing the data.
 """
 from __future__ import annotations

@@ -14,6 +14,7 @@ from hpcbench.common.workload import DataShard, EpochLoader, Workload
 
 from . import BENCHMARK
 from .config import OpenFoldConfig
+from .pretrain import StartGate
 from .spec import EpochLoader as WeightedEpochs
 from .spec import OpenFoldData, TrainChains
 
@@ -224,8 +225,9 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
                                  "this many")
         parser.add_argument("--pretrain-until", type=float, default=0.0, metavar="SCORE",
                             help="stop the pretraining once the weights' average scores this avg lDDT-Ca on the "
-                                 "validation targets (checked every 100 steps from step 1000); fail if it has not "
-                                 "by --pretrain-steps (0: train exactly --pretrain-steps)")
+                                 f"validation targets (checked every {StartGate.every} steps from step "
+                                 f"{StartGate.first}); fail if it has not by --pretrain-steps (0: train exactly "
+                                 "--pretrain-steps)")
         parser.add_argument("--pretrain-config", default="mini", help="preset or TOML file whose model, data "
                             "settings and Adam the pretraining uses (default mini)")
 
@@ -273,7 +275,7 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
         cfg = cls.load_config(config)
         path = out / pretrain.MINI_CHECKPOINT
 
-        gate = pretrain.StartGate(until) if until else None
+        gate = StartGate(until) if until else None
 
         def progress(step: int, loss: float, checked: float | None) -> None:
             if checked is not None:
@@ -283,7 +285,8 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
                 print(f"pretraining: step {step}/{steps}, loss {loss:.2f}", flush=True)
 
         res = pretrain.pretrain(cls, cfg, out, steps, seed, path, progress, gate=gate)
-        start = pretrain.evaluate(cls, cls.load_config(config), out, path)
+        # the gate's last check scored these weights; without a gate, score the written file
+        start = res.score if res.score is not None else pretrain.evaluate(cls, cls.load_config(config), out, path)
         print(f"wrote the pretrained {config} checkpoint {path} (sha256 {res.sha256}; {res.steps} steps of "
               f"{res.batch} training samples in {res.seconds:.0f} s on {res.processes} process(es); avg lDDT-Ca on "
               f"the validation targets {start:.3f}, where a run from it starts)")
