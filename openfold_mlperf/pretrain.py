@@ -7,7 +7,8 @@ under a seed of its own), and writes the reference's resumable layout (the weigh
 state) that ``model.init_checkpoint`` loads (its sha256 is then logged as ``init_checkpoint_sha256sum``).
 The validation targets are never trained on: :func:`evaluate`, and a :class:`StartGate`'s checks, only score
 where the checkpoint starts a run.
-``hpcbench datagen openfold --pretrain-steps N`` calls it after writing the data.
+``hpcbench datagen openfold --pretrain-steps N`` calls it after writing the data. On the data ``hpcbench run``
+trains on by default the checkpoint is not made again: :mod:`.pinned` ships the one this made there once.
 """
 from __future__ import annotations
 

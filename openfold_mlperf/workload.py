@@ -25,10 +25,11 @@ if TYPE_CHECKING:  # pragma: no cover
 Batch = dict[str, "torch.Tensor"]
 
 
-#: how ``hpcbench run``'s datagen makes the mini's initial checkpoint: it pretrains until the weights' average
-#: scores ``MINI_START_GATE`` avg lDDT-Ca on the validation targets (checked every 100 steps from step 1,000), at
-#: most ``MINI_PRETRAIN_STEPS`` steps (docs/openfold.md: the steps that takes, and the timed run's climb from
-#: there to 0.8)
+#: how ``hpcbench run``'s datagen gives the mini its initial checkpoint: the pinned one (``pinned.MINI``) on the
+#: dataset it was trained on (the default seed 0); on any other dataset (``hpcbench run --seed S``) it pretrains
+#: until the weights' average scores ``MINI_START_GATE`` avg lDDT-Ca on the validation targets (checked every 100
+#: steps from step 1,000), at most ``MINI_PRETRAIN_STEPS`` steps (docs/openfold.md: the steps that takes, and
+#: the timed run's climb from there to 0.8)
 MINI_PRETRAIN_STEPS = 5000
 MINI_START_GATE = 0.77
 
@@ -228,14 +229,21 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
                                  f"validation targets (checked every {StartGate.every} steps from step "
                                  f"{StartGate.first}); fail if it has not by --pretrain-steps (0: train exactly "
                                  "--pretrain-steps)")
+        parser.add_argument("--pinned-checkpoint", action="store_true",
+                            help="write the mini preset's pinned initial checkpoint (openfold_mlperf/pinned) when the "
+                                 "data are the dataset it was trained on (seed 0 and the sizes of hpcbench run); for "
+                                 "another dataset pretrain one as --pretrain-steps/--pretrain-until say (an error "
+                                 "without --pretrain-steps)")
         parser.add_argument("--pretrain-config", default="mini", help="preset or TOML file whose model, data "
                             "settings and Adam the pretraining uses (default mini)")
 
     @classmethod
     def embedded_datagen_args(cls) -> list[str]:
         """The dataset the ``mini`` preset is tuned on (see configs/mini.toml)."""
-        return ["--families", "4", "--members", "6", "--min-length", "24", "--max-length", "40", "--msa-rows", "24",
-                "--pretrain-steps", str(MINI_PRETRAIN_STEPS), "--pretrain-until", str(MINI_START_GATE)]
+        from .pinned import MINI
+
+        return [*MINI.datagen_args, "--pinned-checkpoint", "--pretrain-steps", str(MINI_PRETRAIN_STEPS),
+                "--pretrain-until", str(MINI_START_GATE)]
 
     @classmethod
     def datagen(cls, args: argparse.Namespace) -> None:
@@ -262,6 +270,21 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
         n_val = args.families * args.val_members
         print(f"wrote {len(chains)} synthetic chains ({len(chains) - n_val} training, {n_val} validation targets; "
               f"mmCIF, A3M, HHR and the processed layout) to {out}", flush=True)
+        if args.pinned_checkpoint:
+            from . import pinned
+            from .pretrain import MINI_CHECKPOINT
+
+            why = pinned.MINI.mismatch(out)
+            if why is None:
+                pinned.MINI.install(out / MINI_CHECKPOINT)
+                print(f"wrote the pinned mini checkpoint {out / MINI_CHECKPOINT} (sha256 {pinned.MINI.sha256}; "
+                      f"pretrained {pinned.MINI.steps} steps of 2 samples on this dataset; avg lDDT-Ca on the "
+                      f"validation targets {pinned.MINI.score:.3f}, where a run from it starts)", flush=True)
+                return
+            if not args.pretrain_steps:
+                raise ConfigError(f"--pinned-checkpoint: {why}; give --pretrain-steps (and --pretrain-until) to "
+                                  "pretrain a checkpoint for this dataset")
+            print(f"--pinned-checkpoint: {why}; pretraining one for this dataset", flush=True)
         if args.pretrain_steps:
             cls._pretrain(out, args.pretrain_config, args.pretrain_steps, args.seed, args.pretrain_until)
 

@@ -250,9 +250,12 @@ def test_datagen_cli_and_the_packed_layout(tmp_path: Path) -> None:
 
     out = tmp_path / "of"
     proc = run_cli(["datagen", "openfold", "--out", str(out), "--families", "2", "--members", "3",
-                    "--min-length", "20", "--max-length", "24", "--msa-rows", "6", "--pretrain-steps", "2"], timeout=120)
+                    "--min-length", "20", "--max-length", "24", "--msa-rows", "6", "--pinned-checkpoint",
+                    "--pretrain-steps", "2"], timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "wrote 6 synthetic chains (4 training, 2 validation targets" in proc.stdout
+    # not the pinned checkpoint's dataset: datagen says so and pretrains one for it
+    assert "is not the one the pinned checkpoint" in proc.stdout and "pretraining one for this dataset" in proc.stdout
     assert "wrote the pretrained mini checkpoint" in proc.stdout and "2 steps of 2 training samples" in proc.stdout
     files = scan(out, registry.layout("openfold"))
     assert list(files) == [REPLICATED]
@@ -379,20 +382,81 @@ def test_an_open_run_may_evaluate_per_epoch(synthetic: Path) -> None:
         registry.get("openfold").load_config("full", ["train.eval_every_samples=0"])
 
 
-def test_trivial_predictors_stay_below_the_mini_target_on_the_run_data(tmp_path: Path) -> None:
-    """On the data `hpcbench run` trains the mini on (embedded_datagen_args, without the pretraining), an ideal
-    helix and an extended chain of each validation target's length stay far below the mini's 0.8."""
+@pytest.fixture(scope="module")
+def run_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The data `hpcbench run --workload openfold` trains the mini on (embedded_datagen_args, seed 0) and the
+    pinned checkpoint datagen writes beside them; with no pretraining to fall back on, a dataset that is not the
+    pinned checkpoint's would fail here."""
     from hpcbench.commands.datagen import workload_parser
+
+    root = tmp_path_factory.mktemp("openfold_run_data")
+    cls = registry.get("openfold")
+    ns = workload_parser("openfold").parse_args(["--out", str(root), "--seed", "0", *cls.embedded_datagen_args()])
+    assert ns.pinned_checkpoint
+    ns.pretrain_steps, ns.pretrain_until = 0, 0.0  # no pretraining to fall back on, no start gate
+    cls.datagen(ns)
+    return root
+
+
+def test_the_pinned_checkpoint_fits_the_run_data_and_starts_below_the_target(run_data: Path) -> None:
+    """The shipped mini checkpoint (openfold_mlperf/pinned) is written beside the run's data with its sha256; it
+    loads into the mini model with Adam's state, and on freshly generated validation targets it scores what it
+    scored when it was pinned: above the start gate, below the target (a run must still train to reach it)."""
+    import hashlib
+
+    from hpcbench.workloads.openfold_mlperf import pinned, pretrain
+    from hpcbench.workloads.openfold_mlperf.workload import MINI_START_GATE
+
+    cls = registry.get("openfold")
+    path = run_data / pretrain.MINI_CHECKPOINT
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == pinned.MINI.sha256
+    w = cls(cls.load_config("mini", [f"data.root={run_data}"]))
+    w.build_model()
+    assert w.hyperparameters()["init_checkpoint_sha256sum"] == pinned.MINI.sha256
+    names = [n for n, _ in w.build_model().named_parameters()]
+    state = w.initial_optimizer_state(names)
+    assert state is not None and state["step"] == pinned.MINI.steps
+    score = pretrain.evaluate(cls, cls.load_config("mini"), run_data, path)
+    assert score == pytest.approx(pinned.MINI.score, abs=5e-3)
+    assert MINI_START_GATE <= score < w.target().threshold
+
+
+def test_the_pinned_checkpoint_is_refused_for_other_data_and_when_damaged(run_data: Path, tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from conftest import run_cli
+
+    from hpcbench.workloads.openfold_mlperf import pinned
+
+    assert pinned.MINI.mismatch(run_data) is None
+    other = tmp_path / "seed1"
+    args = ["datagen", "openfold", "--out", str(other), "--seed", "1", *pinned.MINI.datagen_args, "--pinned-checkpoint"]
+    proc = run_cli(args, timeout=120)
+    assert proc.returncode != 0 and "--pretrain-steps" in proc.stderr and "--seed 0" in proc.stderr, proc.stderr
+    assert not (other / "mini_pretrained_checkpoint.pt").exists()
+    assert "not the one the pinned checkpoint" in (pinned.MINI.mismatch(other) or "")
+    # a damaged install: refused by its sha256, nothing written
+    bad = tmp_path / "damaged.pt"
+    data = bytearray(pinned.MINI.file.read_bytes())
+    data[len(data) // 2] ^= 1
+    bad.write_bytes(bytes(data))
+    with pytest.raises(DataError, match="damaged.pt: sha256 .* expected the pinned"):
+        replace(pinned.MINI, file=bad).install(tmp_path / "out" / "ckpt.pt")
+    assert not (tmp_path / "out" / "ckpt.pt").exists() and not list((tmp_path / "out").glob("*"))
+    with pytest.raises(DataError, match="chains.csv: missing"):
+        pinned.dataset_fingerprint(tmp_path / "empty")
+
+
+def test_trivial_predictors_stay_below_the_mini_target_on_the_run_data(run_data: Path) -> None:
+    """On the data `hpcbench run` trains the mini on (embedded_datagen_args), an ideal helix and an extended chain
+    of each validation target's length stay far below the mini's 0.8."""
     from hpcbench.workloads.openfold_mlperf.model.losses import lddt_ca
 
     cls = registry.get("openfold")
-    ns = workload_parser("openfold").parse_args(["--out", str(tmp_path), *cls.embedded_datagen_args()])
-    ns.pretrain_steps, ns.pretrain_until = 0, 0.0  # no pretraining, no start gate
-    cls.datagen(ns)
-    w = cls(cls.load_config("mini", [f"data.root={tmp_path}", "model.init_checkpoint="]))
+    w = cls(cls.load_config("mini", [f"data.root={run_data}", "model.init_checkpoint="]))
     rows = w.source("validation").chains.rows
     assert len(rows) == 4 and all(24 <= r.sequence_length <= 40 for r in rows)
-    dicts = store.Dicts(tmp_path / "pdb_mmcif/processed/dicts")
+    dicts = store.Dicts(run_data / "pdb_mmcif/processed/dicts")
     scores: dict[str, list[float]] = {"helix": [], "extended": [], "rule": []}
     for r in rows:
         atoms = dicts.load(r.pdb_id).atoms["A"]
