@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import time
 from collections.abc import Callable
+from copy import deepcopy
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -98,9 +99,15 @@ class GateNotReached(ConfigError):
     """The pretraining reached its step limit with the weights' average below the start gate."""
 
 
-def _workload(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path) -> "OpenFoldWorkload":
+def _workload(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path,
+              start: Path | None = None) -> "OpenFoldWorkload":
+    """``workload`` over a copy of ``cfg`` reading ``root``, its model from the seeded random initialisation or,
+    with ``start``, from that checkpoint's weights (Adam's state in it is not used: the pretraining's Adam starts
+    afresh, with its warm-up)."""
+    cfg = deepcopy(cfg)
     cfg.data.root = str(root)
-    cfg.model = replace(cfg.model, init_checkpoint="", init_checkpoint_sha256="")  # from the seeded random init
+    cfg.model = replace(cfg.model, init_checkpoint=str(start) if start is not None else "",
+                        init_checkpoint_sha256="", init_optimizer_state=False)
     return workload(cfg)
 
 
@@ -110,7 +117,8 @@ Progress = Callable[[int, float, "float | None"], None]
 
 
 def pretrain(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, steps: int, seed: int, out: Path,
-             progress: Progress | None = None, processes: int = 0, gate: StartGate | None = None) -> PretrainResult:
+             progress: Progress | None = None, processes: int = 0, gate: StartGate | None = None,
+             start: Path | None = None) -> PretrainResult:
     """Train ``cfg``'s model (built by ``workload``, the workload class that calls this) for ``steps`` steps of
     :data:`PRETRAIN_BATCH` samples on the training chains under ``root`` with ``cfg.optim``'s Adam (betas, epsilon,
     global-norm clipping; the learning rate of :func:`pretrain_lr`, from the preset's constant rate), starting
@@ -121,7 +129,8 @@ def pretrain(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path
     samples (0: one per usable core, at most the batch); each is one torch thread, and more than one averages the
     gradients with a gloo all-reduce. The samples, their order and the mean are the same for any count.
     ``gate``: stop at its first check that the average passes, ``steps`` being the limit; :class:`GateNotReached`
-    (nothing written) if none does."""
+    (nothing written) if none does. ``start``: begin from that checkpoint's weights instead of the random
+    initialisation (fine-tuning a checkpoint of the same model for other data: the pinned one, :mod:`.pinned`)."""
     import hashlib
 
     import torch
@@ -139,9 +148,9 @@ def pretrain(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path
         raise ConfigError(f"pretraining: {world} processes cannot share steps of {PRETRAIN_BATCH} samples evenly")
     t0 = time.perf_counter()
     if world == 1:
-        done = _train(workload, cfg, root, steps, seed, 0, 1, progress, gate)
+        done = _train(workload, cfg, root, steps, seed, 0, 1, progress, gate, start)
     else:
-        done = _train_spawned(workload, cfg, root, steps, seed, world, progress, gate)
+        done = _train_spawned(workload, cfg, root, steps, seed, world, progress, gate, start)
     if gate is not None and (done.score is None or done.score < gate.score):
         got = "was never checked" if done.score is None else f"scored avg lDDT-Ca {done.score:.3f}"
         raise GateNotReached(
@@ -194,7 +203,7 @@ def score(wl: "OpenFoldWorkload", model: "nn.Module", source: EvalChains) -> flo
 
 
 def _train(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, steps: int, seed: int, rank: int,
-           world: int, progress: Progress | None, gate: StartGate | None) -> _Trained:
+           world: int, progress: Progress | None, gate: StartGate | None, start: Path | None = None) -> _Trained:
     """The training loop of one of ``world`` processes (an initialised gloo group when more than one): step k's
     samples are draws k * B ... k * B + B - 1 of the training chains (epoch = draw // chains), rank r computes
     the loss of its B / world of them divided by B, and the summed gradients are the batch's mean. At the
@@ -207,7 +216,7 @@ def _train(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, 
     from hpcbench.common.flat import FlatParams
 
     o = cfg.optim
-    wl = _workload(workload, cfg, root)
+    wl = _workload(workload, cfg, root, start)
     source = wl.dataset().open(root, wl.dataset().train_split)
     assert isinstance(source, TrainChains)
     source.seed = seed
@@ -296,7 +305,7 @@ def _adam_state_dict(opt: "torch.optim.Optimizer", weights: "torch.Tensor", flat
 
 
 def _train_spawned(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, steps: int, seed: int,
-                   world: int, progress: Progress | None, gate: StartGate | None) -> _Trained:
+                   world: int, progress: Progress | None, gate: StartGate | None, start: Path | None) -> _Trained:
     """:func:`_train` in ``world`` spawned processes (gloo over a file store in a temporary folder). Rank 0
     reports each step's loss and at the end the state dict through a queue; a process that fails ends the
     others (torch's ProcessContext) and its error is raised here as a DistributedError (the CLI prints it
@@ -311,7 +320,7 @@ def _train_spawned(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root
     messages = ctx.Queue()
     result: list[_Trained] = []
     with tempfile.TemporaryDirectory(prefix="hpcbench-pretrain-") as store:
-        procs = tmp.start_processes(_rank_main, args=(workload, cfg, root, steps, seed, world, gate,
+        procs = tmp.start_processes(_rank_main, args=(workload, cfg, root, steps, seed, world, gate, start,
                                                       str(Path(store) / "store"), messages),
                                     nprocs=world, join=False, start_method="spawn")
 
@@ -347,7 +356,7 @@ def _train_spawned(workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root
 
 
 def _rank_main(rank: int, workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfig, root: Path, steps: int, seed: int,
-               world: int, gate: StartGate | None, store: str, messages: Any) -> None:
+               world: int, gate: StartGate | None, start: Path | None, store: str, messages: Any) -> None:
     from datetime import timedelta
 
     import torch
@@ -358,7 +367,7 @@ def _rank_main(rank: int, workload: "type[OpenFoldWorkload]", cfg: OpenFoldConfi
                             timeout=timedelta(seconds=300))
     try:
         report = (lambda step, loss, checked: messages.put(("step", step, loss, checked))) if rank == 0 else None
-        done = _train(workload, cfg, root, steps, seed, rank, world, report, gate)
+        done = _train(workload, cfg, root, steps, seed, rank, world, report, gate, start)
         if rank == 0:
             messages.put(("done", done))
     finally:

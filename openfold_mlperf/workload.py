@@ -26,10 +26,10 @@ Batch = dict[str, "torch.Tensor"]
 
 
 #: how ``hpcbench run``'s datagen gives the mini its initial checkpoint: the pinned one (``pinned.MINI``) on the
-#: dataset it was trained on (the default seed 0); on any other dataset (``hpcbench run --seed S``) it pretrains
-#: until the weights' average scores ``MINI_START_GATE`` avg lDDT-Ca on the validation targets (checked every 100
-#: steps from step 1,000), at most ``MINI_PRETRAIN_STEPS`` steps (docs/openfold.md: the steps that takes, and
-#: the timed run's climb from there to 0.8)
+#: dataset it was trained on (the default seed 0); on any other dataset (``hpcbench run --seed S``) it fine-tunes
+#: the pinned one until the weights' average scores ``MINI_START_GATE`` avg lDDT-Ca on the validation targets (a
+#: ``StartGate``), at most ``MINI_PRETRAIN_STEPS`` steps (docs/openfold.md: the steps that takes, and the timed
+#: run's climb from there to 0.8)
 MINI_PRETRAIN_STEPS = 5000
 MINI_START_GATE = 0.77
 
@@ -227,13 +227,15 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
         parser.add_argument("--pretrain-until", type=float, default=0.0, metavar="SCORE",
                             help="stop the pretraining once the weights' average scores this avg lDDT-Ca on the "
                                  f"validation targets (checked every {StartGate.every} steps from step "
-                                 f"{StartGate.first}); fail if it has not by --pretrain-steps (0: train exactly "
+                                 f"{StartGate.first}, or from step {StartGate.every} when fine-tuning the pinned "
+                                 "checkpoint); fail if it has not by --pretrain-steps (0: train exactly "
                                  "--pretrain-steps)")
         parser.add_argument("--pinned-checkpoint", action="store_true",
                             help="write the mini preset's pinned initial checkpoint (openfold_mlperf/pinned) when the "
                                  "data are the dataset it was trained on (seed 0 and the sizes of hpcbench run); for "
-                                 "another dataset pretrain one as --pretrain-steps/--pretrain-until say (an error "
-                                 "without --pretrain-steps)")
+                                 "other data fine-tune it on them as --pretrain-steps/--pretrain-until say (the gate "
+                                 f"checked every {StartGate.every} steps from step {StartGate.every}; an error without "
+                                 "--pretrain-steps)")
         parser.add_argument("--pretrain-config", default="mini", help="preset or TOML file whose model, data "
                             "settings and Adam the pretraining uses (default mini)")
 
@@ -262,7 +264,15 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
         if not 0.0 <= args.pretrain_until <= 1.0 or (args.pretrain_until and not args.pretrain_steps):
             raise ConfigError(f"--pretrain-until: expected an avg lDDT-Ca in (0, 1] with --pretrain-steps as its step "
                               f"limit, or 0 (no gate), got {args.pretrain_until}")
+        if args.pinned_checkpoint and args.pretrain_config != "mini":
+            raise ConfigError(f"--pinned-checkpoint: the pinned checkpoint is the mini preset's model; it cannot stand "
+                              f"for --pretrain-config {args.pretrain_config!r} (pretrain one with --pretrain-steps)")
         out = Path(args.out)
+        if args.pinned_checkpoint or args.pretrain_steps:
+            from .pretrain import MINI_CHECKPOINT
+
+            # a checkpoint left by an earlier datagen here must not sit beside these data if this one fails
+            (out / MINI_CHECKPOINT).unlink(missing_ok=True)
         chains = synth.generate_raw(out, synth.SynthConfig(
             families=args.families, members=args.members, min_length=args.min_length, max_length=args.max_length,
             msa_rows=args.msa_rows, seed=args.seed, val_members=args.val_members))
@@ -270,6 +280,7 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
         n_val = args.families * args.val_members
         print(f"wrote {len(chains)} synthetic chains ({len(chains) - n_val} training, {n_val} validation targets; "
               f"mmCIF, A3M, HHR and the processed layout) to {out}", flush=True)
+        start = None
         if args.pinned_checkpoint:
             from . import pinned
             from .pretrain import MINI_CHECKPOINT
@@ -279,17 +290,19 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
                 pinned.MINI.install(out / MINI_CHECKPOINT)
                 print(f"wrote the pinned mini checkpoint {out / MINI_CHECKPOINT} (sha256 {pinned.MINI.sha256}; "
                       f"pretrained {pinned.MINI.steps} steps of 2 samples on this dataset; avg lDDT-Ca on the "
-                      f"validation targets {pinned.MINI.score:.3f}, where a run from it starts)", flush=True)
+                      f"validation targets {pinned.MINI.score:.3f}, where a run from it starts)"
+                      + ("; --pretrain-steps is not needed" if args.pretrain_steps else ""), flush=True)
                 return
             if not args.pretrain_steps:
                 raise ConfigError(f"--pinned-checkpoint: {why}; give --pretrain-steps (and --pretrain-until) to "
-                                  "pretrain a checkpoint for this dataset")
-            print(f"--pinned-checkpoint: {why}; pretraining one for this dataset", flush=True)
+                                  "fine-tune it for this dataset")
+            start = pinned.MINI.file
+            print(f"--pinned-checkpoint: {why}; fine-tuning it on this dataset", flush=True)
         if args.pretrain_steps:
-            cls._pretrain(out, args.pretrain_config, args.pretrain_steps, args.seed, args.pretrain_until)
+            cls._pretrain(out, args.pretrain_config, args.pretrain_steps, args.seed, args.pretrain_until, start)
 
     @classmethod
-    def _pretrain(cls, out: Path, config: str, steps: int, seed: int, until: float) -> None:
+    def _pretrain(cls, out: Path, config: str, steps: int, seed: int, until: float, start: Path | None) -> None:
         import torch
 
         from . import pretrain
@@ -298,7 +311,8 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
         cfg = cls.load_config(config)
         path = out / pretrain.MINI_CHECKPOINT
 
-        gate = StartGate(until) if until else None
+        # from random weights the gate is first checked at step 1,000; a fine-tuned checkpoint may pass it sooner
+        gate = (StartGate(until) if start is None else StartGate(until, first=StartGate.every)) if until else None
 
         def progress(step: int, loss: float, checked: float | None) -> None:
             if checked is not None:
@@ -307,12 +321,13 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
             elif step % 100 == 0 or step == steps:
                 print(f"pretraining: step {step}/{steps}, loss {loss:.2f}", flush=True)
 
-        res = pretrain.pretrain(cls, cfg, out, steps, seed, path, progress, gate=gate)
+        res = pretrain.pretrain(cls, cfg, out, steps, seed, path, progress, gate=gate, start=start)
         # the gate's last check scored these weights; without a gate, score the written file
-        start = res.score if res.score is not None else pretrain.evaluate(cls, cls.load_config(config), out, path)
+        score = res.score if res.score is not None else pretrain.evaluate(cls, cls.load_config(config), out, path)
+        origin = "from random weights" if start is None else f"from {start.name}"
         print(f"wrote the pretrained {config} checkpoint {path} (sha256 {res.sha256}; {res.steps} steps of "
-              f"{res.batch} training samples in {res.seconds:.0f} s on {res.processes} process(es); avg lDDT-Ca on "
-              f"the validation targets {start:.3f}, where a run from it starts)")
+              f"{res.batch} training samples {origin} in {res.seconds:.0f} s on {res.processes} process(es); avg "
+              f"lDDT-Ca on the validation targets {score:.3f}, where a run from it starts)")
 
 
 def _count(cfg: Any) -> int:

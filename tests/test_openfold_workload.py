@@ -254,9 +254,10 @@ def test_datagen_cli_and_the_packed_layout(tmp_path: Path) -> None:
                     "--pretrain-steps", "2"], timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "wrote 6 synthetic chains (4 training, 2 validation targets" in proc.stdout
-    # not the pinned checkpoint's dataset: datagen says so and pretrains one for it
-    assert "is not the one the pinned checkpoint" in proc.stdout and "pretraining one for this dataset" in proc.stdout
-    assert "wrote the pretrained mini checkpoint" in proc.stdout and "2 steps of 2 training samples" in proc.stdout
+    # not the pinned checkpoint's dataset: datagen says so and fine-tunes the pinned checkpoint on it
+    assert "is not the one the pinned checkpoint" in proc.stdout and "fine-tuning it on this dataset" in proc.stdout
+    assert "2 steps of 2 training samples from mini_pretrained_checkpoint.pt" in proc.stdout
+    assert "wrote the pretrained mini checkpoint" in proc.stdout
     files = scan(out, registry.layout("openfold"))
     assert list(files) == [REPLICATED]
     got = files[REPLICATED]
@@ -422,19 +423,26 @@ def test_the_pinned_checkpoint_fits_the_run_data_and_starts_below_the_target(run
 
 
 def test_the_pinned_checkpoint_is_refused_for_other_data_and_when_damaged(run_data: Path, tmp_path: Path) -> None:
+    """Other data (another seed) are refused by name without --pretrain-steps, and a checkpoint an earlier datagen
+    left in the folder does not stay beside them; a damaged pinned file is refused by its sha256."""
     from dataclasses import replace
 
     from conftest import run_cli
 
     from hpcbench.workloads.openfold_mlperf import pinned
 
-    assert pinned.MINI.mismatch(run_data) is None
-    other = tmp_path / "seed1"
+    other = tmp_path / "reused"
+    first = run_cli(["datagen", "openfold", "--out", str(other), "--seed", "0", *pinned.MINI.datagen_args,
+                     "--pinned-checkpoint"], timeout=120)
+    assert first.returncode == 0 and (other / "mini_pretrained_checkpoint.pt").exists(), first.stderr
     args = ["datagen", "openfold", "--out", str(other), "--seed", "1", *pinned.MINI.datagen_args, "--pinned-checkpoint"]
     proc = run_cli(args, timeout=120)
     assert proc.returncode != 0 and "--pretrain-steps" in proc.stderr and "--seed 0" in proc.stderr, proc.stderr
-    assert not (other / "mini_pretrained_checkpoint.pt").exists()
+    assert not (other / "mini_pretrained_checkpoint.pt").exists()  # the seed-0 checkpoint is not left beside seed 1
     assert "not the one the pinned checkpoint" in (pinned.MINI.mismatch(other) or "")
+    cfg = run_cli(["datagen", "openfold", "--out", str(tmp_path / "cfg"), *pinned.MINI.datagen_args,
+                   "--pinned-checkpoint", "--pretrain-config", "full"], timeout=60)
+    assert cfg.returncode != 0 and "--pretrain-config 'full'" in cfg.stderr, cfg.stderr
     # a damaged install: refused by its sha256, nothing written
     bad = tmp_path / "damaged.pt"
     data = bytearray(pinned.MINI.file.read_bytes())
@@ -445,6 +453,42 @@ def test_the_pinned_checkpoint_is_refused_for_other_data_and_when_damaged(run_da
     assert not (tmp_path / "out" / "ckpt.pt").exists() and not list((tmp_path / "out").glob("*"))
     with pytest.raises(DataError, match="chains.csv: missing"):
         pinned.dataset_fingerprint(tmp_path / "empty")
+
+
+def test_hpcbench_run_with_another_seed_fine_tunes_the_pinned_checkpoint_through_the_gate(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`hpcbench run --workload openfold --seed 1` (datagen with embedded_datagen_args): the data are not the pinned
+    checkpoint's, so datagen fine-tunes the pinned checkpoint on them under the start gate, at most
+    MINI_PRETRAIN_STEPS steps (the pretraining itself is recorded here, not run)."""
+    from hpcbench.commands.datagen import workload_parser
+    from hpcbench.workloads.openfold_mlperf import pinned
+    from hpcbench.workloads.openfold_mlperf.workload import MINI_PRETRAIN_STEPS, MINI_START_GATE
+
+    cls = registry.get("openfold")
+    calls = []
+    monkeypatch.setattr(cls, "_pretrain", classmethod(lambda c, *a: calls.append(a)))
+    ns = workload_parser("openfold").parse_args(["--out", str(tmp_path), "--seed", "1", *cls.embedded_datagen_args()])
+    assert (ns.pretrain_steps, ns.pretrain_until, ns.pinned_checkpoint) == (MINI_PRETRAIN_STEPS, MINI_START_GATE, True)
+    cls.datagen(ns)
+    assert calls == [(tmp_path, "mini", MINI_PRETRAIN_STEPS, 1, MINI_START_GATE, pinned.MINI.file)]
+    assert "fine-tuning it on this dataset" in capsys.readouterr().out
+
+
+def test_pretraining_from_a_start_checkpoint_begins_at_its_weights(synthetic: Path) -> None:
+    from hpcbench.workloads.openfold_mlperf import pretrain
+
+    cls = registry.get("openfold")
+    cfg = cls.load_config("mini", [*MINI, f"data.root={synthetic}"])
+    torch.manual_seed(3)
+    model = pretrain._workload(cls, cfg, synthetic).build_model()
+    path = synthetic / "start_checkpoint.pt"
+    torch.save({"alphafold_state_dict": model.state_dict()}, path)
+    torch.manual_seed(4)  # another random initialisation: the start checkpoint's weights replace it
+    started = pretrain._workload(cls, cfg, synthetic, path).build_model()
+    fresh = pretrain._workload(cls, cfg, synthetic).build_model()
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), started.state_dict().values()))
+    assert not all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), fresh.state_dict().values()))
+    assert cfg.model.init_checkpoint == ""  # the caller's config is not changed
 
 
 def test_trivial_predictors_stay_below_the_mini_target_on_the_run_data(run_data: Path) -> None:
