@@ -2,13 +2,15 @@
 
 The closed benchmark fine-tunes the reference's pretrained AlphaFold; the ``mini`` preset does the same with a
 checkpoint of its own small model: :func:`pretrain` trains the model a preset describes, from its seeded random
-initialisation, on the dataset's training chains (the same weighted draws, crops and MSA sampling as a run,
+initialisation or from a start checkpoint's weights (fine-tuning the pinned one for other data), on the dataset's
+training chains (the same weighted draws, crops and MSA sampling as a run,
 under a seed of its own), and writes the reference's resumable layout (the weights' moving average and Adam's
 state) that ``model.init_checkpoint`` loads (its sha256 is then logged as ``init_checkpoint_sha256sum``).
 The validation targets are never trained on: :func:`evaluate`, and a :class:`StartGate`'s checks, only score
 where the checkpoint starts a run.
 ``hpcbench datagen openfold --pretrain-steps N`` calls it after writing the data. On the data ``hpcbench run``
-trains on by default the checkpoint is not made again: :mod:`.pinned` ships the one this made there once.
+trains on by default the checkpoint is not made again: :mod:`.pinned` ships the one this made there once from
+random weights, and for other data datagen ``--pinned-checkpoint`` fine-tunes that one.
 """
 from __future__ import annotations
 

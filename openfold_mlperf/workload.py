@@ -14,7 +14,7 @@ from hpcbench.common.workload import DataShard, EpochLoader, Workload
 
 from . import BENCHMARK
 from .config import OpenFoldConfig
-from .pretrain import StartGate
+from .pretrain import MINI_CHECKPOINT, StartGate
 from .spec import EpochLoader as WeightedEpochs
 from .spec import OpenFoldData, TrainChains
 
@@ -231,8 +231,8 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
                             help="stop the pretraining once the weights' average scores this avg lDDT-Ca on the "
                                  f"validation targets (checked every {StartGate.every} steps from step "
                                  f"{StartGate.first}, or every {FINE_TUNE_CHECK_EVERY} from the start when "
-                                 "fine-tuning the pinned checkpoint); fail if it has not by --pretrain-steps (0: train exactly "
-                                 "--pretrain-steps)")
+                                 "fine-tuning the pinned checkpoint); fail if it has not by --pretrain-steps "
+                                 "(0: train exactly --pretrain-steps)")
         parser.add_argument("--pinned-checkpoint", action="store_true",
                             help="write the mini preset's pinned initial checkpoint (openfold_mlperf/pinned) when the "
                                  "data are the dataset it was trained on (seed 0 and the sizes of hpcbench run); for "
@@ -270,11 +270,10 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
             raise ConfigError(f"--pinned-checkpoint: the pinned checkpoint is the mini preset's model; it cannot stand "
                               f"for --pretrain-config {args.pretrain_config!r} (pretrain one with --pretrain-steps)")
         out = Path(args.out)
-        if args.pinned_checkpoint or args.pretrain_steps:
-            from .pretrain import MINI_CHECKPOINT
-
-            # a checkpoint left by an earlier datagen here must not sit beside these data if this one fails
-            (out / MINI_CHECKPOINT).unlink(missing_ok=True)
+        old = out / MINI_CHECKPOINT
+        if old.exists():  # an earlier datagen's checkpoint, for its data: it must not sit beside these
+            old.unlink()
+            print(f"removed {old}, left by an earlier datagen in this folder", flush=True)
         chains = synth.generate_raw(out, synth.SynthConfig(
             families=args.families, members=args.members, min_length=args.min_length, max_length=args.max_length,
             msa_rows=args.msa_rows, seed=args.seed, val_members=args.val_members))
@@ -285,7 +284,6 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
         start = None
         if args.pinned_checkpoint:
             from . import pinned
-            from .pretrain import MINI_CHECKPOINT
 
             why = pinned.MINI.mismatch(out)
             if why is None:
@@ -298,6 +296,7 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
             if not args.pretrain_steps:
                 raise ConfigError(f"--pinned-checkpoint: {why}; give --pretrain-steps (and --pretrain-until) to "
                                   "fine-tune it for this dataset")
+            pinned.MINI.verify()
             start = pinned.MINI.file
             print(f"--pinned-checkpoint: {why}; fine-tuning it on this dataset", flush=True)
         if args.pretrain_steps:
@@ -311,7 +310,7 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
 
         torch.set_num_threads(1)  # one rank's share of a small host, as the harness runs it
         cfg = cls.load_config(config)
-        path = out / pretrain.MINI_CHECKPOINT
+        path = out / MINI_CHECKPOINT
 
         every = FINE_TUNE_CHECK_EVERY  # from random weights the gate's defaults: from step 1,000
         gate = (StartGate(until) if start is None else StartGate(until, first=every, every=every)) if until else None
@@ -326,7 +325,7 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
         res = pretrain.pretrain(cls, cfg, out, steps, seed, path, progress, gate=gate, start=start)
         # the gate's last check scored these weights; without a gate, score the written file
         score = res.score if res.score is not None else pretrain.evaluate(cls, cls.load_config(config), out, path)
-        origin = "from random weights" if start is None else f"from {start.name}"
+        origin = "from random weights" if start is None else f"fine-tuned from the pinned checkpoint {start}"
         print(f"wrote the pretrained {config} checkpoint {path} (sha256 {res.sha256}; {res.steps} steps of "
               f"{res.batch} training samples {origin} in {res.seconds:.0f} s on {res.processes} process(es); avg "
               f"lDDT-Ca on the validation targets {score:.3f}, where a run from it starts)")

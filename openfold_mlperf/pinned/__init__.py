@@ -52,20 +52,25 @@ class PinnedCheckpoint:
                 f"{self.file.name} was trained on (`hpcbench datagen openfold --seed {self.seed} "
                 f"{' '.join(self.datagen_args)}` into an empty folder, fingerprint {self.dataset_sha256[:12]}...)")
 
+    def verify(self, path: Path | None = None) -> None:
+        """Raise unless ``path`` (default: the shipped file) has the pinned sha256."""
+        path = self.file if path is None else path
+        try:
+            got = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError as e:
+            raise DataError(f"{self.file}: cannot read the pinned checkpoint ({e.strerror})") from None
+        if got != self.sha256:
+            raise DataError(f"{self.file}: sha256 {got}, expected the pinned {self.sha256} (a damaged install: "
+                            "reinstall hpcbench, or pretrain a checkpoint from random weights with datagen "
+                            "--pretrain-steps and without --pinned-checkpoint)")
+
     def install(self, dest: Path) -> None:
         """Copy the checkpoint to ``dest``: written to a temporary file, its sha256 checked, then renamed."""
         try:
             data = self.file.read_bytes()
         except OSError as e:
             raise DataError(f"{self.file}: cannot read the pinned checkpoint ({e.strerror})") from None
-
-        def verify(tmp: Path) -> None:
-            got = hashlib.sha256(tmp.read_bytes()).hexdigest()
-            if got != self.sha256:
-                raise DataError(f"{self.file}: sha256 {got}, expected the pinned {self.sha256} (a damaged install: "
-                                f"reinstall hpcbench, or pretrain one with datagen --pretrain-steps)")
-
-        with atomic_write(dest, "wb", verify=verify) as fh:
+        with atomic_write(dest, "wb", verify=self.verify) as fh:
             fh.write(data)
 
 
