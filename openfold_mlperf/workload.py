@@ -14,6 +14,7 @@ from hpcbench.common.workload import DataShard, EpochLoader, Workload
 
 from . import BENCHMARK
 from .config import OpenFoldConfig
+from .pinned import MINI as PINNED
 from .pretrain import MINI_CHECKPOINT, StartGate
 from .spec import EpochLoader as WeightedEpochs
 from .spec import OpenFoldData, TrainChains
@@ -244,9 +245,7 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
     @classmethod
     def embedded_datagen_args(cls) -> list[str]:
         """The dataset the ``mini`` preset is tuned on (see configs/mini.toml)."""
-        from .pinned import MINI
-
-        return [*MINI.datagen_args, "--pinned-checkpoint", "--pretrain-steps", str(MINI_PRETRAIN_STEPS),
+        return [*PINNED.datagen_args, "--pinned-checkpoint", "--pretrain-steps", str(MINI_PRETRAIN_STEPS),
                 "--pretrain-until", str(MINI_START_GATE)]
 
     @classmethod
@@ -283,21 +282,19 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
               f"mmCIF, A3M, HHR and the processed layout) to {out}", flush=True)
         start = None
         if args.pinned_checkpoint:
-            from . import pinned
-
-            why = pinned.MINI.mismatch(out)
+            why = PINNED.mismatch(out)
             if why is None:
-                pinned.MINI.install(out / MINI_CHECKPOINT)
-                print(f"wrote the pinned mini checkpoint {out / MINI_CHECKPOINT} (sha256 {pinned.MINI.sha256}; "
-                      f"pretrained {pinned.MINI.steps} steps of 2 samples on this dataset; avg lDDT-Ca on the "
-                      f"validation targets {pinned.MINI.score:.3f}, where a run from it starts)"
+                PINNED.install(out / MINI_CHECKPOINT)
+                print(f"wrote the pinned mini checkpoint {out / MINI_CHECKPOINT} (sha256 {PINNED.sha256}; "
+                      f"pretrained {PINNED.steps} steps of 2 samples on this dataset; avg lDDT-Ca on the "
+                      f"validation targets {PINNED.score:.3f}, where a run from it starts)"
                       + ("; --pretrain-steps is not needed" if args.pretrain_steps else ""), flush=True)
                 return
             if not args.pretrain_steps:
                 raise ConfigError(f"--pinned-checkpoint: {why}; give --pretrain-steps (and --pretrain-until) to "
                                   "fine-tune it for this dataset")
-            pinned.MINI.verify()
-            start = pinned.MINI.file
+            PINNED.verify()
+            start = PINNED.file
             print(f"--pinned-checkpoint: {why}; fine-tuning it on this dataset", flush=True)
         if args.pretrain_steps:
             cls._pretrain(out, args.pretrain_config, args.pretrain_steps, args.seed, args.pretrain_until, start)
@@ -312,8 +309,11 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
         cfg = cls.load_config(config)
         path = out / MINI_CHECKPOINT
 
-        every = FINE_TUNE_CHECK_EVERY  # from random weights the gate's defaults: from step 1,000
-        gate = (StartGate(until) if start is None else StartGate(until, first=every, every=every)) if until else None
+        gate = None
+        if until and start is None:
+            gate = StartGate(until)  # from random weights: the gate's defaults (from step 1,000)
+        elif until:
+            gate = StartGate(until, first=FINE_TUNE_CHECK_EVERY, every=FINE_TUNE_CHECK_EVERY)
 
         def progress(step: int, loss: float, checked: float | None) -> None:
             if checked is not None:

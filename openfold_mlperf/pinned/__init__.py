@@ -52,13 +52,15 @@ class PinnedCheckpoint:
                 f"{self.file.name} was trained on (`hpcbench datagen openfold --seed {self.seed} "
                 f"{' '.join(self.datagen_args)}` into an empty folder, fingerprint {self.dataset_sha256[:12]}...)")
 
+    def _read(self, path: Path) -> bytes:
+        try:
+            return path.read_bytes()
+        except OSError as e:
+            raise DataError(f"{path}: cannot read the pinned checkpoint ({e.strerror})") from None
+
     def verify(self, path: Path | None = None) -> None:
         """Raise unless ``path`` (default: the shipped file) has the pinned sha256."""
-        path = self.file if path is None else path
-        try:
-            got = hashlib.sha256(path.read_bytes()).hexdigest()
-        except OSError as e:
-            raise DataError(f"{self.file}: cannot read the pinned checkpoint ({e.strerror})") from None
+        got = hashlib.sha256(self._read(self.file if path is None else path)).hexdigest()
         if got != self.sha256:
             raise DataError(f"{self.file}: sha256 {got}, expected the pinned {self.sha256} (a damaged install: "
                             "reinstall hpcbench, or pretrain a checkpoint from random weights with datagen "
@@ -66,10 +68,7 @@ class PinnedCheckpoint:
 
     def install(self, dest: Path) -> None:
         """Copy the checkpoint to ``dest``: written to a temporary file, its sha256 checked, then renamed."""
-        try:
-            data = self.file.read_bytes()
-        except OSError as e:
-            raise DataError(f"{self.file}: cannot read the pinned checkpoint ({e.strerror})") from None
+        data = self._read(self.file)
         with atomic_write(dest, "wb", verify=self.verify) as fh:
             fh.write(data)
 
