@@ -29,21 +29,31 @@ from torch import nn
 from .errors import ConfigError
 from .runconfig import OptimConfig
 
-try:  # torch >= 2.4
-    from torch.distributed.tensor import DTensor
-except ImportError:  # pragma: no cover - older torch
-    from torch.distributed._tensor import DTensor  # type: ignore[no-redef]
+_DTENSOR: type | None = None
+
+
+def dtensor_class() -> type:
+    """torch's DTensor class, imported on first use: importing it costs every process ~0.6 s (the symbolic
+    shape code and sympy), and only a sharded model needs it (the harness imports this module always)."""
+    global _DTENSOR
+    if _DTENSOR is None:
+        try:  # torch >= 2.4
+            from torch.distributed.tensor import DTensor
+        except ImportError:  # pragma: no cover - older torch
+            from torch.distributed._tensor import DTensor  # type: ignore[no-redef]
+        _DTENSOR = DTensor
+    return _DTENSOR
 
 
 def local(t: torch.Tensor) -> torch.Tensor:
     """This rank's part of ``t`` (the tensor itself when it is not a DTensor); a view that in-place ops update."""
-    return t._local_tensor if isinstance(t, DTensor) else t
+    return t._local_tensor if isinstance(t, dtensor_class()) else t
 
 
 def holders(t: torch.Tensor, world: int) -> int:
     """How many of the ``world`` ranks hold this rank's part of ``t``: every rank for a plain tensor, ``world``
     over the number of distinct shards for a DTensor (a mesh dimension it is replicated over repeats them)."""
-    if not isinstance(t, DTensor):
+    if not isinstance(t, dtensor_class()):
         return world
     shards = 1
     for size, placement in zip(t.device_mesh.shape, t.placements):

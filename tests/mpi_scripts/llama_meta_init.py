@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from hpcbench.common.dist import init_distributed
 from hpcbench.common.parallel import Degrees, Parallel
-from hpcbench.common.sharded import DTensor
+from torch.distributed.tensor import DTensor
 from hpcbench.workloads.mlperf_training.llama31_8b.model import Llama, LlamaConfig
 from hpcbench.workloads.mlperf_training.llama31_8b.parallelize import build_sharded, parallelize
 

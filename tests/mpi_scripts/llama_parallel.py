@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from hpcbench.common.checkpoint import CheckpointManager
 from hpcbench.common.dist import init_distributed
@@ -27,7 +28,7 @@ from hpcbench.common.parallel import Degrees, Parallel
 from hpcbench.common.precision import Precision
 from hpcbench.common.runconfig import OptimConfig
 from hpcbench.common.schedule import Schedule
-from hpcbench.common.sharded import DTensor, ShardedAdamW, ShardedModel, ShardedParams
+from hpcbench.common.sharded import ShardedAdamW, ShardedModel, ShardedParams
 from hpcbench.common.step import TrainStep
 from hpcbench.workloads.mlperf_training.llama31_8b.model import Llama, LlamaConfig, token_nll_sum
 from hpcbench.workloads.mlperf_training.llama31_8b.parallelize import parallelize
