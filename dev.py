@@ -2,12 +2,17 @@
 """Bootstrap the project's environment and run the main job or the tests.
 
     python3 dev.py run [ARGS...]    # create .venv if needed, then `hpcbench run ARGS...`
-    python3 dev.py test [ARGS...]   # create .venv if needed, then `pytest ARGS...`
+    python3 dev.py test [ARGS...]   # create .venv if needed, then `pytest ARGS...` (two workers, below)
     python3 dev.py setup            # only create/refresh .venv
 
 Needs only Python >= 3.11 and pip. The environment is rebuilt when pyproject.toml or this file
 changes (a stamp in .venv records what it was built from). Set HPCBENCH_TORCH to choose the torch
 requirement (default: the CPU build torch==2.13.0; a cluster sets its CUDA build here).
+
+The tests run in two pytest-xdist workers, a test file per worker at a time (``-n 2 --dist loadfile``:
+a file's module fixtures are built once), where this process may use two or more cores: the suite's
+processes keep a 2-core box about 1.5 cores busy on one worker (they wait on ranks, timeouts and
+launches), and about 1.9 on two. ``-n 0`` (or any ``-n``/``--dist`` of your own) overrides it.
 """
 from __future__ import annotations
 
@@ -59,6 +64,15 @@ def ensure_env() -> None:
     STAMP.write_text(fingerprint + "\n")
 
 
+def test_workers(args: list[str]) -> list[str]:
+    """pytest-xdist options for ``dev.py test ARGS``: two workers by file, unless ARGS choose their own or
+    this process has fewer than two cores."""
+    own = any(a in ("-n", "--numprocesses", "--dist") or a.startswith(("-n", "--numprocesses=", "--dist="))
+              for a in args) or "no:xdist" in args
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return [] if own or cores < 2 else ["-n", "2", "--dist", "loadfile"]
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("run", "test", "setup"):
         print(__doc__)
@@ -72,7 +86,7 @@ def main(argv: list[str]) -> int:
     if argv[0] == "run":
         cmd = [str(_bin("hpcbench")), "run", *argv[1:]]
     else:
-        cmd = [str(_bin("python")), "-m", "pytest", *argv[1:]]
+        cmd = [str(_bin("python")), "-m", "pytest", *test_workers(argv[1:]), *argv[1:]]
     print("+", " ".join(cmd), flush=True)
     return subprocess.run(cmd, cwd=ROOT, env=env).returncode
 

@@ -44,6 +44,31 @@ def test_importing_cli_is_light() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_the_harness_imports_no_dtensor_until_a_model_is_sharded() -> None:
+    """Every training process imports the harness; torch's DTensor (and with it sympy) costs ~0.6 s of CPU a
+    process, and only a sharded model needs it (common/sharded.py imports it on first use)."""
+    code = ("import sys, hpcbench.common.trainer, hpcbench.common.build; "
+            "print([m for m in ('torch.distributed.tensor', 'sympy') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], env=project_env(), capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_dev_py_runs_the_tests_in_two_workers_unless_told_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+    import os
+
+    from tests.conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("hpcbench_dev_py", ROOT / "dev.py")
+    dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dev)
+    assert dev.test_workers(["-q", "-ra"]) == ["-n", "2", "--dist", "loadfile"]
+    for own in (["-n", "0"], ["-n4"], ["--numprocesses=3"], ["--dist", "load"], ["-p", "no:xdist"]):
+        assert dev.test_workers(["-q", *own]) == [], own
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert dev.test_workers([]) == []  # one core: one process
+
+
 def test_no_command_prints_help_and_fails() -> None:
     proc = run_cli([])
     assert proc.returncode == 2
