@@ -9,6 +9,9 @@ contention hits both; prints each pair of steps as it runs, then the median time
 whether the goal (>= 2x, issue #29) is met. Each step is also timed in process CPU time (user + system of
 this process): on a shared, loaded machine wall time includes the time other jobs hold the cores, CPU
 time does not, so its ratio is the steadier figure; the verdict uses wall time, as the goal states it.
+``--gemm-floor`` then records every matrix product of one step of each model (shapes, strides) and
+replays them alone, back to back, on buffers of the same layout: the time a step cannot go below
+without fewer or faster GEMMs, beside the time the goal allows (the baseline's median / 2).
 ``--budget-s`` bounds the run: repeats stop when the time left cannot hold another pair (said). ``--malloc tuned`` (default,
 as the OC20 workload does) raises glibc's mmap/trim thresholds for the whole process, so it applies
 to both models; ``--malloc default`` leaves glibc as it is.
@@ -18,13 +21,16 @@ to both models; ``--malloc default`` leaves glibc as it is.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import time
-from pathlib import Path
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from oc20_pyg import patched_pyg_graph
 
@@ -32,7 +38,7 @@ from hpcbench.workloads.opencatalyst import graph, pyg_map
 from hpcbench.workloads.opencatalyst.cpualloc import keep_freed_memory
 from hpcbench.workloads.opencatalyst.model import energy_and_forces
 
-from benchmarks.budget import Budget, add_budget_argument, say
+from benchmarks.budget import Budget, add_budget_argument, best_seconds, say
 from benchmarks.machine import describe, header
 
 
@@ -71,6 +77,57 @@ def make_batch(n_sys: int, cutoff: float, max_nb: int) -> dict[str, torch.Tensor
 
 GOAL = 2.0
 
+GEMMS = ("mm", "addmm", "addmm_", "bmm", "baddbmm")
+
+
+class _RecordGemms(TorchDispatchMode):
+    """Records (op, [(shape, stride) or value per argument]) of every matrix product dispatched."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[Any, list[Any]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        if func.overloadpacket.__name__ in GEMMS:  # an out= variant is replayed as the plain op
+            plain = func.overloadpacket.default if "out" in (kwargs or {}) else func
+            self.calls.append((plain, [(tuple(a.shape), a.stride()) if isinstance(a, torch.Tensor) else a
+                                      for a in args]))
+        return func(*args, **(kwargs or {}))
+
+
+def _gemm_flops(shapes: list[Any]) -> float:
+    """2 m k n (times the batch) of one recorded product: the last two arguments that are tensors."""
+    a, b = [s[0] for s in shapes if isinstance(s, tuple) and len(s) == 2 and isinstance(s[0], tuple)][-2:]
+    return 2.0 * math.prod(a) * b[-1]
+
+
+def gemm_floor(step: Callable[[], object], rounds: int) -> tuple[float, int, float]:
+    """(least seconds of ``rounds`` replays of the step's GEMMs alone, number of GEMMs, their FLOPs).
+    Each distinct (shape, stride) gets one random buffer, reused by every call of that layout."""
+    rec = _RecordGemms()
+    with rec:
+        step()
+    bufs: dict[tuple, torch.Tensor] = {}
+
+    def buf(spec: tuple) -> torch.Tensor:
+        if spec not in bufs:  # a storage that spans the layout (broadcast views have zero strides)
+            shape, stride = spec
+            span = 1 + sum((n - 1) * st for n, st in zip(shape, stride) if n)
+            bufs[spec] = torch.empty(span).normal_().as_strided(shape, stride)
+        return bufs[spec]
+
+    calls = [(f, [buf(a) if isinstance(a, tuple) and len(a) == 2 and isinstance(a[0], tuple) else a for a in args])
+             for f, args in rec.calls]
+    flops = sum(_gemm_flops(args) for _, args in rec.calls)
+
+    def replay() -> None:
+        with torch.no_grad():
+            for f, args in calls:
+                f(*args)
+
+    replay()
+    return best_seconds(replay, rounds), len(calls), flops
+
 
 def step_ours(model: torch.nn.Module, b: dict) -> tuple[float, float]:
     t, c = time.perf_counter(), time.process_time()
@@ -102,6 +159,8 @@ def main() -> None:
                          "(hidden 64, int_emb 32, 2 blocks); the graphs are the same OC20-sized ones")
     ap.add_argument("--malloc", choices=("tuned", "default"), default="tuned",
                     help="tuned: keep freed large blocks in the heap (both models, whole process)")
+    ap.add_argument("--gemm-floor", action="store_true",
+                    help="also replay each model's GEMMs of one step alone (the least a step can take with them)")
     add_budget_argument(ap, 120.0)
     args = ap.parse_args()
     budget = Budget(args.budget_s)
@@ -145,6 +204,16 @@ def main() -> None:
     say(f"speedup (baseline / ours): {mp / mo:.2f}x   (goal >= {GOAL:g}x, moonshot 4x)")
     say(f"goal >= {GOAL:g}x at width {args.width}: {'MET' if mp / mo >= GOAL else 'MISSED'} "
         f"({mp / mo:.2f}x wall, {statistics.median(cp) / statistics.median(co):.2f}x CPU time; 1-min load at the end {os.getloadavg()[0]:.2f})")
+    if args.gemm_floor:
+        if budget.left() < 3 * (mo + mp):
+            budget.skip("--gemm-floor (needs ~3 steps of each model)")
+        else:
+            for label, fn, model in (("ours", step_ours, ours), ("baseline", step_pyg, pyg)):
+                sec, n_calls, flops = gemm_floor(lambda: fn(model, b), 3)
+                model.zero_grad(set_to_none=True)
+                say(f"GEMM floor, {label}: its {n_calls} GEMMs of one step replayed alone take {sec:.3f} s "
+                    f"({flops / 1e9:.1f} GFLOP at {flops / sec / 1e9:.1f} GFLOP/s)")
+            say(f"the goal needs our whole step <= baseline median / {GOAL:g} = {mp / GOAL:.3f} s")
     budget.done()
 
 

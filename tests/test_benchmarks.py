@@ -49,6 +49,28 @@ def test_a_spent_budget_skips_the_rest_and_says_so() -> None:
     assert proc.stdout.splitlines()[-1].endswith("window-balanced partition (now) at 8 per rank")
 
 
+def test_oc20_gemm_floor_replays_every_matrix_product_of_a_step_with_its_flops() -> None:
+    """benchmarks.oc20_model_step --gemm-floor: every GEMM of a training step (forward and backward, a
+    broadcast bias included) is recorded once with its FLOPs and replayed."""
+    import torch
+
+    from benchmarks.oc20_model_step import gemm_floor
+
+    x = torch.randn(8, 4, requires_grad=True)
+    lin = torch.nn.Linear(4, 3)
+    w = torch.randn(2, 3, 5, requires_grad=True)
+
+    def step() -> None:
+        y = lin(x)  # addmm [8, 4] x [4, 3] with the bias broadcast
+        z = torch.bmm(y.t().reshape(1, 3, 8).expand(2, 3, 8), torch.ones(2, 8, 5)) * w  # bmm
+        z.sum().backward()  # lin: grad x (mm) and grad weight (mm); bmm: no grad to the constant ones
+
+    seconds, calls, flops = gemm_floor(step, 2)
+    # forward addmm 2*8*4*3, bmm 2*(2*3*8*5); backward: grad x [8,3]x[3,4], grad weight [3,8]x[8,4], and the
+    # bmm's grad for its first argument [2,3,5]x[2,5,8]
+    assert calls == 5 and flops == 192 + 480 + 192 + 192 + 480 and seconds > 0
+
+
 def test_bert_packing_benchmark_runs_all_variants_within_its_budget() -> None:
     proc = bench(["-m", "benchmarks.bert_packing", "--seq-len", "64", "--vocab", "400", "--layers", "1", "--hidden", "32",
                   "--heads", "2", "--intermediate", "64", "--rows", "4", "--batches", "1", "--repeats", "1",
