@@ -231,6 +231,7 @@ def _section(text: list[str], name: str) -> list[str]:
     return text[start:end]
 
 
+@pytest.mark.slow  # the fixture: gpu_check --smoke over every workload, ~80-140 s
 @pytest.mark.parametrize("name", GPU_CHECK_WORKLOADS)
 def test_gpu_check_smoke_measures_every_figure_of_a_workload_on_the_cpu(
         name: str, gpu_check_smoke: tuple[subprocess.CompletedProcess[str], dict, list[str]]) -> None:

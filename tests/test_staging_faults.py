@@ -628,6 +628,7 @@ def run_case(case: Case, d: Data, folder: Path) -> dict[str, object]:
     return res
 
 
+@pytest.mark.slow
 def test_fault_matrix(data: Data, tmp_path: Path) -> None:
     """All cases; ``STAGE_FAULT_CASES=stopped,--timeout`` runs those whose names hold one of the words."""
     assert len(CASES) >= 40

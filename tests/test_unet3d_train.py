@@ -43,6 +43,7 @@ def trivial_dice(root: Path) -> float:
     return float(torch.stack(scores).mean())
 
 
+@pytest.mark.slow
 def test_mini_reaches_target_on_two_ranks_and_passes_the_training_checker(mini_data: Path, tmp_path: Path) -> None:
     proc = run_mpi(2, [*TRAIN, "--data", str(mini_data), "--results", str(tmp_path)], timeout=400)
     log = tmp_path / "results" / "box" / "unet3d" / "result_0.txt"
