@@ -65,12 +65,13 @@ def ensure_env() -> None:
 
 
 def test_workers(args: list[str]) -> list[str]:
-    """pytest-xdist options for ``dev.py test ARGS``: two workers by file, unless ARGS choose their own or
-    this process has fewer than two cores."""
+    """pytest-xdist options for ``dev.py test ARGS``: two workers by file, unless ARGS choose their own, this
+    process has fewer than two cores, or the environment has no pytest-xdist (HPCBENCH_EXTRAS without dev)."""
     own = any(a in ("-n", "--numprocesses", "--dist") or a.startswith(("-n", "--numprocesses=", "--dist="))
               for a in args) or "no:xdist" in args
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return [] if own or cores < 2 else ["-n", "2", "--dist", "loadfile"]
+    have = any(VENV.glob("lib/python3*/site-packages/xdist/__init__.py"))
+    return [] if own or cores < 2 or not have else ["-n", "2", "--dist", "loadfile"]
 
 
 def main(argv: list[str]) -> int:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -62,11 +63,16 @@ def test_dev_py_runs_the_tests_in_two_workers_unless_told_otherwise(monkeypatch:
     spec = importlib.util.spec_from_file_location("hpcbench_dev_py", ROOT / "dev.py")
     dev = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(dev)
+    monkeypatch.setattr(dev, "VENV", Path(sys.prefix))  # the environment running these tests has pytest-xdist
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     assert dev.test_workers(["-q", "-ra"]) == ["-n", "2", "--dist", "loadfile"]
     for own in (["-n", "0"], ["-n4"], ["--numprocesses=3"], ["--dist", "load"], ["-p", "no:xdist"]):
         assert dev.test_workers(["-q", *own]) == [], own
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
     assert dev.test_workers([]) == []  # one core: one process
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(dev, "VENV", ROOT / "no-such-venv")
+    assert dev.test_workers([]) == []  # no pytest-xdist installed: one process
 
 
 def test_no_command_prints_help_and_fails() -> None:
