@@ -26,7 +26,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -80,8 +80,16 @@ GOAL = 2.0
 GEMMS = ("mm", "addmm", "addmm_", "bmm", "baddbmm")
 
 
+class _Spec(NamedTuple):
+    """A recorded tensor argument: its layout and dtype (the replay gets a buffer of the same)."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+
+
 class _RecordGemms(TorchDispatchMode):
-    """Records (op, [(shape, stride) or value per argument]) of every matrix product dispatched."""
+    """Records (op, [a _Spec per tensor argument, the value of any other]) of every matrix product dispatched."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -90,34 +98,32 @@ class _RecordGemms(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         if func.overloadpacket.__name__ in GEMMS:  # an out= variant is replayed as the plain op
             plain = func.overloadpacket.default if "out" in (kwargs or {}) else func
-            self.calls.append((plain, [(tuple(a.shape), a.stride()) if isinstance(a, torch.Tensor) else a
+            self.calls.append((plain, [_Spec(tuple(a.shape), a.stride(), a.dtype) if isinstance(a, torch.Tensor) else a
                                       for a in args]))
         return func(*args, **(kwargs or {}))
 
 
-def _gemm_flops(shapes: list[Any]) -> float:
-    """2 m k n (times the batch) of one recorded product: the last two arguments that are tensors."""
-    a, b = [s[0] for s in shapes if isinstance(s, tuple) and len(s) == 2 and isinstance(s[0], tuple)][-2:]
+def _gemm_flops(args: list[Any]) -> float:
+    """2 m k n (times the batch) of one recorded product: its last two tensor arguments."""
+    a, b = [s.shape for s in args if isinstance(s, _Spec)][-2:]
     return 2.0 * math.prod(a) * b[-1]
 
 
 def gemm_floor(step: Callable[[], object], rounds: int) -> tuple[float, int, float]:
     """(least seconds of ``rounds`` replays of the step's GEMMs alone, number of GEMMs, their FLOPs).
-    Each distinct (shape, stride) gets one random buffer, reused by every call of that layout."""
+    Each distinct layout (shape, stride, dtype) gets one random buffer, reused by every call of that layout."""
     rec = _RecordGemms()
     with rec:
         step()
-    bufs: dict[tuple, torch.Tensor] = {}
+    bufs: dict[_Spec, torch.Tensor] = {}
 
-    def buf(spec: tuple) -> torch.Tensor:
+    def buf(spec: _Spec) -> torch.Tensor:
         if spec not in bufs:  # a storage that spans the layout (broadcast views have zero strides)
-            shape, stride = spec
-            span = 1 + sum((n - 1) * st for n, st in zip(shape, stride) if n)
-            bufs[spec] = torch.empty(span).normal_().as_strided(shape, stride)
+            span = 1 + sum((n - 1) * st for n, st in zip(spec.shape, spec.stride) if n)
+            bufs[spec] = torch.empty(span, dtype=spec.dtype).normal_().as_strided(spec.shape, spec.stride)
         return bufs[spec]
 
-    calls = [(f, [buf(a) if isinstance(a, tuple) and len(a) == 2 and isinstance(a[0], tuple) else a for a in args])
-             for f, args in rec.calls]
+    calls = [(f, [buf(a) if isinstance(a, _Spec) else a for a in args]) for f, args in rec.calls]
     flops = sum(_gemm_flops(args) for _, args in rec.calls)
 
     def replay() -> None:
