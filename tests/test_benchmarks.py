@@ -4,11 +4,13 @@ never asserted: only that the run finishes, labels an emulated bf16 honestly and
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import ROOT, project_env
 
 from benchmarks.gpu_check import nvidia
@@ -241,7 +243,7 @@ def test_gpu_check_smoke_measures_every_figure_of_a_workload_on_the_cpu(
     from hpcbench import registry
 
     proc, res, text = gpu_check_smoke
-    assert res["preset"] == "mini" and res["peak"]["flops"] > 0 and res["skipped"] == []
+    assert res["preset"] == "mini" and res["peak"]["flops"] > 0 and res["skipped"] == [] and res["complete"] is True
     (row,) = res["workloads"][name]["batches"]
     if getattr(registry.get(name), "shards_parameters", False):  # only the harness builds a sharded model
         assert row["model_only"] == {} and "model-only not measured" in res["workloads"][name]["note"], row
@@ -323,6 +325,82 @@ def test_gpu_check_counts_the_test_summary_and_merges_parts(tmp_path: Path) -> N
     assert "0.50x NVIDIA" in eager and "100 GFLOP/sample, 10 TFLOP/s = 1.0% of the peak" in eager
     assert any("files -> loader -> device" in ln and "0.25x NVIDIA, 0.50x of model-only eager" in ln for ln in lines)
     assert "== oc20: FAILED RuntimeError: x" in lines and lines[-1] == "# skipped: oc20 batch 16"
+
+
+def test_gpu_check_keeps_what_a_cut_off_test_run_did(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an H200 (2026-11-28) the GPU tests ran past their cut-off and the check said only "no summary
+    line": a cut-off run now counts pytest's progress marks and keeps its last lines, and the workers do not
+    each take every core (8 workers x 16 threads beside the data being written ran the load to 104)."""
+    from benchmarks.gpu_check import suite
+
+    # -q prints bare marks; a line with anything else in it (a file name, a count) is not a progress line
+    assert suite.progress_counts("tests/x.py ..F.s  [ 40%]\n..sE\n.. [100%]\n3 passed\n") == {
+        "passed": 4, "skipped": 1, "error": 1}
+    assert suite.progress_counts("..F.s [ 40%]\n..sE\nsome text\n") == {
+        "passed": 5, "failed": 1, "skipped": 2, "error": 1}
+    env = suite.suite_env(8, cores=16)
+    assert env["OMP_NUM_THREADS"] == "2" and env["MKL_NUM_THREADS"] == "2"
+    assert suite.suite_env(4, cores=2)["OMP_NUM_THREADS"] == "1"
+
+    def cut_off(cmd: list[str], **kw: object) -> None:
+        assert kw["env"]["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 4))
+        raise subprocess.TimeoutExpired(cmd, 5.0, output=b"bringing up nodes...\n....F. [ 50%]\n..",
+                                        stderr=b"tests/test_gpu.py::test_x hangs")
+
+    monkeypatch.setattr(suite.subprocess, "run", cut_off)
+    r = suite.run_suite("gpu", 5.0, workers=4)
+    assert r.exit_code == -1 and r.counts == {"passed before the cut-off": 7, "failed before the cut-off": 1}
+    assert r.problems[-1] == "| cut off after 5 s" and "| tests/test_gpu.py::test_x hangs" in r.problems
+
+
+def test_gpu_check_writes_each_figure_as_it_goes_and_marks_a_cut_off_run_partial(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A device call that reaches its limit kills the check: the figures measured before must be on disk
+    (the H200 run of 2026-11-28 lost every HPC figure it had printed), marked partial."""
+    from benchmarks.gpu_check import cli, report
+
+    row = {"batch": 1, "nvidia": None, "missing": "m", "comparable": False, "model_only": {
+        "eager": {"mode": "eager", "samples_per_s": 12.5, "steps": 3, "samples_per_step": 1}}}
+
+    def killed(name: str, a: object, budget: object, device: object, share: float, skipped: list[str],
+               out: dict, save: object) -> None:
+        out.update({"note": "", "batches": [row]})
+        save()
+        raise SystemExit(137)  # the call's limit, in the middle of the next figure
+
+    monkeypatch.setattr(cli, "run_workload", killed)
+    monkeypatch.setattr(cli.measure, "gemm_peak", lambda device: (1e12, "fp32 GEMM on the CPU"))
+    with pytest.raises(SystemExit):
+        cli.main(["--smoke", "--workloads", "cosmoflow,deepcam", "--out", str(tmp_path / "r")])
+    res = json.loads((tmp_path / "r.json").read_text())
+    assert res["complete"] is False and res["workloads"]["cosmoflow"]["batches"] == [row]
+    assert "deepcam" not in res["workloads"]
+    text = (tmp_path / "r.txt").read_text().splitlines()
+    assert text[2].startswith("# PARTIAL: this run stopped before its end")
+    assert any("model-only eager" in ln and "12.5 samples/s" in ln for ln in text)
+    started = report.render({**res, "workloads": {"oc20": {}}})
+    assert "== oc20: started, no figure measured" in started[-2]
+    assert report.merge([res, {**res, "complete": True}])["complete"] is False
+
+
+def test_gpu_check_bounds_a_compilation_in_a_child_process(tmp_path: Path) -> None:
+    """torch.compile cannot be interrupted where it compiles (DeepCAM's ran 3+ minutes past the check's
+    budget on an H200): the compile mode is measured in a child that is killed at the deadline; the child's
+    figure is the in-process one's."""
+    from benchmarks.gpu_check import measure
+    from benchmarks.gpu_check.cli import datagen
+
+    root = tmp_path / "cosmoflow"
+    datagen(plan_for("cosmoflow"), root, True, 300)
+    sets = [f"data.root={root}", "train.global_batch_size=2", "train.loader=torch"]
+    r = measure.model_only_bounded("cosmoflow", "mini", sets, "eager", torch.device("cpu"), 0.2, True, 120)
+    assert r.mode == "eager" and r.samples_per_s > 0 and r.steps >= 1 and r.samples_per_step == 2
+    assert r.flops_per_sample > 0 and r.flops_error == ""
+    with pytest.raises(TimeoutError, match="cut off after 1 s"):
+        measure.model_only_bounded("cosmoflow", "mini", sets, "eager", torch.device("cpu"), 30.0, False, 1.0)
+    with pytest.raises(RuntimeError, match="exit 1"):
+        measure.model_only_bounded("cosmoflow", "mini", [f"data.root={tmp_path / 'none'}"], "eager",
+                                   torch.device("cpu"), 0.2, False, 120)
 
 
 def test_gpu_check_gives_a_workload_without_a_plan_a_default_one(monkeypatch: pytest.MonkeyPatch) -> None:

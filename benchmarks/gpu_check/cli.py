@@ -9,7 +9,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -64,7 +64,9 @@ def e2e_mode(plan: Plan, preset_mode: str, rates: dict[str, dict[str, Any]]) -> 
 
 
 def run_workload(name: str, a: argparse.Namespace, budget: Budget, device: torch.device, share: float,
-                 skipped: list[str]) -> dict[str, Any]:
+                 skipped: list[str], out: dict[str, Any], save: Callable[[], None]) -> None:
+    """Measures ``name`` into ``out`` (already in the results), calling ``save`` after each figure, so that
+    a run cut off by its device call's limit leaves every figure it measured."""
     plan = plan_for(name)
     preset = "mini" if a.smoke else "full"
     root = Path(a.work) / name
@@ -77,7 +79,7 @@ def run_workload(name: str, a: argparse.Namespace, budget: Budget, device: torch
              and (m != "cuda_graph" or static)]
     batches = (plan.batch_smoke,) if a.smoke else plan.batches_full
     base_mode = wl.cfg.train.graph
-    out: dict[str, Any] = {"note": ("default plan: " if plan.default else "") + plan.note, "batches": []}
+    out.update({"note": ("default plan: " if plan.default else "") + plan.note, "batches": []})
     if getattr(wl, "shards_parameters", False):
         # built on the meta device and materialised by distribute() over the instance's layout, which
         # only the harness builds: measured end to end only, and said
@@ -107,7 +109,11 @@ def run_workload(name: str, a: argparse.Namespace, budget: Budget, device: torch
                 skipped.append(f"{name} batch {batch} model-only {mode}")
                 continue
             try:
-                r = measure.model_only(name, preset, overrides, mode, device, a.seconds, count_flops=i == 0)
+                if mode == "compile":  # compilation cannot be interrupted in-process: a child, bounded
+                    r = measure.model_only_bounded(name, preset, overrides, mode, device, a.seconds, i == 0,
+                                                   budget.timeout(max(10.0, modes_end - time.monotonic())))
+                else:
+                    r = measure.model_only(name, preset, overrides, mode, device, a.seconds, count_flops=i == 0)
                 row["model_only"][mode] = asdict(r)
                 if i == 0:
                     row["flops_per_sample"], row["flops_error"] = r.flops_per_sample, r.flops_error
@@ -118,6 +124,7 @@ def run_workload(name: str, a: argparse.Namespace, budget: Budget, device: torch
             finally:
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
+                save()
         mode = e2e_mode(plan, base_mode, row["model_only"])
         runs = (("loader", "none"), ("cache", plan.cache)) if plan.cache else (("loader", "none"),)
         if not plan.cache:
@@ -135,7 +142,7 @@ def run_workload(name: str, a: argparse.Namespace, budget: Budget, device: torch
                                        budget.timeout(max(5.0, batch_end - time.monotonic())))
             row[key] = {"cache": cache, "mode": mode, "per_epoch": e.per_epoch, "rate": e.rate, "status": e.status}
             say(f"  batch {batch} end to end data.cache={cache} ({mode}): {e.rate:.1f} samples/s ({e.status})")
-    return out
+            save()
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -184,30 +191,40 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"--workloads: {', '.join(unknown)} not registered; registered: {', '.join(workloads())}")
     res: dict[str, Any] = {"machine": header(describe()), "device_line": device_line(device),
-                           "date": datetime.date.today().isoformat(),
+                           "date": datetime.date.today().isoformat(), "complete": False,
                            "preset": "mini" if a.smoke else "full", "workloads": {}, "skipped": []}
     say(res["machine"])
     say(res["device_line"])
+
+    def save() -> None:  # after every figure: a run killed at its limit keeps what it measured, marked partial
+        if a.out:
+            report.write(res, Path(a.out))
+
+    flops, what = measure.gemm_peak(device)  # first: cheap, and every later figure is read against it
+    res["peak"] = {"flops": flops, "what": what}
+    say(f"== peak: {what} {flops / 1e12:.1f} TFLOP/s")
+    save()
     if a.tests != "none":
-        share = 0.9 if a.no_workloads else 0.4  # the rest: the peak, and the workloads
+        share = 0.9 if a.no_workloads else 0.4  # the rest: the workloads
         t = suite.run_suite(a.tests, budget.timeout(budget.left() * share), a.test_workers)
         res["tests"] = asdict(t)
         say(f"== GPU tests: {t.counts} (exit {t.exit_code}, {t.seconds:.0f} s)")
-    flops, what = measure.gemm_peak(device)
-    res["peak"] = {"flops": flops, "what": what}
-    say(f"== peak: {what} {flops / 1e12:.1f} TFLOP/s")
+        save()
     todo = [] if a.no_workloads else names
     for i, name in enumerate(todo):
         if budget.spent():
             res["skipped"].append(f"workload {name} (--budget-s {a.budget_s:g} spent)")
             continue
         share = budget.left() / (len(todo) - i)
+        res["workloads"][name] = {}
         try:
-            res["workloads"][name] = run_workload(name, a, budget, device, share, res["skipped"])
+            run_workload(name, a, budget, device, share, res["skipped"], res["workloads"][name], save)
         except Exception as exc:  # noqa: BLE001 - one workload's failure is reported; the others still run
             res["workloads"][name] = {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
             say(f"== {name}: FAILED {type(exc).__name__}: {str(exc)[:500]}")
+        save()
     res["budget"] = budget.summary()
+    res["complete"] = True
     for line in report.render(res):
         say(line)
     if a.out:

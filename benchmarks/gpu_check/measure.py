@@ -3,11 +3,12 @@
 the loader) or from ``data.cache`` (the epochs after the first)."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +46,11 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def gemm_peak(device: torch.device, seconds: float = 2.0) -> tuple[float, str]:
-    """(FLOP/s, what was measured): the bf16 8192^3 GEMM on a GPU; on a CPU the time-bounded peak of
-    :func:`benchmarks.machine.matmul_peak` in the dtype that is native there."""
+def gemm_peak(device: torch.device, seconds: float = 2.0, warmup_s: float = 1.0) -> tuple[float, str]:
+    """(FLOP/s, what was measured): the bf16 8192^3 GEMM on a GPU, timed after ``warmup_s`` of the same
+    products (an idle H200 sits at 345 MHz: three warm-up products measured 460 TFLOP/s where a warm GPU
+    gives 670-790); on a CPU the time-bounded peak of :func:`benchmarks.machine.matmul_peak` in the dtype
+    that is native there."""
     if device.type != "cuda":
         from benchmarks.machine import matmul_peak, peak_dtype
 
@@ -57,9 +60,11 @@ def gemm_peak(device: torch.device, seconds: float = 2.0) -> tuple[float, str]:
     n = 8192
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    for _ in range(3):
-        a @ b
-    sync(device)
+    t = time.perf_counter()
+    while time.perf_counter() - t < warmup_s:
+        for _ in range(10):
+            a @ b
+        sync(device)
     reps, t = 0, time.perf_counter()
     while reps < 10 or time.perf_counter() - t < seconds:
         for _ in range(10):
@@ -142,6 +147,36 @@ def model_only(name: str, preset: str, overrides: list[str], mode: str, device: 
     return StepRate(mode, rate, steps, samples, flops, why)
 
 
+def model_only_bounded(name: str, preset: str, overrides: list[str], mode: str, device: torch.device,
+                       seconds: float, count_flops: bool, timeout: float) -> StepRate:
+    """:func:`model_only` in a child process that is killed after ``timeout`` seconds: compilation cannot
+    be interrupted in the process that compiles (DeepCAM's took over 3 minutes on an H200 and ran the
+    whole check past its device call), and a budget must hold. Raises ``TimeoutError`` when cut off, and
+    ``RuntimeError`` with the child's last line when it fails."""
+    args = json.dumps({"name": name, "preset": preset, "overrides": overrides, "mode": mode,
+                       "device": str(device), "seconds": seconds, "count_flops": count_flops})
+    cmd = [sys.executable, "-m", "benchmarks.gpu_check.measure", args]
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=max(1.0, timeout))
+    except subprocess.TimeoutExpired:
+        raise TimeoutError(f"cut off after {timeout:.0f} s (warm-up and compilation included)") from None
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT)]
+    if proc.returncode or not lines:
+        raise RuntimeError(f"exit {proc.returncode}: {failure(proc.stderr + proc.stdout)}")
+    return StepRate(**json.loads(lines[-1][len(RESULT):]))
+
+
+RESULT = "gpu_check.model_only "  # the child's line that carries its StepRate
+
+
+def _child(argv: list[str]) -> int:
+    a = json.loads(argv[0])
+    r = model_only(a["name"], a["preset"], a["overrides"], a["mode"], torch.device(a["device"]), a["seconds"],
+                   a["count_flops"])
+    print(RESULT + json.dumps(asdict(r)), flush=True)
+    return 0
+
+
 def count_flop(step: Any, batch: Any, samples: int) -> tuple[float, str]:
     """(FLOPs per sample of one training step counted by ``FlopCounterMode``, ""), or (0, why) where no
     counter can follow the step. ``FlopCounterMode``'s module tracker puts backward hooks on the step's
@@ -218,3 +253,7 @@ def end_to_end(name: str, preset: str, overrides: list[str], mode: str, cache: s
         if proc.returncode not in (0, 4) or not out.per_epoch:
             out.status = f"failed (exit {proc.returncode}): {failure(proc.stdout + proc.stderr)}"
     return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(_child(sys.argv[1:]))

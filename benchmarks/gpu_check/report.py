@@ -61,6 +61,9 @@ def render_batch(name: str, row: dict[str, Any], peak: float) -> list[str]:
 
 def render(res: dict[str, Any]) -> list[str]:
     lines = [res["machine"], res.get("device_line", "")]
+    if not res.get("complete", True):
+        lines.append("# PARTIAL: this run stopped before its end (its device call's limit or a crash); every "
+                     "figure below was measured, those it did not reach are missing")
     lines.append(f"# preset {res['preset']}; peak: {res['peak']['what']} {res['peak']['flops'] / 1e12:.1f} TFLOP/s")
     t = res.get("tests")
     if t:
@@ -71,6 +74,10 @@ def render(res: dict[str, Any]) -> list[str]:
     for name, w in res["workloads"].items():
         if w.get("error"):
             lines.append(f"== {name}: FAILED {w['error']}")
+            continue
+        if not w.get("batches"):
+            lines.append(f"== {name}: started, no figure measured (the run stopped while writing its data or "
+                         "in its first measurement)")
             continue
         if w.get("note"):
             lines.append(f"# {name}: {w['note']}")
@@ -88,6 +95,7 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
         raise SystemExit("--merge: no result files given")
     out = dict(parts[0])
     out["workloads"], out["skipped"] = {}, []
+    out["complete"] = all(p.get("complete", True) for p in parts)
     for p in parts:
         out["workloads"].update(p.get("workloads", {}))
         out["skipped"] += p.get("skipped", [])
