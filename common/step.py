@@ -97,6 +97,9 @@ class TrainStep:
         self._pool: Any = None
         self.max_graphs = max(1, int(getattr(workload, "static_shape_count", 1)))
         self._fwd_loss: Callable[[Any], torch.Tensor] = self._forward_loss
+        on_device = getattr(workload, "on_device", None)  # device constants, before anything is compiled
+        if on_device is not None:
+            on_device(flat.device)
         if mode == "compile":
             static = getattr(workload, "static_shapes", True)
             dynamic = None if static else True

@@ -41,6 +41,9 @@ class DeepCAMWorkload(Workload[DeepCAMConfig]):
     def forward(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         return model(batch[0])
 
+    def on_device(self, device: torch.device) -> None:
+        self.class_weights_on(device)  # filled here, not in the first compiled step (a recompile)
+
     def class_weights_on(self, device: torch.device) -> torch.Tensor:
         """The class weights on ``device``, copied there once (a step never copies from the host)."""
         if device not in self._device_weights:
