@@ -18,7 +18,6 @@ import torch._dynamo
 from benchmarks.gpu_check import measure
 from benchmarks.gpu_check.cli import datagen
 from benchmarks.gpu_check.plan import plan_for
-from hpcbench.common.step import prepare_batch
 
 CPU = torch.device("cpu")
 
@@ -34,10 +33,7 @@ def _step_and_batch(name: str, data: Path) -> tuple[object, object]:
     datagen(plan, root, True, 300)  # once per module (its .done marker)
     wl = measure.load_workload(name, "mini", [f"data.root={root}", f"train.global_batch_size={plan.batch_smoke}"])
     step = measure.build_step(wl, "eager", CPU)
-    spec = wl.dataset()
-    source = spec.open(wl.data_root(), spec.train_split)
-    spec.start(source)
-    return step, prepare_batch(spec.model_batch(source, min(wl.loader_batch_size(), len(source))), CPU, False)
+    return step, measure.first_batch(wl, CPU)
 
 
 #: left out, with why; every other registered workload (a new one too) is checked

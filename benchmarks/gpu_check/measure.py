@@ -111,20 +111,26 @@ def build_step(wl: Any, mode: str, device: torch.device) -> Any:
                      accum=getattr(tc, "grad_accum", 1))
 
 
+def first_batch(wl: Any, device: torch.device) -> Any:
+    """One training batch of ``wl``'s files (its loader's batch size, or every sample where there are fewer),
+    on ``device`` in the layout ``wl.cfg`` holds (call :func:`build_step` first: it resolves "auto")."""
+    from hpcbench.common.step import prepare_batch
+
+    spec = wl.dataset()
+    source = spec.open(wl.data_root(), spec.train_split)
+    spec.start(source)
+    host = spec.model_batch(source, min(wl.loader_batch_size(), len(source)))
+    return prepare_batch(host, device, wl.cfg.train.channels_last)
+
+
 def model_only(name: str, preset: str, overrides: list[str], mode: str, device: torch.device, seconds: float,
                count_flops: bool) -> StepRate:
     """The harness's training step alone, repeated on one batch of the files already on the device, for
     about ``seconds`` after three warm-up steps (which include compilation or graph capture); then, with
     ``count_flops``, one more step under ``FlopCounterMode`` for the FLOPs per sample."""
-    from hpcbench.common.step import prepare_batch
-
     wl = load_workload(name, preset, overrides)
     step = build_step(wl, mode, device)  # first: it resolves "auto" precision / channels-last into wl.cfg
-    spec = wl.dataset()
-    source = spec.open(wl.data_root(), spec.train_split)
-    spec.start(source)
-    host = spec.model_batch(source, min(wl.loader_batch_size(), len(source)))
-    batch = prepare_batch(host, device, wl.cfg.train.channels_last)
+    batch = first_batch(wl, device)
     samples = wl.batch_size(batch)
     for _ in range(3):
         step(batch)
