@@ -64,8 +64,8 @@ if [ "$part" = first ]; then
     # the datasets are written by the check's own datagen (its .done markers), on the CPU, while the tests
     # run; the tests' timings are not figures, and the workloads start only once both are done
     budget=${BUDGET_S:-520}
-    pids=()
-    for w in ${hpc//,/ }; do
+    names=(${hpc//,/ }) pids=()
+    for w in "${names[@]}"; do
         "$py" -c "import sys; from pathlib import Path; from benchmarks.gpu_check.cli import datagen; \
 from benchmarks.gpu_check.plan import plan_for; datagen(plan_for(sys.argv[1]), Path(sys.argv[2]) / sys.argv[1], False, 400)" \
             "$w" "$work" > "/tmp/datagen-$w.log" 2>&1 &
@@ -74,7 +74,7 @@ from benchmarks.gpu_check.plan import plan_for; datagen(plan_for(sys.argv[1]), P
     "$py" -m benchmarks.gpu_check --tests gpu --test-workers 8 --no-workloads --budget-s 150 --work "$work" \
         --out "$out/gpu_check_part-tests" 2>&1 | tee "$out/gpu_check_part-tests.log" || true
     for i in "${!pids[@]}"; do
-        wait "${pids[$i]}" || { echo "datagen failed:"; tail -3 "/tmp/datagen-$(echo $hpc | cut -d, -f$((i + 1))).log"; }
+        wait "${pids[$i]}" || { echo "datagen ${names[$i]} failed:"; tail -3 "/tmp/datagen-${names[$i]}.log"; }
     done
     left=$((budget - (SECONDS - start)))
     "$py" -m benchmarks.gpu_check --tests none --workloads "$hpc" --seconds 4 --budget-s $((left > 60 ? left : 60)) \
