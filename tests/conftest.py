@@ -11,6 +11,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The tests share the machine: two pytest workers, each running its own tests and starting jobs of 1-4 ranks.
+# A torch thread pool per process as wide as the harness makes it for a node to itself (every core, divided
+# among the job's own ranks) puts 4-8 spinning OpenMP threads on a 2-core box; they wait on each other's cores
+# (measured: gpu_check --smoke over every workload, its two parts at once, 143 s of CPU in 74 s alone, 86 s in
+# 46 s with one thread each). So every process of the tests, this one and each it starts (they inherit the
+# environment), runs one torch thread unless the caller set otherwise; tests of the defaults clear the variable.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("HPCBENCH_TORCH_THREADS", "1")
+
 
 def mpiexec_path() -> str:
     """The mpiexec next to this Python (the mpich wheel's), else one on PATH."""
