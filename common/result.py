@@ -24,6 +24,11 @@ class RunResult:
     samples_per_s: float = 0.0  # training throughput of the instance (train samples / train time)
     epoch_losses: list[float] = field(default_factory=list)
     timers: dict[str, dict[str, float]] = field(default_factory=dict)
+    # per epoch trained on this rank: its training seconds (evaluations excluded, as in tracked_stats), its steps,
+    # and the seconds of the step's two timed parts in it: waiting for the loader's batch (``data_wait_s``) and the
+    # training step as the host sees it (``step_s``; on a GPU the launches, or the wait where the step syncs). The
+    # rest of an epoch is the harness's own per-step work, the epoch's start, and the device's queue drained at its end.
+    epoch_phases: list[dict[str, float]] = field(default_factory=list)
     run_start_ms: float = 0.0
     run_stop_ms: float = 0.0
 

@@ -182,7 +182,11 @@ class Trainer:
         tc, pos = self.cfg.train, parts.position
         assert parts.optimizer is not None
         for epoch in range(self.start_epoch, tc.max_epochs + 1):
+            before = {k: (self.timer.totals.get(k, 0.0), self.timer.counts.get(k, 0)) for k in ("data_wait", "step")}
             seconds, samples, loss = self.train_epoch(parts, epoch)
+            result.epoch_phases.append({"epoch": epoch, "seconds": seconds,
+                                        "steps": self.timer.counts.get("step", 0) - before["step"][1],
+                                        **{f"{k}_s": self.timer.totals.get(k, 0.0) - t for k, (t, _) in before.items()}})
             train_seconds += seconds
             samples_total += samples
             result.epochs, result.steps = epoch, int(parts.optimizer.step_count.item())

@@ -255,6 +255,12 @@ def test_gpu_check_smoke_measures_every_figure_of_a_workload_on_the_cpu(
     for key, mode in (("loader", "none"), ("cache", cache)) if cache else (("loader", "none"),):
         e = row[key]
         assert e["cache"] == mode and e["status"] == "ok" and len(e["per_epoch"]) == 2 and e["rate"] > 0, e
+        # where the step's time went (the harness's epoch_phases): the parts make up the epoch after the first,
+        # whose rate is then at most the batch per step (BERT's packed rows can hold fewer sequences)
+        split = e["per_step_ms"]
+        assert split["steps"] >= 1 and split["data_wait"] > 0 and split["step"] > 0 and split["rest"] >= 0, e
+        per_step = split["data_wait"] + split["step"] + split["rest"]
+        assert 0 < e["rate"] * per_step / 1e3 <= row["batch"] * 1.001, e
     if not cache:  # a workload whose loader cannot cache says so in the cache's place
         assert row["cache"]["status"].startswith("not offered: "), row
     assert row["comparable"] is False  # mini shapes are never put beside NVIDIA's figure as a ratio
@@ -265,6 +271,7 @@ def test_gpu_check_smoke_measures_every_figure_of_a_workload_on_the_cpu(
     # throughput is (samples/s, epoch ms) pairs: summing them once crashed the check here)
     (e2e,) = [ln for ln in block if "end to end, files -> loader -> device" in ln]
     assert float(e2e.split("): ")[1].split(" samples/s")[0]) > 0 and "samples/s after epoch 1 (epochs " in e2e, e2e
+    assert any(ln.startswith("    per step after epoch 1: loader wait ") for ln in block), block
     assert "; ok)" in e2e and all(ln.endswith("samples/s (ok)") for ln in proc.stdout.splitlines()
                                   if " end to end data.cache=" in ln), proc.stdout
     assert any("end to end, files -> loader -> device (data.cache=none" in ln for ln in block)
@@ -381,6 +388,24 @@ def test_gpu_check_writes_each_figure_as_it_goes_and_marks_a_cut_off_run_partial
     started = report.render({**res, "workloads": {"oc20": {}}})
     assert "== oc20: started, no figure measured" in started[-2]
     assert report.merge([res, {**res, "complete": True}])["complete"] is False
+
+
+def test_gpu_check_splits_the_end_to_end_step_from_the_job_summary(tmp_path: Path) -> None:
+    """The per-step split comes from instance 0's epoch_phases in train_summary.json, over the epochs after the
+    first (the first fills a cache, compiles, captures); no summary, or one without phases, gives none."""
+    from benchmarks.gpu_check.measure import per_step_split
+
+    phases = [{"epoch": 1, "seconds": 9.0, "steps": 10, "data_wait_s": 8.0, "step_s": 0.5},
+              {"epoch": 2, "seconds": 1.0, "steps": 10, "data_wait_s": 0.1, "step_s": 0.7},
+              {"epoch": 3, "seconds": 1.2, "steps": 10, "data_wait_s": 0.1, "step_s": 0.9}]
+    rows = [{"instance": 1, "result": {"epoch_phases": phases[:1]}}, {"instance": 0, "result": {"epoch_phases": phases}}]
+    (tmp_path / "train_summary.json").write_text(json.dumps(rows))
+    split = per_step_split([tmp_path / "train_summary.json"])
+    assert split["steps"] == 20
+    assert (split["data_wait"], split["step"], split["rest"]) == pytest.approx((10.0, 80.0, 20.0))
+    assert per_step_split([]) == {}
+    (tmp_path / "train_summary.json").write_text(json.dumps([{"instance": 0, "result": None}]))
+    assert per_step_split([tmp_path / "train_summary.json"]) == {}
 
 
 def test_gpu_check_bounds_a_compilation_in_a_child_process(tmp_path: Path) -> None:

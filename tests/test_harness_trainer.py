@@ -71,6 +71,10 @@ def test_max_epochs_without_target_is_aborted(env, tmp_path: Path) -> None:  # n
     assert result.status == "aborted" and result.epochs == 2 and len(result.metrics) == 2
     assert result.steps == 2 * 512 // 16 and result.samples_per_s > 0
     assert {"data_wait", "step", "eval"} <= set(result.timers)
+    # each epoch's own split: its training seconds hold its loader waits and its steps (the evaluation is not in them)
+    assert [p["epoch"] for p in result.epoch_phases] == [1, 2] and all(p["steps"] == 512 // 16 for p in result.epoch_phases)
+    assert all(0 < p["data_wait_s"] + p["step_s"] <= p["seconds"] for p in result.epoch_phases)
+    assert sum(p["step_s"] for p in result.epoch_phases) == pytest.approx(result.timers["step"]["seconds"], abs=1e-5)
     assert '"status": "aborted"' in log.read_text()
     assert _keys(log).count("tracked_stats") == 2
 

@@ -140,7 +140,8 @@ def run_workload(name: str, a: argparse.Namespace, budget: Budget, device: torch
                 cache = "host"  # a workload without a plan whose batches the device cache cannot hold
                 e = measure.end_to_end(name, preset, overrides, mode, cache, device.type, a.epochs,
                                        budget.timeout(max(5.0, batch_end - time.monotonic())))
-            row[key] = {"cache": cache, "mode": mode, "per_epoch": e.per_epoch, "rate": e.rate, "status": e.status}
+            row[key] = {"cache": cache, "mode": mode, "per_epoch": e.per_epoch, "rate": e.rate, "status": e.status,
+                        "per_step_ms": e.per_step_ms}
             say(f"  batch {batch} end to end data.cache={cache} ({mode}): {e.rate:.1f} samples/s ({e.status})")
             save()
 

@@ -33,6 +33,10 @@ class EndToEnd:
     cache: str
     per_epoch: list[float] = field(default_factory=list)
     status: str = "ok"
+    # ms per step over the epochs after the first (the harness's epoch_phases of instance 0's leader): waiting for
+    # the loader, the step as the host sees it, and the rest of the epoch's training time (the harness's per-step
+    # work, the epoch's start, the device queue drained at its end); empty when the run wrote no summary
+    per_step_ms: dict[str, float] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
@@ -232,6 +236,24 @@ def failure(output: str) -> str:
     return (named[0] if named else lines[-1] if lines else "no output")[:400]
 
 
+def per_step_split(summaries: list[Path]) -> dict[str, float]:
+    """Where an epoch's training time goes, in ms per step over the epochs after the first (all of them when
+    there is one): ``data_wait``, ``step`` (host side) and ``rest``, from the epoch_phases of instance 0 in the
+    job's ``train_summary.json``; {} when there is no summary or it holds no phases."""
+    if not summaries:
+        return {}
+    rows = json.loads(summaries[0].read_text())
+    result = next((r.get("result") for r in rows if r.get("instance") == 0), None) or {}
+    phases = result.get("epoch_phases") or []
+    later = phases[1:] or phases
+    steps = sum(p["steps"] for p in later)
+    if not steps:
+        return {}
+    seconds, wait, step = (sum(p[k] for p in later) for k in ("seconds", "data_wait_s", "step_s"))
+    return {"steps": float(steps), "data_wait": 1e3 * wait / steps, "step": 1e3 * step / steps,
+            "rest": 1e3 * (seconds - wait - step) / steps}
+
+
 def end_to_end(name: str, preset: str, overrides: list[str], mode: str, cache: str, device: str, epochs: int,
                timeout: float) -> EndToEnd:
     """``hpcbench train`` on the files: the tracked throughput of each epoch (training time only, the
@@ -255,6 +277,7 @@ def end_to_end(name: str, preset: str, overrides: list[str], mode: str, cache: s
             return out
         logs = sorted(Path(tmp).glob("results/**/result_*.txt"))
         out.per_epoch = [tp for tp, _ms in parse_log(logs[0]).tracked_throughput] if logs else []
+        out.per_step_ms = per_step_split(sorted(Path(tmp).rglob("train_summary.json")))
         # exit 4: stopped at max_epochs without reaching the quality target, as intended here
         if proc.returncode not in (0, 4) or not out.per_epoch:
             out.status = f"failed (exit {proc.returncode}): {failure(proc.stdout + proc.stderr)}"

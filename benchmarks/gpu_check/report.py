@@ -56,6 +56,11 @@ def render_batch(name: str, row: dict[str, Any], peak: float) -> list[str]:
         out.append(f"  end to end, {label} (data.cache={e['cache']}, {e['mode']}): {rate:.1f} samples/s after "
                    f"epoch 1 (epochs {epochs}; {e['status']})  {_ratio(rate, ref)} NVIDIA, "
                    f"{_ratio(rate, model)} of model-only {e['mode']}")
+        split = e.get("per_step_ms")
+        if split:  # where the end-to-end step's time goes (results written before this split have none)
+            out.append(f"    per step after epoch 1: loader wait {split['data_wait']:.3f} ms, step (host side) "
+                       f"{split['step']:.3f} ms, rest {split['rest']:.3f} ms (harness, epoch start, device queue "
+                       f"drained at the epoch's end) over {split['steps']:.0f} steps")
     return out
 
 
