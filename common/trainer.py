@@ -181,12 +181,13 @@ class Trainer:
         train_seconds, samples_total = 0.0, 0
         tc, pos = self.cfg.train, parts.position
         assert parts.optimizer is not None
+        t = self.timer
         for epoch in range(self.start_epoch, tc.max_epochs + 1):
-            before = {k: (self.timer.totals.get(k, 0.0), self.timer.counts.get(k, 0)) for k in ("data_wait", "step")}
+            wait0, step0, steps0 = t.totals.get("data_wait", 0.0), t.totals.get("step", 0.0), t.counts.get("step", 0)
             seconds, samples, loss = self.train_epoch(parts, epoch)
-            result.epoch_phases.append({"epoch": epoch, "seconds": seconds,
-                                        "steps": self.timer.counts.get("step", 0) - before["step"][1],
-                                        **{f"{k}_s": self.timer.totals.get(k, 0.0) - t for k, (t, _) in before.items()}})
+            result.epoch_phases.append({"epoch": epoch, "seconds": seconds, "steps": t.counts.get("step", 0) - steps0,
+                                        "data_wait_s": t.totals.get("data_wait", 0.0) - wait0,
+                                        "step_s": t.totals.get("step", 0.0) - step0})
             train_seconds += seconds
             samples_total += samples
             result.epochs, result.steps = epoch, int(parts.optimizer.step_count.item())

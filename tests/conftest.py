@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # among the job's own ranks) puts 4-8 spinning OpenMP threads on a 2-core box; they wait on each other's cores
 # (measured: gpu_check --smoke over every workload, its two parts at once, 143 s of CPU in 74 s alone, 86 s in
 # 46 s with one thread each). So every process of the tests, this one and each it starts (they inherit the
-# environment), runs one torch thread unless the caller set otherwise; tests of the defaults clear the variable.
+# environment), runs one torch thread unless the caller set otherwise (a test of the harness's default thread
+# count must remove HPCBENCH_TORCH_THREADS from its child's environment; none does today).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HPCBENCH_TORCH_THREADS", "1")
 
