@@ -131,11 +131,14 @@ class OutputStack(nn.Module):
         self.b = nn.Parameter(torch.zeros(c.num_output_layers, k, 1, o))
         self.final = nn.Parameter(torch.zeros(k, o, 1))  # zeros init, as the reference
 
-    def forward(self, xs: list[Tensor], rbf_out: Tensor, dst: Tensor, num_nodes: int) -> Tensor:
-        """xs: the k stages' edge states [E, H], rbf_out [E, k, H] -> per-atom energy [N]. Each stage
-        is summed to the atoms on its own (no [E, k, H] stack: only the [k, N, H] atom sums are stacked)."""
-        per_atom = torch.stack([x.new_zeros(num_nodes, x.size(1)).index_add_(0, dst, x * rbf_out[:, i])
-                                for i, x in enumerate(xs)])  # [k, N, H]
+    def forward(self, xs: list[Tensor], rbf_out: list[Tensor], dst: Tensor, num_nodes: int) -> Tensor:
+        """xs: the k stages' edge states [E, H], rbf_out their k radial projections [E, H] -> per-atom
+        energy [N]. Each stage is summed to the atoms on its own (no [E, k, H] stack: only the [k, N, H]
+        atom sums are stacked). The projections come as k slices of the fused projection, not as
+        ``[:, i]`` of one [E, k, H] view: the backward of each such select writes a zero-filled
+        [E, k, H] gradient and sums the k of them, three [E, k, H] passes per stage."""
+        per_atom = torch.stack([x.new_zeros(num_nodes, x.size(1)).index_add_(0, dst, x * r)
+                                for x, r in zip(xs, rbf_out, strict=True)])  # [k, N, H]
         y = torch.bmm(per_atom, self.up)  # [k, N, O]
         for w, b in zip(self.w, self.b):
             y = silu(torch.baddbmm(b, y, w))
@@ -175,8 +178,8 @@ class DimeNetPP(nn.Module):
         rbf = self.rbf(x, env)  # [E, R]
         # all radial projections in one GEMM
         proj = _NarrowLinear.apply(rbf, self._fused_rbf_weight())  # [E, (2B+2) H]
-        *rbf_blocks, rbf_out, rbf_emb = proj.split([h] * nb + [(nb + 1) * h, h], dim=1)
-        rbf_out = rbf_out.view(-1, nb + 1, h)
+        *parts, rbf_emb = proj.split(h, dim=1)
+        rbf_blocks, rbf_out = parts[:nb], parts[nb:]
         rbf_emb = silu(rbf_emb + self.emb_rbf.bias)
         # spherical basis: radial part per edge, angle (via cos, from edge vectors) per triplet, and
         # the blocks' first sbf projections fused into one GEMM over the triplets
