@@ -21,6 +21,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from .cadence import ClosedEvalEpochs
 from .errors import ConfigError
@@ -101,6 +102,26 @@ class HyperparameterKeys:
 PARAMETERS_KEY = "hpcbench_model_parameters"
 
 
+#: how close a logged number must be to a closed definition's fixed one (relative)
+SAME_VALUE_REL_TOL = 1e-9
+
+
+def same_value(got: Any, want: Any) -> bool:
+    """A logged value equals a fixed one: strings case-insensitively, numbers to 1e-9 relative (a float logged
+    for an integer is the same number), lists element by element."""
+    if isinstance(want, str):
+        return isinstance(got, str) and got.casefold() == want.casefold()
+    if isinstance(want, (list, tuple)):
+        return (isinstance(got, (list, tuple)) and len(got) == len(want)
+                and all(same_value(g, w) for g, w in zip(got, want)))
+    if isinstance(want, bool) or isinstance(got, bool):
+        return got is want
+    if isinstance(want, (int, float)) and isinstance(got, (int, float)):
+        return math.isclose(got, want, rel_tol=SAME_VALUE_REL_TOL, abs_tol=0.0) or got == want
+    return bool(got == want)
+
+
+
 @dataclass(frozen=True)
 class ClosedDefinition:
     """What a closed-division run of the benchmark trains, as the rules, the official checker's closed YAML and
@@ -133,6 +154,12 @@ class ClosedDefinition:
         extra = {k.casefold(): v for k, v in self.fixed_by_optimizer.items()}
         name = optimizer.casefold() if isinstance(optimizer, str) else None
         return {**self.fixed, **(extra.get(name, {}) if name is not None else {})}
+
+    def differing(self, values: Mapping[str, object]) -> list[tuple[str, object, object]]:
+        """(key, value, fixed value) of each fixed key of ``values`` (the keys a run logs) whose value is not the
+        fixed one; keys ``values`` lacks are not compared (the report names those)."""
+        fixed = self.fixed_for(values.get("opt_name"))
+        return [(k, values[k], want) for k, want in fixed.items() if k in values and not same_value(values[k], want)]
 
 
 @dataclass(frozen=True)

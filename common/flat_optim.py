@@ -34,6 +34,9 @@ class FlatOptimizer:
     def __init__(self, flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0) -> None:
         self.flat, self.cfg, self.world, self.rank = flat, cfg, world, rank
         self.step_count = torch.zeros((), device=flat.device)  # applied steps, float32 on the device
+        #: the step count an initial optimizer state brought (:meth:`load_initial`): Adam's bias correction
+        #: goes on from it, while the schedule and the run's step count start at 0 (``step_count - step_origin``)
+        self.step_origin = 0.0
         self.state: dict[str, torch.Tensor] = {}
         #: the row-wise optimizer of the parameters outside the flat buffer (sparse gradients), if any
         self.sparse: SparseAdagrad | None = None
@@ -97,7 +100,8 @@ class FlatOptimizer:
                     raise ConfigError(f"{where}: initial optimizer state '{name}' of {pname} has {t.numel()} "
                                       f"elements, the parameter {n}")
             buf.copy_(self.flat.flatten([t.to(buf.device, buf.dtype) for t in tensors]))
-        self.step_count.fill_(float(state.get("step", 0)))
+        self.step_origin = float(state.get("step", 0))
+        self.step_count.fill_(self.step_origin)
 
     def state_numel(self) -> int:
         """Elements of optimizer state this rank holds (the row-wise part's included)."""

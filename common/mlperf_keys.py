@@ -116,9 +116,11 @@ _VALUES: dict[str, Callable[[_Run], Any]] = {
     "opt_learning_rate_warmup_factor": lambda r: r.optim.warmup_factor,
     "opt_learning_rate_warmup_epochs": lambda r: r.epochs(r.optim.warmup, r.schedule.warmup_steps),
     "opt_learning_rate_warmup_steps": lambda r: r.steps(r.schedule.warmup_steps),
-    # the rate of the first step: where a warmup starts (the peak rate without one)
-    "opt_learning_rate_warmup_init": lambda r: float(r.schedule(torch.zeros(()))) if r.schedule.warmup_steps > 0
-    else r.optim.lr,
+    # the rate of the first step: where a warmup starts (the peak rate without one); a linspace warmup's
+    # configured start, with or without warmup steps (the OpenFold reference logs its warmup_lr_init always)
+    "opt_learning_rate_warmup_init": lambda r: (r.optim.warmup_start_lr if r.schedule.warmup_style == "linspace"
+                                                else float(r.schedule(torch.zeros(()))) if r.schedule.warmup_steps > 0
+                                                else r.optim.lr),
     "num_warmup_steps": lambda r: r.steps(r.schedule.warmup_steps),
     "start_warmup_step": lambda r: 0,  # the schedule counts from the first step
     # decay

@@ -36,6 +36,10 @@ class OptimConfig:
     unit: Literal["epochs", "steps"] = "epochs"
     warmup: float = 0.0  # length of linear warmup in ``unit``
     warmup_factor: float = 1.0  # lr at warmup start = lr * warmup_factor / ... see schedule docs
+    # the per-step warmup's shape (common/schedule.py): "harness" (from warmup_factor), "nemo" (NeMo's
+    # lr (s + 1) / (W + 1), peak at step W: the Llama 3.1 8B reference) or "linspace" (the W rates of
+    # torch.linspace(warmup_start_lr, lr, W): the OpenFold reference)
+    warmup_style: Literal["harness", "nemo", "linspace"] = "harness"
     milestones: tuple[float, ...] = ()  # multistep boundaries in ``unit``
     decay_factor: float = 0.1  # multistep multiplier per boundary (cumulative: decay_factor ** boundaries passed)
     # multistep: absolute factors of the peak lr, one per milestone (the rate after milestone i is
@@ -44,8 +48,10 @@ class OptimConfig:
     # the rate is set once per epoch from its 0-based index e, as a Keras LearningRateScheduler callback
     # (the reference CosmoFlow's) computes it: warmup at e, a milestone m passed when m < e; common/schedule.py
     lr_per_epoch: bool = False
-    # lr_per_epoch warmup as the reference 3D U-Net's lr_warmup (runtime/training.py): from this absolute rate
-    # (its init_learning_rate, 1e-4) instead of lr / warmup_factor; 0: warmup_factor decides the start
+    # the warmup's absolute start rate instead of lr / warmup_factor (0: warmup_factor decides): lr_per_epoch's
+    # as the reference 3D U-Net's lr_warmup (runtime/training.py; its init_learning_rate, 1e-4), or the
+    # linspace warmup's first rate (the OpenFold reference's warmup_lr_init, 1e-5, logged as
+    # opt_learning_rate_warmup_init)
     warmup_start_lr: float = 0.0
     # lr_per_epoch warmup: the number the first epoch counts as, 0 (a Keras callback's 0-based index: the first
     # epoch runs at the start rate) or 1 (the U-Net reference's 1-based epoch loop: the first epoch runs at
@@ -87,9 +93,18 @@ class OptimConfig:
                               f"{self.warmup_start_lr}")
         if self.warmup_first_epoch not in (0, 1):
             raise ConfigError(f"config key 'optim.warmup_first_epoch': must be 0 or 1, got {self.warmup_first_epoch}")
-        if (self.warmup_start_lr or self.warmup_first_epoch) and not self.lr_per_epoch:
-            raise ConfigError("config keys 'optim.warmup_start_lr' and 'optim.warmup_first_epoch': apply to "
-                              "optim.lr_per_epoch = true only")
+        if self.warmup_first_epoch and not self.lr_per_epoch:
+            raise ConfigError("config key 'optim.warmup_first_epoch': applies to optim.lr_per_epoch = true only")
+        if self.warmup_start_lr and not (self.lr_per_epoch or self.warmup_style == "linspace"):
+            raise ConfigError("config key 'optim.warmup_start_lr': applies to optim.lr_per_epoch = true or "
+                              "optim.warmup_style = 'linspace' only")
+        if self.warmup_style not in ("harness", "nemo", "linspace"):
+            raise ConfigError(f"config key 'optim.warmup_style': expected 'harness', 'nemo' or 'linspace', got "
+                              f"{self.warmup_style!r}")
+        if self.warmup_style != "harness" and (self.lr_per_epoch or self.warmup_factor != 1.0):
+            raise ConfigError(f"config key 'optim.warmup_style': {self.warmup_style!r} is a per-step warmup with its "
+                              f"own start; it does not combine with optim.lr_per_epoch or optim.warmup_factor "
+                              f"(got lr_per_epoch {self.lr_per_epoch}, warmup_factor {self.warmup_factor})")
         if self.lr_per_epoch and (self.unit != "epochs" or self.schedule not in ("constant", "multistep")):
             raise ConfigError(f"config key 'optim.lr_per_epoch': needs unit 'epochs' and the constant or multistep "
                               f"schedule, got unit {self.unit!r} and schedule {self.schedule!r}")

@@ -7,6 +7,11 @@ steps once at build time (``unit = "epochs"`` multiplies by the steps per epoch)
   the rate rises linearly from ``lr/W`` (``lr * (step + 1) / W``); with ``f = warmup_factor > 1`` it
   rises linearly from ``lr / f`` (the MLPerf "scale the base rate up by f" style); with ``f < 1`` it
   rises linearly from ``lr * f``;
+* ``warmup_style = "nemo"``: ``lr * (step + 1) / (W + 1)`` while ``step < W``, so the peak comes at step
+  ``W`` (NeMo's ``WarmupAnnealHoldPolicy``, which ``CosineAnnealing`` and the Llama 3.1 8B reference use);
+* ``warmup_style = "linspace"``: the ``W`` rates ``torch.linspace(warmup_start_lr, lr, W)``, i.e.
+  ``start + (lr - start) * step / (W - 1)`` (``start`` alone when ``W = 1``), so step ``W - 1`` already has
+  the peak (the OpenFold reference's ``OpenFoldBenchmarkLRScheduler``, called with the 1-based iteration);
 * ``constant``: ``lr`` after warmup;
 * ``multistep``: ``lr * decay_factor ** (number of milestones <= step)``; with ``decay_factors``
   (one per milestone) the factors are absolute, not multiplied together: ``lr * decay_factors[i]``
@@ -61,6 +66,7 @@ class Schedule:
     steps_per_epoch: float = 1.0
     warmup_start_lr: float = 0.0  # lr_per_epoch: an absolute start rate (0: from warmup_factor)
     warmup_first_epoch: int = 0  # lr_per_epoch: 1 counts the first epoch as 1 (the U-Net reference)
+    warmup_style: str = "harness"  # per step: harness | nemo | linspace (module doc)
 
     @classmethod
     def from_config(cls, cfg: OptimConfig, steps_per_epoch: int, max_epochs: int) -> "Schedule":
@@ -90,6 +96,7 @@ class Schedule:
             steps_per_epoch=float(max(1, steps_per_epoch)),
             warmup_start_lr=cfg.warmup_start_lr,
             warmup_first_epoch=cfg.warmup_first_epoch,
+            warmup_style=cfg.warmup_style,
         )
 
     @property
@@ -108,7 +115,12 @@ class Schedule:
             return base
         w = self.warmup_steps
         f = self.warmup_factor
-        if f != 1.0:
+        if self.warmup_style == "nemo":
+            warm = self.lr * (step + 1.0) / (w + 1.0)
+        elif self.warmup_style == "linspace":
+            start = self.warmup_start_lr
+            warm = start + (self.lr - start) * (step / (w - 1.0) if w > 1.0 else torch.zeros_like(step))
+        elif f != 1.0:
             start = self._start()
             warm = start + (self.lr - start) * torch.clamp(step / w, max=1.0)
         else:

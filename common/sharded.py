@@ -114,6 +114,7 @@ class ShardedAdamW:
         self.flat = params  # what the harness's step reads (device)
         self.decay = [0.0 if (decay_exempt and decay_exempt[i]) else cfg.weight_decay for i in range(params.num_tensors)]
         self.step_count = torch.zeros((), device=params.device)
+        self.step_origin = 0.0  # as FlatOptimizer's: no initial optimizer state is loaded into a sharded one
         self.exp_avg = [torch.zeros_like(p) for p in params.tensors]
         self.exp_avg_sq = [torch.zeros_like(p) for p in params.tensors]
         self.last_grad_norm: torch.Tensor | None = None

@@ -90,6 +90,7 @@ class TrainStep:
         self.world = world
         self.accum = accum  # micro-batches per step (gradient accumulation, train.grad_accum)
         self.optimizer, self.schedule, self.precision = optimizer, schedule, precision
+        self._origin = float(optimizer.step_origin)  # FlatOptimizer.step_origin (0: no initial state)
         self.mode = mode
         self.warmup_iters = warmup_iters
         # CUDA graphs by the shapes of the batch's tensors: (graph, static batch, static loss)
@@ -187,7 +188,9 @@ class TrainStep:
         loss = total
         self.flat.check_grads()
         skip = self.precision.unscale_(self.flat.grads)
-        lr = self.schedule(self.optimizer.step_count)
+        # the schedule counts this run's steps (the OpenFold reference's scheduler gets the run's iteration, while
+        # Adam goes on from the initial checkpoint's step)
+        lr = self.schedule(self.optimizer.step_count - self._origin if self._origin else self.optimizer.step_count)
         self.optimizer.step(lr, skip)
         if self.average is not None:
             self.average.update()

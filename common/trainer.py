@@ -41,6 +41,7 @@ from .build import RunParts, build_parallel, build_parts, parameter_count
 from .cadence import TrainPoint, cadence_of
 from .checkpoint import CheckpointManager, instance_dir
 from .dist import DistEnv
+from .errors import ConfigError
 from .finite import LossWatch
 from .mllog import MLPerfLogger
 from .parallel import Parallel
@@ -110,7 +111,9 @@ class Trainer:
         self.log.event(suite(self.workload.suite).grad_accum_key, tc.grad_accum)
         # not an MLPerf key (the checker ignores it): what the schedule and the step count are built on
         self.log.event("steps_per_epoch", sizes.steps_per_epoch)
-        self.log.hyperparameters(self.workload.hyperparameters())
+        hyper = self.workload.hyperparameters()
+        self._refuse_closed_differences({**hyper, "global_batch_size": tc.global_batch_size})
+        self.log.hyperparameters(hyper)
         # not an MLPerf key (the checker ignores it): the model's size, which the report compares with the
         # benchmark's closed definition (a collective: every training rank counts its shards)
         self.log.event(PARAMETERS_KEY, {"value": parameter_count(self.workload, parts)})
@@ -122,6 +125,19 @@ class Trainer:
         why = (f"the instance's last {e} rank(s) evaluate while {parts.parallel.size} train" if e
                else "the training ranks evaluate")
         self.log.event("hpcbench_eval_ranks", {"value": e, "requested": e, "reason": why})
+
+    def _refuse_closed_differences(self, values: dict[str, object]) -> None:
+        """A closed run whose keys differ from the values the closed rules fix (the record's
+        :class:`~hpcbench.common.benchmark.ClosedDefinition`) stops here, before ``run_start``, naming each key: the
+        official checker would fail its log (or, for keys it does not test, the report would call it not closed)."""
+        closed = self.workload.record.closed
+        if self.cfg.train.division != "closed" or closed is None:
+            return
+        differ = closed.differing(values)
+        if differ:
+            raise ConfigError(f"the closed division of {self.workload.benchmark} fixes "
+                              + "; ".join(f"{k} = {want!r} (this config gives {got!r})" for k, got, want in differ)
+                              + f" ({closed.source}); change the config or set train.division = 'open'")
 
     # loop -------------------------------------------------------------------------------------
     def _log_cache_clear(self) -> None:
@@ -190,7 +206,8 @@ class Trainer:
                                         "step_s": t.totals.get("step", 0.0) - step0})
             train_seconds += seconds
             samples_total += samples
-            result.epochs, result.steps = epoch, int(parts.optimizer.step_count.item())
+            result.epochs = epoch
+            result.steps = int(parts.optimizer.step_count.item() - parts.optimizer.step_origin)
             result.epoch_losses.append(loss)
             if result.status == "success":  # met inside the epoch: time to train ends at that evaluation
                 break

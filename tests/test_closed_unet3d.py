@@ -140,6 +140,7 @@ def test_warmup_start_and_first_epoch_keys_are_checked_by_name() -> None:
 
     for kwargs, key in (({"warmup_start_lr": -1.0, "lr_per_epoch": True}, "optim.warmup_start_lr"),
                         ({"warmup_first_epoch": 2, "lr_per_epoch": True}, "optim.warmup_first_epoch"),
-                        ({"warmup_start_lr": 1e-4}, "optim.lr_per_epoch = true only")):
+                        ({"warmup_start_lr": 1e-4}, "optim.warmup_start_lr': applies to optim.lr_per_epoch = true or"),
+                        ({"warmup_first_epoch": 1}, "optim.warmup_first_epoch': applies to optim.lr_per_epoch = true only")):
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             OptimConfig(unit="epochs", **kwargs).validate()

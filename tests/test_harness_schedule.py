@@ -101,3 +101,45 @@ def test_poly_from_warmup_is_the_mlperf_resnet_schedule() -> None:
 def test_poly_from_warmup_needs_the_poly_schedule() -> None:
     with pytest.raises(ConfigError, match="optim.poly_from_warmup"):
         Schedule.from_config(OptimConfig(schedule="cosine", poly_from_warmup=True), 7, 3)
+
+
+def test_nemo_warmup_is_nemos_cosine_annealing() -> None:
+    """warmup_style "nemo": NeMo's WarmupAnnealHoldPolicy (CosineAnnealing, constant_steps 0), written out here:
+    lr (s + 1) / (W + 1) for s <= W, then min + (lr - min) (1 + cos(pi (s - W) / (T - W))) / 2, min after T."""
+    lr, lo, w, t = 4e-4, 4e-5, 16, 1000
+    s = Schedule.from_config(OptimConfig(lr=lr, schedule="cosine", unit="steps", warmup=w, total=t, min_lr=lo,
+                                         warmup_style="nemo"), steps_per_epoch=7, max_epochs=3)
+
+    def nemo(step: int) -> float:
+        if step <= w:
+            return lr * (step + 1) / (w + 1)
+        if step > t:
+            return lo
+        return (lr - lo) * 0.5 * (1 + math.cos(math.pi * (step - w) / (t - w))) + lo
+
+    for step in [*range(0, w + 3), 500, t - 1, t, t + 1, 5000]:
+        assert s.value(step) == pytest.approx(nemo(step), rel=1e-12, abs=1e-15), step
+    assert s.value(0) == pytest.approx(lr / 17) and s.value(w - 1) < lr == pytest.approx(s.value(w))
+
+
+def test_linspace_warmup_is_the_openfold_references() -> None:
+    """warmup_style "linspace": the OpenFold reference's OpenFoldBenchmarkLRScheduler, whose iteration i >= 1 (our
+    step i - 1) takes torch.linspace(warmup_lr_init, base_lr, W)[i - 1] while i <= W, then base_lr."""
+    lr, start = 1e-3, 1e-5
+    for w in (1, 2, 10):
+        s = Schedule.from_config(OptimConfig(lr=lr, unit="steps", warmup=w, warmup_style="linspace",
+                                             warmup_start_lr=start), steps_per_epoch=5, max_epochs=9)
+        ref = torch.linspace(start, lr, w, dtype=torch.float64).tolist()
+        for iteration in range(1, w + 4):
+            want = ref[iteration - 1] if iteration <= w else lr
+            assert s.value(iteration - 1) == pytest.approx(want, rel=1e-12), (w, iteration)
+
+
+def test_warmup_styles_are_checked_by_name() -> None:
+    with pytest.raises(ConfigError, match=r"optim\.warmup_style.*'nemo' is a per-step warmup"):
+        OptimConfig(unit="epochs", warmup_style="nemo", lr_per_epoch=True).validate()
+    with pytest.raises(ConfigError, match=r"optim\.warmup_style.*warmup_factor 2"):
+        OptimConfig(unit="steps", warmup_style="linspace", warmup_factor=2.0).validate()
+    with pytest.raises(ConfigError, match=r"optim\.warmup_style': expected"):
+        OptimConfig(unit="steps", warmup_style="cubic").validate()  # type: ignore[arg-type]
+    OptimConfig(unit="steps", warmup=3, warmup_style="linspace", warmup_start_lr=1e-5).validate()

@@ -16,17 +16,16 @@ Every failed comparison is one reason, naming the key, what the log says and wha
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 from hpcbench import registry
-from hpcbench.common.benchmark import PARAMETERS_KEY
+from hpcbench.common.benchmark import PARAMETERS_KEY, same_value
 
 from .logs import RunLog
 
 DIVISIONS = ("closed", "open")
-REL_TOL = 1e-9
+__all__ = ["claims_closed", "folder_division", "readiness", "same_value"]
 
 
 def folder_division(folder: Path) -> str | None:
@@ -45,21 +44,6 @@ def folder_division(folder: Path) -> str | None:
 def claims_closed(divisions: list[str | None]) -> bool:
     """A folder is judged as closed when any of its divisions (a log's, the system JSON's, the folder's) is."""
     return "closed" in divisions
-
-
-def same_value(got: Any, want: Any) -> bool:
-    """A logged value equals a fixed one: strings case-insensitively, numbers to 1e-9 relative (a float logged
-    for an integer is the same number), lists element by element."""
-    if isinstance(want, str):
-        return isinstance(got, str) and got.casefold() == want.casefold()
-    if isinstance(want, (list, tuple)):
-        return (isinstance(got, (list, tuple)) and len(got) == len(want)
-                and all(same_value(g, w) for g, w in zip(got, want)))
-    if isinstance(want, bool) or isinstance(got, bool):
-        return got is want
-    if isinstance(want, (int, float)) and isinstance(got, (int, float)):
-        return math.isclose(got, want, rel_tol=REL_TOL, abs_tol=0.0) or got == want
-    return bool(got == want)
 
 
 def _show(x: Any) -> str:
