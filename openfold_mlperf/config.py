@@ -11,7 +11,12 @@ from hpcbench.common.runconfig import DataConfig, RunConfig
 
 from . import INIT_CHECKPOINT_SHA256
 
-DATALOADER_TYPES = ("InitialTrainingDataloaderPT", "InitialTrainingDataloaderPQ")
+#: the reference's initial-training loaders (closed_openfold.yaml allows either): its PT loader draws in a
+#: deterministic order, as ours does; its PQ loader hands samples on as workers finish them (a non-blocking
+#: priority queue), an order this harness does not reproduce, so it is not offered
+DATALOADER_TYPES = ("InitialTrainingDataloaderPT",)
+#: training iterations between evaluations in a closed run (closed_openfold.yaml: val_every_iters == 40)
+CLOSED_VAL_EVERY_ITERS = 40
 
 
 @dataclass
@@ -28,9 +33,12 @@ class OpenFoldDataConfig(DataConfig):
     val_max_cameo_submission_date: str = "2021-12-11"
     val_max_sequence_length: int = 700
     trust_pickle: bool = False  # read the reference's pickled dicts/<xy> (unpickling runs code from the file)
-    # the reference's data loader (closed_openfold.yaml: the PT or PQ initial-training loader); logged as
-    # initial_training_dataloader_type: ours samples as InitialTrainingDataloaderPT does
+    # the reference's data loader, logged as initial_training_dataloader_type: ours samples as its
+    # InitialTrainingDataloaderPT does (the only value offered, see DATALOADER_TYPES)
     loader_type: str = "InitialTrainingDataloaderPT"
+    # every training step runs a number of recycling iterations drawn from 0..num_recycling_iters, as the
+    # reference's loader draws them (spec.RecyclingDraws); false: always num_recycling_iters (open division)
+    random_recycling: bool = True
 
     def validate(self) -> None:
         super().validate()
@@ -49,7 +57,9 @@ class OpenFoldDataConfig(DataConfig):
                               f"while reading, so neither samples nor batches can be kept; use 'none', got "
                               f"{self.cache!r}")
         if self.loader_type not in DATALOADER_TYPES:
-            raise ConfigError(f"config key 'data.loader_type': {self.loader_type!r}; expected one of {DATALOADER_TYPES}")
+            raise ConfigError(f"config key 'data.loader_type': {self.loader_type!r}; expected one of {DATALOADER_TYPES} "
+                              "(the reference's PQ loader orders samples as its workers finish them, which this "
+                              "harness does not reproduce)")
 
 
 @dataclass
@@ -103,6 +113,22 @@ class OpenFoldConfig(RunConfig):
                               f"(val_every_iters); give N x train.global_batch_size ({t.global_batch_size}), got "
                               f"{t.eval_every_samples} (0, the epoch cadence of train.eval_every, is open-division only)")
         if t.division == "closed":
+            if t.eval_every_samples != CLOSED_VAL_EVERY_ITERS * t.global_batch_size:
+                raise ConfigError(f"config key 'train.eval_every_samples': a closed run evaluates every "
+                                  f"{CLOSED_VAL_EVERY_ITERS} iterations (closed_openfold.yaml: val_every_iters), i.e. "
+                                  f"every {CLOSED_VAL_EVERY_ITERS} x train.global_batch_size = "
+                                  f"{CLOSED_VAL_EVERY_ITERS * t.global_batch_size} samples; got {t.eval_every_samples}")
+            if self.optim.warmup_style != "linspace":
+                raise ConfigError(f"config key 'optim.warmup_style': a closed run warms up as the reference's "
+                                  f"OpenFoldBenchmarkLRScheduler, linspace(optim.warmup_start_lr, optim.lr, warmup); "
+                                  f"set it to 'linspace', got {self.optim.warmup_style!r}")
+            if not self.data.random_recycling:
+                raise ConfigError("config key 'data.random_recycling': a closed run draws each step's recycling "
+                                  "iterations as the reference's loader does; set it to true")
+            if not m.init_optimizer_state:
+                raise ConfigError("config key 'model.init_optimizer_state': a closed run starts Adam from the "
+                                  "initial checkpoint's moments and step, as the reference's train.py loads them; "
+                                  "set it to true")
             if not m.dropout:
                 raise ConfigError("config key 'model.dropout': the closed division trains with the reference's "
                                   "dropout rates; set it to true")

@@ -3,8 +3,9 @@
 Training (``split`` "train"): the chains of ``chains.csv`` that pass the reference's training filter (release
 date up to ``data.train_max_pdb_release_date``, resolution, residue frequency, PDB cluster), one epoch = one
 pass of that many samples. Sample ``i`` of epoch ``e`` is a chain drawn by the reference's weights (length term
-over PDB-cluster size, with replacement, as ``InitialTrainingSampler``'s multinomial) together with the seed of
-its crop, MSA sampling and masking, both from ``(seed, e, i)``; the harness's epoch order only places the draws.
+over the square root of the PDB-cluster size, with replacement, as ``InitialTrainingSampler``'s multinomial)
+together with the seed of its crop, MSA sampling and masking, both from ``(seed, e, i)``; the harness's epoch
+order only places the draws. Each training step runs a drawn number of recycling iterations (``RecyclingDraws``).
 Evaluation (``split`` "validation"): the CAMEO targets submitted in the configured window, at most
 ``val_max_sequence_length`` residues, each whole (no crop) with the seed of its chain id, as
 ``ValidationSampler``. A batch stacks the samples' feature dicts (recycling dimension last), evaluation samples
@@ -13,6 +14,7 @@ of different lengths padded with masked residues.
 from __future__ import annotations
 
 import hashlib
+import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -140,18 +142,65 @@ class OpenFoldData(DatasetSpec):
         return out
 
 
-class EpochLoader:
-    """The harness's training loader, telling the weighted source which epoch it draws for."""
+class RecyclingDraws:
+    """The number of recycling iterations of each training step, as the reference's ``TrainBatchProperties``
+    (``openfold/dataloaders.py``, ``_random_num_recycling_iters_generator``): a ``random.Random(seed)`` shuffles
+    the values 0..``max_iters`` and hands them out in that order, then shuffles them again, one value per optimizer
+    step. Every rank of an instance draws from the same seed, so all run the same number of iterations in a
+    step; the step then uses the features of iterations 0..k only (``batch[..., :k + 1]``), and evaluation all
+    of them. The seed is the instance's, hashed for this stream (the reference hashes
+    ``initial_training_dataloader_<seed>``)."""
 
-    def __init__(self, loader: Any, source: TrainChains) -> None:
-        self.loader, self.source = loader, source
+    def __init__(self, seed: int, max_iters: int) -> None:
+        if max_iters < 0:
+            raise ValueError(f"max_iters must be >= 0, got {max_iters}")
+        digest = hashlib.sha256(f"recycling_{seed}".encode()).digest()
+        self.seed, self.max_iters = int.from_bytes(digest[:8], "little"), max_iters
+
+    def for_steps(self, first: int, count: int) -> list[int]:
+        """The draws of the 0-based optimizer steps ``first`` .. ``first + count - 1`` of the run."""
+        rng = random.Random(self.seed)
+        values = list(range(self.max_iters + 1))
+        out: list[int] = []
+        step = 0
+        while step < first + count:
+            cycle = values.copy()
+            rng.shuffle(cycle)
+            for k in cycle:
+                if step >= first and step < first + count:
+                    out.append(k)
+                step += 1
+        return out
+
+
+def recycled(batch: Feats, k: int) -> Feats:
+    """The batch with the features of recycling iterations 0..k only (every tensor's last dimension)."""
+    return {key: v[..., :k + 1] for key, v in batch.items()}
+
+
+class EpochLoader:
+    """The harness's training loader, telling the weighted source which epoch it draws for; with ``recycling``,
+    each batch cut to the step's drawn number of recycling iterations (epoch ``e`` >= 1 holds the run's steps
+    (e - 1) x len .. e x len - 1: the harness checkpoints at epoch ends, so an epoch always starts whole)."""
+
+    def __init__(self, loader: Any, source: TrainChains, recycling: RecyclingDraws | None = None) -> None:
+        self.loader, self.source, self.recycling = loader, source, recycling
+        self.epoch = 1
 
     def set_epoch(self, epoch: int) -> None:
-        self.source.epoch = epoch
+        self.source.epoch = self.epoch = epoch
         self.loader.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(self.loader)
+        if self.recycling is None:
+            return iter(self.loader)
+        return self._recycled(self.recycling)
+
+    def _recycled(self, draws: RecyclingDraws) -> Iterator[Any]:
+        n = len(self.loader)
+        ks = draws.for_steps(max(0, self.epoch - 1) * n, n)
+        for i, batch in enumerate(self.loader):
+            yield recycled(batch, ks[i])
 
     def __len__(self) -> int:
         return len(self.loader)

@@ -17,7 +17,7 @@ from .config import OpenFoldConfig
 from .pinned import MINI as PINNED
 from .pretrain import MINI_CHECKPOINT, StartGate
 from .spec import EpochLoader as WeightedEpochs
-from .spec import OpenFoldData, TrainChains
+from .spec import OpenFoldData, RecyclingDraws, TrainChains
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -60,7 +60,9 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
         source = self.source(self._spec.train_split)
         assert isinstance(source, TrainChains)
         source.seed = shard.seed  # the instance's seed: every rank draws the same epoch, then takes its part
-        return WeightedEpochs(loader, source)
+        d = self.cfg.data
+        draws = RecyclingDraws(shard.seed, d.num_recycling_iters) if d.random_recycling else None
+        return WeightedEpochs(loader, source, draws)
 
     def batch_size(self, batch: Batch) -> int:
         return int(batch["aatype"].shape[0])

@@ -3,6 +3,7 @@ the closed keys of the full preset against every CHECK of the installed hpc 3.0.
 pinned initial checkpoint, and the harness's weight average ("SWA") and Adam clipping it trains with."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -14,13 +15,13 @@ import torch
 from closed_yaml import check_closed_yaml
 from hpcbench import registry
 from hpcbench.common.errors import ConfigError, DataError, DistributedError
-from hpcbench.common.workload import DataSizes
+from hpcbench.common.workload import DataShard, DataSizes
 from hpcbench.workloads.openfold_mlperf import INIT_CHECKPOINT_SHA256, features
 from hpcbench.workloads.openfold_mlperf.data import dataset, store, synth
 from hpcbench.workloads.openfold_mlperf.model import checkpoint
 from hpcbench.workloads.openfold_mlperf.model.alphafold import MODEL_FEATURES, TEMPLATE_FEATURES
 from hpcbench.workloads.openfold_mlperf.model.losses import LOSS_FEATURES
-from hpcbench.workloads.openfold_mlperf.spec import TrainChains
+from hpcbench.workloads.openfold_mlperf.spec import RecyclingDraws, TrainChains
 
 MINI = ["data.crop_size=16", "data.max_msa_clusters=4", "data.max_extra_msa=4", "data.max_templates=2",
         "data.num_recycling_iters=1", "model.c_m=8", "model.c_z=8", "model.c_s=8", "model.evoformer_blocks=1",
@@ -85,7 +86,14 @@ def test_sampling_weights_and_weighted_draws(synthetic: Path) -> None:
     train = dataset.train_filter(rows, "2021-09-16")
     w = dataset.sampling_weights(train).numpy()
     sizes = {c: sum(r.pdb_cluster_id == c for r in train) for c in {r.pdb_cluster_id for r in train}}
-    assert w == pytest.approx([max(min(r.sequence_length, 512), 256) / 512 / sizes[r.pdb_cluster_id] for r in train])
+    # the reference's _get_weight: length term x 1 / sqrt(cluster size)
+    assert w == pytest.approx([max(min(r.sequence_length, 512), 256) / 512 / sizes[r.pdb_cluster_id] ** 0.5
+                               for r in train])
+    # hand-worked: a 100-residue chain alone in its cluster and a 600-residue one in a cluster of 4
+    row = train[0]
+    hand = dataset.sampling_weights([dataclasses.replace(row, sequence_length=100, pdb_cluster_id=1)]
+                                    + [dataclasses.replace(row, sequence_length=600, pdb_cluster_id=2)] * 4).numpy()
+    assert hand == pytest.approx([0.5, 0.5, 0.5, 0.5, 0.5])  # 256/512 / 1 and 512/512 / sqrt(4)
     weights = np.array([1.0, 3.0, 0.0, 4.0])
     src = TrainChains(list(range(4)), weights, seed=5)
     draws = [src.draw(i) for i in range(4000)]
@@ -147,6 +155,65 @@ def test_a_closed_run_needs_the_pinned_checkpoint() -> None:
     with pytest.raises(ConfigError, match="train.eval_every_samples"):
         cls.load_config("full", ["train.eval_every_samples=1000"])
     assert checkpoint.CLOSED_INIT_CHECKPOINT_SHA256 == INIT_CHECKPOINT_SHA256
+
+
+def test_a_closed_config_is_refused_where_it_leaves_the_references_training() -> None:
+    """Rows the official checker does not test (or tests only after the run): the 40-iteration cadence at any
+    global batch, Adam from the checkpoint's state, the drawn recycling iterations, the reference's warmup shape;
+    the PQ loader's order is not reproduced in either division."""
+    cls = registry.get("openfold")
+    with pytest.raises(ConfigError, match=r"train\.eval_every_samples.*40 x train\.global_batch_size = 5120 samples; got 10240"):
+        cls.load_config("full", ["train.global_batch_size=128"])  # a rules-tunable batch with the preset's cadence
+    assert cls.load_config("full", ["train.global_batch_size=128", "train.eval_every_samples=5120"])
+    with pytest.raises(ConfigError, match=r"train\.eval_every_samples"):
+        cls.load_config("full", ["train.eval_every_samples=20480"])  # every 80 iterations
+    for key, bad in (("model.init_optimizer_state", "false"), ("data.random_recycling", "false"),
+                     ("optim.warmup_style", "harness")):
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            cls.load_config("full", [f"{key}={bad}"])
+    for preset in ("full", "mini"):
+        with pytest.raises(ConfigError, match=r"data\.loader_type.*PQ loader"):
+            cls.load_config(preset, ["data.loader_type=InitialTrainingDataloaderPQ"])
+    # the open division may train with a fixed number of recycling iterations
+    assert not cls.load_config("mini", ["data.random_recycling=false"]).data.random_recycling
+
+
+def test_recycling_draws_are_the_references_shuffled_cycles() -> None:
+    """spec.RecyclingDraws: per step one value of a shuffled cycle of 0..N, cycle after cycle, from the seed alone
+    (every rank of an instance draws alike); any span of steps is the same slice of the one stream."""
+    draws = RecyclingDraws(seed=7, max_iters=3)
+    stream = draws.for_steps(0, 400)
+    for c in range(100):
+        assert sorted(stream[4 * c:4 * c + 4]) == [0, 1, 2, 3]
+    assert len({tuple(stream[4 * c:4 * c + 4]) for c in range(100)}) > 10  # shuffled, not one fixed order
+    assert draws.for_steps(37, 50) == stream[37:87]
+    assert RecyclingDraws(seed=7, max_iters=3).for_steps(0, 400) == stream
+    assert RecyclingDraws(seed=8, max_iters=3).for_steps(0, 400) != stream
+    assert RecyclingDraws(seed=7, max_iters=0).for_steps(0, 5) == [0] * 5
+
+
+def test_training_batches_run_the_drawn_recycling_iterations(synthetic: Path) -> None:
+    """The workload's training loader cuts each batch to the step's draw (features of iterations 0..k, the last
+    dimension), epoch after epoch of the one stream; the evaluation loader keeps every iteration."""
+    w = _workload(synthetic, "data.num_recycling_iters=3")
+    shard = DataShard(rank=0, size=1, seed=5, local_batch_size=1, device=torch.device("cpu"))
+    loader = w.train_loader(shard)
+    n = len(loader)
+    draws = RecyclingDraws(5, 3).for_steps(0, 2 * n)
+    seen = []
+    for epoch in (1, 2):
+        loader.set_epoch(epoch)
+        for batch in loader:
+            cycles = {int(v.shape[-1]) for v in batch.values()}
+            assert len(cycles) == 1, cycles  # every feature cut alike
+            seen.append(cycles.pop() - 1)
+    assert seen == draws
+    ev = w.eval_loader(shard)
+    ev.set_epoch(1)
+    assert all(int(b["aatype"].shape[-1]) == 4 for b in ev)
+    fixed = _workload(synthetic, "data.num_recycling_iters=3", "data.random_recycling=false").train_loader(shard)
+    fixed.set_epoch(1)
+    assert all(int(b["aatype"].shape[-1]) == 4 for b in fixed)
 
 
 def test_the_initial_checkpoint_is_hashed_logged_and_another_refused(synthetic: Path) -> None:

@@ -45,9 +45,10 @@ def train_filter(rows: list[store.ChainRow], max_release_date: str, min_release_
 
 def sampling_weights(rows: list[store.ChainRow]) -> torch.Tensor:
     """The reference's ``_get_weight`` (supplement 1.2.5): a length term max(min(L, 512), 256) / 512 times
-    1 / (the chain's PDB-cluster size among ``rows``, the filtered training chains)."""
+    1 / sqrt(the chain's PDB-cluster size among ``rows``, the filtered training chains): mlcommons/hpc
+    ``openfold/openfold/datasets.py`` since its commit 23da25c ("Set cluster_probability to 1 / sqrt")."""
     sizes = Counter(r.pdb_cluster_id for r in rows)
-    return torch.tensor([max(min(r.sequence_length, 512), 256) / 512 / sizes[r.pdb_cluster_id]
+    return torch.tensor([max(min(r.sequence_length, 512), 256) / 512 / math.sqrt(sizes[r.pdb_cluster_id])
                          for r in rows], dtype=torch.float64)
 
 
