@@ -14,6 +14,8 @@ BENCHMARK = Benchmark(
     # the reference (small_llm_pretraining/nemo/pretrain_llama31.py): --eval_every 12288 training sequences (every
     # config_*.sh: EVAL_EVERY=12288), evaluated every ceil(eval_every / gbs) steps (MLPerfCallback's eval_every)
     samples_cadence="steps",
+    # the reference evaluates on that cadence only (MLPerfCallback): a closed run adds no evaluation at its end
+    closed_cadence_only=True,
     summary="Llama 3.1 8B pretraining on Megatron indexed datasets (C4), FSDP2 + tensor parallel; eval log perplexity",
     layout="dataset", workload="workload:LlamaWorkload",
     keys=HyperparameterKeys({"adamw": (

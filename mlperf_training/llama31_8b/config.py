@@ -1,10 +1,15 @@
 """Llama 3.1 8B config: the shared run sections plus ``data`` and ``model`` (sizes default to the MLPerf model's)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from hpcbench.common.errors import ConfigError
 from hpcbench.common.runconfig import DataConfig, RunConfig
+
+
+#: a closed run evaluates every this many training sequences (training_rules.adoc; the reference's --eval_every)
+CLOSED_EVAL_EVERY_SAMPLES = 12288
 
 
 @dataclass
@@ -60,3 +65,33 @@ class LlamaConfig(RunConfig):
             raise ConfigError(f"config keys 'optim.name', 'optim.schedule', 'optim.unit': llama31_8b trains with adamw "
                               f"and a cosine schedule with linear warmup in steps; got {o.name!r}, {o.schedule!r}, "
                               f"{o.unit!r}")
+        if self.train.division == "closed":
+            self._validate_closed()
+
+    def _validate_closed(self) -> None:
+        """The rows of training_rules.adoc (llama31_8b) and the reference (pretrain_llama31.py) that the official
+        checker does not test, refused before a closed run starts."""
+        o, t, m, d = self.optim, self.train, self.model, self.data
+        if not math.isclose(o.min_lr, 0.1 * o.lr, rel_tol=1e-9):
+            raise ConfigError(f"config key 'optim.min_lr': a closed run ends its cosine at opt_base_learning_rate x 0.1 "
+                              f"(training_rules.adoc: opt_end_learning_rate; the reference's min_lr = max_lr x 0.1), "
+                              f"i.e. {0.1 * o.lr:g} for optim.lr = {o.lr:g}; got {o.min_lr:g}")
+        if o.total != m.max_steps:
+            raise ConfigError(f"config keys 'optim.total' and 'model.max_steps': a closed run decays over max_steps "
+                              f"(opt_learning_rate_decay_steps = {m.max_steps} - warmup); set optim.total = "
+                              f"{m.max_steps}, got {o.total:g}")
+        if o.warmup_style != "nemo":
+            raise ConfigError(f"config key 'optim.warmup_style': a closed run warms up as the reference's NeMo "
+                              f"CosineAnnealing, lr (step + 1) / (warmup + 1); set it to 'nemo', got {o.warmup_style!r}")
+        if t.eval_every_samples != CLOSED_EVAL_EVERY_SAMPLES:
+            raise ConfigError(f"config key 'train.eval_every_samples': a closed run evaluates every "
+                              f"{CLOSED_EVAL_EVERY_SAMPLES} sequences (training_rules.adoc; CEIL(12288 / global batch) "
+                              f"steps); got {t.eval_every_samples}")
+        if t.eval_start or t.eval_offset:
+            raise ConfigError(f"config keys 'train.eval_start', 'train.eval_offset': a closed run evaluates from the "
+                              f"first interval on (start_eval_at 0); got {t.eval_start}, {t.eval_offset}")
+        want = m.max_steps * t.global_batch_size
+        if d.train_samples != want:
+            raise ConfigError(f"config key 'data.train_samples': a closed run builds its training index for max_steps "
+                              f"x global batch samples, as the reference's num_train_samples (Megatron shuffles that "
+                              f"many); set it to {m.max_steps} x {t.global_batch_size} = {want}, got {d.train_samples}")
