@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import tomllib
 import types
 import typing
@@ -38,6 +39,10 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+#: the integers a config value may hold (64-bit signed)
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+
+
 def _coerce(key: str, tp: Any, value: Any) -> Any:
     """Check ``value`` against the annotation ``tp``; return it converted (e.g. list -> tuple)."""
     origin = get_origin(tp)
@@ -56,13 +61,16 @@ def _coerce(key: str, tp: Any, value: Any) -> Any:
         if value is None or value == "none":
             if type(None) in args:
                 return None
+        errors: list[ConfigError] = []
         for arg in args:
             if arg is type(None):
                 continue
             try:
                 return _coerce(key, arg, value)
-            except ConfigError:
-                continue
+            except ConfigError as e:
+                errors.append(e)
+        if len(errors) == 1 and value is not None:  # one type besides none: its own, more precise message
+            raise errors[0]
         raise ConfigError(f"config key '{key}': expected {_type_name(tp)}, got {value!r}")
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
@@ -83,12 +91,18 @@ def _coerce(key: str, tp: Any, value: Any) -> Any:
         raise ConfigError(f"config key '{key}': expected true or false, got {value!r}")
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise ConfigError(f"config key '{key}': expected an integer, got {value!r}")
+            number = value
+        elif isinstance(value, float) and value.is_integer():
+            number = int(value)
+        else:
+            raise ConfigError(f"config key '{key}': expected an integer, got {value!r}")
+        if not INT_MIN <= number <= INT_MAX:  # torch, numpy and the logs hold 64-bit integers
+            raise ConfigError(f"config key '{key}': {number} does not fit a 64-bit integer")
+        return number
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                raise ConfigError(f"config key '{key}': expected a finite number, got {value!r}")
             return float(value)
         raise ConfigError(f"config key '{key}': expected a number, got {value!r}")
     if tp is str:

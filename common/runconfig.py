@@ -11,6 +11,10 @@ from typing import Literal
 from .errors import ConfigError
 
 
+#: the largest train.seed: instances add their index (and ranks derive seeds from it); numpy seeds are 32-bit
+MAX_SEED = 2**31 - 1
+
+
 @dataclass
 class OptimConfig:
     name: Literal["sgd", "lamb", "lars", "adamw", "adam", "adagrad"] = "sgd"
@@ -67,6 +71,21 @@ class OptimConfig:
     def validate(self) -> None:
         if self.lr < 0:
             raise ConfigError(f"config key 'optim.lr': must be >= 0, got {self.lr}")
+        for key, ok, want in (
+                ("warmup", self.warmup >= 0, ">= 0"), ("warmup_factor", self.warmup_factor > 0, "> 0"),
+                ("momentum", 0 <= self.momentum < 1, "in [0, 1)"), ("weight_decay", self.weight_decay >= 0, ">= 0"),
+                ("eps", self.eps >= 0, ">= 0"), ("total", self.total >= 0, ">= 0 (0: the run's length)"),
+                ("power", self.power > 0, "> 0"), ("min_lr", self.min_lr >= 0, ">= 0"),
+                ("decay_factor", self.decay_factor > 0, "> 0"), ("lr_decay", self.lr_decay >= 0, ">= 0"),
+                ("initial_accumulator", self.initial_accumulator >= 0, ">= 0"),
+                ("milestones", all(m >= 0 for m in self.milestones), "all >= 0")):
+            if not ok:
+                raise ConfigError(f"config key 'optim.{key}': must be {want}, got {getattr(self, key)!r}")
+        if any(not 0 <= b < 1 for b in self.betas):
+            raise ConfigError(f"config key 'optim.betas': each must be in [0, 1), got {list(self.betas)}")
+        if self.schedule in ("cosine", "poly") and self.min_lr > self.lr:
+            raise ConfigError(f"config key 'optim.min_lr': the {self.schedule} schedule decays from optim.lr "
+                              f"({self.lr:g}) down to it; got {self.min_lr:g}, above it")
         if not 0.0 <= self.swa_decay < 1.0:
             raise ConfigError(f"config key 'optim.swa_decay': must be in [0, 1) (0: no weight average), got {self.swa_decay}")
         if self.max_grad_norm < 0:
@@ -188,6 +207,9 @@ class TrainConfig:
     eval_timeout_s: float = 600.0
 
     def validate(self) -> None:
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ConfigError(f"config key 'train.seed': must be in [0, {MAX_SEED}] (instances add their index to it and "
+                              f"numpy seeds take 32 bits; the references' `date +%s` fits), got {self.seed}")
         if self.global_batch_size < 1:
             raise ConfigError(f"config key 'train.global_batch_size': must be >= 1, got {self.global_batch_size}")
         if self.max_epochs < 1:

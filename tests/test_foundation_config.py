@@ -72,11 +72,38 @@ def test_presets_resolve_by_name(tmp_path: Path) -> None:
         ("optim.lr", r"expected KEY=VALUE"),
         ("optim.lr.x=1", r"config key 'optim.lr' is a value, not a section"),
         ("train.global_batch_size=0", r"config key 'train.global_batch_size': must be >= 1, got 0"),
+        # non-finite numbers, integers beyond 64 bits, values outside their range (hostile-input audit)
+        ("optim.lr=nan", r"config key 'optim.lr': expected a finite number, got nan"),
+        ("optim.lr=inf", r"config key 'optim.lr': expected a finite number, got inf"),
+        ("train.target=nan", r"config key 'train.target': expected a finite number, got nan"),
+        ("model.dropout=-inf", r"config key 'model.dropout': expected a finite number"),
+        ("train.seed=1e30", r"config key 'train.seed': 1000000000000000019884624838656 does not fit a 64-bit integer"),
+        ("train.seed=-1", r"config key 'train.seed': must be in \[0, 2147483647\]"),
+        ("train.seed=4294967296", r"config key 'train.seed': must be in \[0, 2147483647\]"),
+        ("optim.warmup=-3", r"config key 'optim.warmup': must be >= 0, got -3.0"),
+        ("optim.warmup_factor=0", r"config key 'optim.warmup_factor': must be > 0, got 0.0"),
+        ("optim.momentum=-1", r"config key 'optim.momentum': must be in \[0, 1\), got -1.0"),
+        ("optim.momentum=5", r"config key 'optim.momentum': must be in \[0, 1\), got 5.0"),
+        ("optim.weight_decay=-1", r"config key 'optim.weight_decay': must be >= 0"),
+        ("optim.betas=[1.5, 0.9]", r"config key 'optim.betas': each must be in \[0, 1\), got \[1.5, 0.9\]"),
+        ("optim.betas=[nan, 0.9]", r"config key 'optim.betas\[0\]': expected a finite number, got nan"),
+        ("optim.eps=-1", r"config key 'optim.eps': must be >= 0"),
+        ("optim.total=-5", r"config key 'optim.total': must be >= 0"),
+        ("optim.power=-2", r"config key 'optim.power': must be > 0"),
+        ("optim.min_lr=-1", r"config key 'optim.min_lr': must be >= 0"),
+        ("optim.max_grad_norm=nan", r"config key 'optim.max_grad_norm': expected a finite number"),
     ],
 )
 def test_bad_overrides_name_the_key(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(ToyConfig, None, [override])
+
+
+def test_a_decay_floor_above_the_rate_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"config key 'optim.min_lr': the cosine schedule decays from optim.lr "
+                                          r"\(0.004\) down to it; got 1, above it"):
+        load_config(ToyConfig, None, ["optim.schedule=cosine", "optim.lr=0.004", "optim.min_lr=1.0"])
+    assert load_config(ToyConfig, None, ["optim.schedule=multistep", "optim.lr=0.004", "optim.min_lr=1.0"])
 
 
 def test_bad_preset_file_names_file_and_key(tmp_path: Path) -> None:
