@@ -101,15 +101,16 @@ def test_weak_scaling_two_instances_cli(tmp_path: Path) -> None:
 
 def test_aborted_but_target_met_counts_as_official_and_is_flagged(tmp_path: Path) -> None:
     """The official checker does not read run_stop's status: a log that says aborted but whose eval met
-    the target is counted by both (they agree), and the report names the contradiction in the log."""
+    the target is counted by both (they agree), and the report flags the contradiction in the log (an
+    inconsistency: the folder is not called valid and --strict exits 1)."""
     runs = [SynthRun(0.0, 50.0), SynthRun(1.0, 80.0, status="aborted", final_error=0.1)]
     write_benchmark(tmp_path, "weak", runs)
     proc = run_cli(["report", str(tmp_path), "--strict", "--no-plots"], timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "agree on every figure they both produced" in proc.stdout
-    assert "result_1.txt: run_stop says aborted but an evaluation met the target" in proc.stdout
+    assert "inconsistency: result_1.txt: run_stop says aborted but an evaluation met the target" in proc.stdout
     (g,) = json.loads((tmp_path / "report" / "report.json").read_text())["groups"]
-    assert g["score"]["M_prime"] == 2
+    assert g["score"]["M_prime"] == 2 and not g["verdict"]["valid"]
 
 
 def test_weak_log_the_checker_rejects_is_not_scored(tmp_path: Path) -> None:

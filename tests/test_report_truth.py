@@ -71,7 +71,19 @@ def test_unknown_benchmark_log_is_rejected_with_the_checkers_reason(tmp_path: Pa
     assert proc.returncode == 1  # ... and a failure under --strict
 
 
-@pytest.mark.parametrize("case", ["nan_stop", "huge_stop", "negative", "eval_early"])
+def _to_seconds(path: Path) -> None:
+    """Every record's time_ms divided by 1000 (a log written with seconds where milliseconds belong)."""
+    out = []
+    for ln in path.read_text().splitlines(keepends=True):
+        if ":::MLLOG " in ln:
+            rec = json.loads(ln.split(":::MLLOG ", 1)[1])
+            rec["time_ms"] = rec["time_ms"] / 1000.0
+            ln = ":::MLLOG " + json.dumps(rec) + "\n"
+        out.append(ln)
+    path.write_text("".join(out))
+
+
+@pytest.mark.parametrize("case", ["nan_stop", "huge_stop", "negative", "eval_early", "stop_before_evals", "seconds"])
 def test_absurd_times_are_flagged_and_not_scored(tmp_path: Path, case: str) -> None:
     folder = _strong(tmp_path)
     log = folder / "result_1.txt"
@@ -85,9 +97,15 @@ def test_absurd_times_are_flagged_and_not_scored(tmp_path: Path, case: str) -> N
     elif case == "negative":
         _set_time(log, "run_stop", start - 5000.0)
         want = "negative time to solution: run_stop is 5.000 s before run_start"
-    else:
+    elif case == "eval_early":
         _set_time(log, "eval_error", start - 10.0, last=False)
         want = "eval_error is before run_start"
+    elif case == "stop_before_evals":  # a 1 ms run whose evaluations come after its end (hostile-input audit)
+        _set_time(log, "run_stop", start + 1.0)
+        want = "is after run_stop"
+    else:  # the whole log in seconds: every record in order, a "run" of a fraction of a second
+        _to_seconds(log)
+        want = "is not a Unix time in milliseconds"
     parsed = parse_log(log)
     assert any(want in w for w in parsed.rejections), parsed.rejections
     assert parsed.rejected and not parsed.converged and parsed.outcome == "rejected"
@@ -136,3 +154,21 @@ def test_valid_means_official_tools_run_count_and_no_rejection(tmp_path: Path) -
     (tmp_path / "results" / "testbox" / "strong" / "cosmoflow" / "result_9.txt").unlink()
     (g,) = build(tmp_path, None).groups
     assert not g.verdict.valid and "run count: 9 of the 10 runs the rules require" in g.verdict.failures
+
+
+def test_a_setting_logged_twice_with_two_values_is_flagged(tmp_path: Path) -> None:
+    """global_batch_size logged twice with different values (the official checker reads one of them and passes
+    the log): the report flags the contradiction, so the folder is not called valid."""
+    folder = _strong(tmp_path)
+    log = folder / "result_3.txt"
+    lines = log.read_text().splitlines(keepends=True)
+    i = next(k for k, ln in enumerate(lines) if '"key": "global_batch_size"' in ln)
+    rec = json.loads(lines[i].split(":::MLLOG ", 1)[1])
+    rec["value"] = 999
+    lines.insert(i + 1, ":::MLLOG " + json.dumps(rec) + "\n")
+    log.write_text("".join(lines))
+    parsed = parse_log(log)
+    assert any("global_batch_size logged again with another value" in p for p in parsed.problems), parsed.problems
+    (g,) = build(tmp_path, None, official=False).groups
+    assert any(f.startswith("result_3.txt: line") and "logged again" in f for f in g.score.flags), g.score.flags
+    assert not g.verdict.valid

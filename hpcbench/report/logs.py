@@ -15,6 +15,7 @@ PREFIX = ":::MLLOG "
 METRIC_KEYS = ("eval_error", "eval_accuracy")
 EVAL_KEYS = (*METRIC_KEYS, "eval_start", "eval_stop")
 MAX_RUN_S = 7 * 24 * 3600.0  # a timed run longer than a week is taken as a broken clock or an edited log
+MIN_UNIX_MS = 1e12  # time_ms is Unix time in milliseconds: below this (2001-09-09) a log was written in seconds
 
 
 @dataclass(frozen=True)
@@ -205,6 +206,10 @@ def parse_log(path: Path) -> RunLog:
         if key in EVAL_KEYS:
             evals.append((lineno, key, t))
         if rec.get("event_type") == "POINT_IN_TIME":
+            if (log.run_start_ms is None and key in log.values and key not in METRIC_KEYS
+                    and log.values[key] != value):  # the run's settings, logged twice with two values
+                log.problems.append(f"line {lineno}: {key} logged again with another value ({log.values[key]!r}, "
+                                    f"now {value!r}): the run's settings contradict themselves")
             log.values.setdefault(key, value)
         if key in scalar:
             setattr(log, scalar[key], value)
@@ -265,6 +270,15 @@ def parse_log(path: Path) -> RunLog:
             n, k = early[0]
             log.rejections.append(f"line {n}: {k} is before run_start" + (f" (and {len(early) - 1} more evaluation "
                                   "record(s))" if len(early) > 1 else "") + ": evaluations belong to the timed run")
+        if log.run_start_ms < MIN_UNIX_MS:
+            log.rejections.append(f"run_start at time_ms={log.run_start_ms:.0f} is not a Unix time in milliseconds "
+                                  f"(before {MIN_UNIX_MS:.0f}, 2001-09-09): times logged in seconds?")
+    if log.run_stop_ms is not None:
+        late = [(n, k) for n, k, t in evals if t > log.run_stop_ms]
+        if late:
+            n, k = late[0]
+            log.rejections.append(f"line {n}: {k} is after run_stop" + (f" (and {len(late) - 1} more evaluation "
+                                  "record(s))" if len(late) > 1 else "") + ": evaluations belong to the timed run")
     if log.status == "success" and log.target_met is False:
         tgt = log.target
         best = [e.value for e in log.metrics if tgt is not None and e.key == tgt.key]

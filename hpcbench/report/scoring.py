@@ -189,7 +189,7 @@ def _start(group: Group, mode: str, t0_ms: float | None) -> Score:
                        "not (known to be) dropped before them; closed results need it cleared before each run")
     for r in runs:
         for p in r.problems:
-            if "before init_stop" in p or "run_stop is before run_start" in p:
+            if any(why in p for why in FLAGGED_PROBLEMS):
                 s.flags.append(f"{r.name}: {p}")
     for key in sorted({k for r in runs for k in r.settings}):
         having = [r for r in runs if key in r.settings]  # a run that failed before choosing logged none
@@ -201,6 +201,13 @@ def _start(group: Group, mode: str, t0_ms: float | None) -> Score:
     for name, why in s.skipped:
         s.notes.append(f"{name} left out: {why}")
     return s
+
+
+#: a log's problems that contradict the log itself, flagged (``--strict`` exits 1): the timed run starting before
+#: initialization ends, a negative run, a status that denies an evaluation which met the target, settings logged
+#: twice with two values
+FLAGGED_PROBLEMS = ("before init_stop", "run_stop is before run_start", "but an evaluation met the target",
+                    "logged again with another value")
 
 
 def shared_seeds(runs: list[RunLog]) -> list[tuple[int, list[str]]]:
