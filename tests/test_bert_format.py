@@ -183,6 +183,17 @@ def test_truncated_and_missing_files_are_named(tmp_path: Path) -> None:
         open_shard(tmp_path / "nope.hdf5", **LIMITS)
 
 
+def test_empty_split_folder_names_the_folder_and_the_pattern_once(tmp_path: Path) -> None:
+    from hpcbench.workloads.mlperf_training.bert.dataset import BertData
+
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "README.txt").write_text("not a shard")
+    with pytest.raises(DataError) as err:
+        BertData(**LIMITS).open(tmp_path, "train")
+    message = str(err.value)
+    assert message == f"{tmp_path / 'train'}: no BERT HDF5 pretraining shards (*.hdf5)", message
+
+
 def test_writer_refuses_bad_rows_and_leaves_nothing(tmp_path: Path) -> None:
     rows = _rows(3)
     rows.masked_lm_positions[1] = rows.masked_lm_positions[1][::-1].copy()

@@ -132,6 +132,52 @@ def test_bad_npy_named(tmp_path: Path, which: str, bad: np.ndarray, message: str
         Day.open(tmp_path, 0, BAGS, CARDS)
 
 
+def test_big_endian_npy_shows_the_byte_order(tmp_path: Path) -> None:
+    """A big-endian float32 file is not the format; the message shows both byte orders, not
+    "expected float32 ..., found float32 ..." of the same shape."""
+    handmade_day(tmp_path, 0, 5)
+    dense = np.load(tmp_path / "day_0_dense.npy")
+    np.save(tmp_path / "day_0_dense.npy", dense.astype(">f4"))
+    with pytest.raises(DataError, match=r"day_0_dense\.npy: expected float32 '<f4' \(N, 13\), "
+                                        r"found float32 '>f4' \(big-endian\) \(5, 13\)"):
+        Day.open(tmp_path, 0, BAGS, CARDS)
+    handmade_day(tmp_path, 0, 5)
+    _rewrite_npz(tmp_path, {"3": np.zeros((5, 2), ">i4")})
+    with pytest.raises(DataError, match=r"day_0_sparse_multi_hot\.npz: member '3': expected int32 '<i4' \(N, 2\), "
+                                        r"found int32 '>i4' \(big-endian\) \(5, 2\)"):
+        Day.open(tmp_path, 0, BAGS, CARDS)
+
+
+@pytest.mark.parametrize("remove, named", [
+    (["day_2_labels.npy"], r"day 2: day_2_labels\.npy missing"),  # the eval day without labels
+    (["day_1_labels.npy"], r"day 1: day_1_labels\.npy missing"),
+    (["day_1_dense.npy", "day_1_sparse_multi_hot.npz"],
+     r"day 1: day_1_dense\.npy, day_1_sparse_multi_hot\.npz missing"),
+    (["day_2_dense.npy"], r"day 2: day_2_dense\.npy missing"),
+])
+def test_half_present_day_is_named_not_dropped(tmp_path: Path, remove: list[str], named: str) -> None:
+    """A day with some of its three files is an error naming the missing ones, never a smaller dataset
+    (counting days by their labels alone dropped such a day: fewer train rows, another eval day)."""
+    from hpcbench.workloads.mlperf_training.dlrm_dcnv2.dataset import count_days
+
+    write_synthetic(str(tmp_path), 3, 9, Teacher(CARDS, seed=0))
+    assert count_days(tmp_path) == 3
+    for name in remove:
+        (tmp_path / name).unlink()
+    with pytest.raises(DataError, match=named):
+        count_days(tmp_path)
+
+
+def test_extra_day_without_labels_is_named(tmp_path: Path) -> None:
+    from hpcbench.workloads.mlperf_training.dlrm_dcnv2.dataset import count_days
+
+    write_synthetic(str(tmp_path), 3, 9, Teacher(CARDS, seed=0))
+    for name in ("dense.npy", "sparse_multi_hot.npz"):
+        (tmp_path / f"day_3_{name}").write_bytes((tmp_path / f"day_2_{name}").read_bytes())
+    with pytest.raises(DataError, match=r"day 3: day_3_labels\.npy missing"):
+        count_days(tmp_path)
+
+
 def _rewrite_npz(folder: Path, change: dict[str, np.ndarray | None], compressed: bool = False) -> None:
     path = folder / "day_0_sparse_multi_hot.npz"
     with np.load(path) as z:
@@ -212,4 +258,6 @@ def test_writer_refuses_bad_arrays_and_leaves_nothing(tmp_path: Path) -> None:
     bad[0] = bad[0] + CARDS[0]  # ids outside the table: caught by the read-back before the rename
     with pytest.raises(DataError, match=r"ids must be in"):
         write_day(tmp_path, 0, r.dense, r.labels.reshape(-1, 1), bad, BAGS, CARDS)
+    with pytest.raises(DataError, match=r"dense: expected float32 '<f4' \(4, 13\), got float32 '>f4' \(big-endian\)"):
+        write_day(tmp_path, 0, r.dense.astype(">f4"), r.labels.reshape(-1, 1), r.sparse, BAGS, CARDS)
     assert list(tmp_path.iterdir()) == []

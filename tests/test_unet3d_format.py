@@ -126,3 +126,24 @@ def test_training_patch_checks_values_and_size(tmp_path: Path) -> None:
         big[0]
     with pytest.raises(DataError, match="no validation cases"):
         split_cases(list_cases(tmp_path)[1:], "validation", tmp_path)
+
+
+def test_validation_case_smaller_than_the_window_is_refused_by_name(tmp_path: Path) -> None:
+    """A validation case thinner than the sliding window (data.roi) is refused naming its file and the
+    minimum, as a training case smaller than the patch is: the reference pads every case to the window,
+    and its border trim would cut an axis under half a stride to nothing (scored as a perfect Dice)."""
+    from hpcbench.workloads.mlperf_training.unet3d.workload import UNet3DWorkload
+
+    handmade_case(tmp_path, 0, (38, 40, 6))  # validation: 6 voxels along W, under half the 16-voxel stride
+    handmade_case(tmp_path, 3, (32, 32, 32))  # validation, as big as the window: read whole
+    handmade_case(tmp_path, 1, (32, 32, 32))
+    ev = KiTSData((32, 32, 32), 0.4, True, seed=1, roi=(32, 32, 32)).open(tmp_path, "validation")
+    with pytest.raises(DataError, match=r"case_00000_x.npy: volume \(38, 40, 6\) is smaller than the validation "
+                                        r"window \(32, 32, 32\) \(data.roi\)"):
+        ev[0]
+    assert ev[1][0].shape == (1, 32, 32, 32)
+    # the workload's dataset checks against its data.roi
+    wl = UNet3DWorkload(UNet3DWorkload.load_config("mini"))
+    with pytest.raises(DataError, match=r"case_00000_x.npy: .*smaller than the validation window \(32, 32, 32\)"):
+        wl.dataset().open(tmp_path, "validation")[0]
+

@@ -74,6 +74,26 @@ def test_trim_and_pad_follow_the_reference() -> None:
     assert pad_amounts((40, 64, 64), (128, 128, 128), strides) == [(44, 44), (32, 32), (32, 32)]
 
 
+def test_sliding_window_refuses_a_case_the_trim_would_empty() -> None:
+    """An axis under half a stride is trimmed to nothing by the reference's rule; an empty prediction
+    against an empty label would score a perfect Dice, so the case is refused, never scored."""
+    import pytest
+
+    from hpcbench.common.errors import DataError
+
+    def model(x: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(x.shape[0], 3, *x.shape[2:])
+
+    x = torch.randn(1, 1, 38, 40, 6)
+    y = torch.ones(1, 1, 38, 40, 6, dtype=torch.uint8)  # foreground everywhere
+    with pytest.raises(DataError, match=r"\(38, 40, 6\) voxels .*at least the window \(32, 32, 32\) \(data.roi\)"):
+        sliding_window(model, x, y, (32, 32, 32), 0.5)
+    # at or above half a stride nothing is trimmed: padded and scored as the reference does
+    out, label = sliding_window(model, torch.randn(1, 1, 32, 32, 8), torch.ones(1, 1, 32, 32, 8, dtype=torch.uint8),
+                                (32, 32, 32), 0.5)
+    assert out.shape == (1, 3, 32, 32, 8) and label.shape == (1, 1, 32, 32, 8)
+
+
 def test_dice_score_against_hand_computation() -> None:
     label = torch.zeros(1, 1, 2, 2, 2, dtype=torch.uint8)
     label[0, 0, 0, 0, :] = 1  # 2 kidney voxels

@@ -25,7 +25,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .batch import Batch
     from .format import Rows, Shard
 
-LAYOUT = FileLayout("bert", ("*.hdf5",), ("train", "eval"), describe="BERT HDF5 pretraining shards (*.hdf5)")
+# describe without the patterns: list_split adds them ("no BERT HDF5 pretraining shards (*.hdf5)")
+LAYOUT = FileLayout("bert", ("*.hdf5",), ("train", "eval"), describe="BERT HDF5 pretraining shards")
 
 
 class ShardSet:

@@ -31,14 +31,29 @@ LAYOUT = FileLayout("dlrm_dcnv2", (), None, replicate=DAY_FILES, describe="Crite
 Batch = tuple["torch.Tensor", "torch.Tensor", list["torch.Tensor"]]
 
 
+_DAY_FILE = re.compile(r"day_(\d+)_(dense\.npy|labels\.npy|sparse_multi_hot\.npz)")
+_PARTS = ("dense.npy", "labels.npy", "sparse_multi_hot.npz")
+
+
 def count_days(root: Path) -> int:
-    """D of a folder holding days 0 .. D-1 (each with its labels file); gaps are refused by name."""
+    """D of a folder holding days 0 .. D-1, each with all three files (dense, labels, sparse). A day
+    with only some of them (a day is never dropped: that would shrink the training set or move the
+    evaluation day) or a gap in the day numbers is refused naming the missing files."""
     if not Path(root).is_dir():
         raise DataError(f"{root}: no such folder (write a dataset with `hpcbench datagen dlrm_dcnv2 --out DIR`)")
-    found = sorted(int(m.group(1)) for p in Path(root).iterdir() if (m := re.fullmatch(r"day_(\d+)_labels\.npy", p.name)))
-    if not found:
-        raise DataError(f"{root}: no day_<d>_labels.npy files; expected the Criteo multi-hot layout "
-                        f"({', '.join(DAY_FILES)})")
+    have: dict[int, set[str]] = {}
+    for p in Path(root).iterdir():
+        if m := _DAY_FILE.fullmatch(p.name):
+            have.setdefault(int(m.group(1)), set()).add(m.group(2))
+    if not have:
+        raise DataError(f"{root}: no day_<d>_* files; expected the Criteo multi-hot layout ({', '.join(DAY_FILES)})")
+    partial = {d: [f"day_{d}_{part}" for part in _PARTS if part not in parts] for d, parts in sorted(have.items())}
+    partial = {d: miss for d, miss in partial.items() if miss}
+    if partial:
+        listed = "; ".join(f"day {d}: {', '.join(miss)} missing" for d, miss in partial.items())
+        raise DataError(f"{root}: incomplete day(s): {listed} (each day is {', '.join(DAY_FILES)}; a day is "
+                        f"not skipped: skipping it would shrink the training set or move the evaluation day)")
+    found = sorted(have)
     missing = sorted(set(range(found[-1] + 1)) - set(found))
     if missing:
         raise DataError(f"{root}: days {missing} are missing (found days {found[0]}..{found[-1]}); days must be 0 .. D-1")

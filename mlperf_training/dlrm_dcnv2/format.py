@@ -46,6 +46,16 @@ class Rows:
         return int(self.dense.shape[0])
 
 
+def _dtypes(want: np.dtype | type, found: np.dtype) -> tuple[str, str]:
+    """How to name the expected and the found dtype in an error: by name, and by byte order as well
+    when only that differs (a big-endian float32 is not the format's little-endian float32)."""
+    want, found = np.dtype(want), np.dtype(found)
+    if want.name != found.name or want == found:
+        return want.name, found.name
+    order = {">": " (big-endian)", "<": " (little-endian)"}.get(found.str[0], "")
+    return f"{want.name} '{want.str}'", f"{found.name} '{found.str}'{order}"
+
+
 def _load_npy(path: Path, dtype: np.dtype, cols: int) -> np.ndarray:
     if not path.is_file():
         raise DataError(f"{path}: file not found (one day of the Criteo multi-hot dataset is "
@@ -55,7 +65,8 @@ def _load_npy(path: Path, dtype: np.dtype, cols: int) -> np.ndarray:
     except (ValueError, OSError, EOFError) as exc:
         raise DataError(f"{path}: not a readable .npy file ({exc})") from None
     if arr.dtype != dtype or arr.ndim != 2 or arr.shape[1] != cols:
-        raise DataError(f"{path}: expected {np.dtype(dtype).name} (N, {cols}), found {arr.dtype.name} {arr.shape}")
+        want, found = _dtypes(dtype, arr.dtype)
+        raise DataError(f"{path}: expected {want} (N, {cols}), found {found} {arr.shape}")
     return arr
 
 
@@ -113,7 +124,8 @@ def open_sparse(path: Path, bag_sizes: Sequence[int]) -> list[np.ndarray]:
         raise DataError(f"{path}: not a readable .npz (zip) file ({exc})") from None
     for k, (arr, h) in enumerate(zip(arrays, bag_sizes)):
         if arr.dtype != np.int32 or arr.ndim != 2 or arr.shape[1] != h:
-            raise DataError(f"{path}: member '{k}': expected int32 (N, {h}), found {arr.dtype.name} {arr.shape}")
+            want, found = _dtypes(np.int32, arr.dtype)
+            raise DataError(f"{path}: member '{k}': expected {want} (N, {h}), found {found} {arr.shape}")
     return arrays
 
 
@@ -244,14 +256,17 @@ class CriteoSplit:
 def _check_arrays(n: int, dense: np.ndarray, labels: np.ndarray, sparse: Sequence[np.ndarray],
                   bag_sizes: Sequence[int]) -> None:
     if dense.dtype != np.float32 or dense.shape != (n, NUM_DENSE):
-        raise DataError(f"dense: expected float32 ({n}, {NUM_DENSE}), got {dense.dtype.name} {dense.shape}")
+        want, found = _dtypes(np.float32, dense.dtype)
+        raise DataError(f"dense: expected {want} ({n}, {NUM_DENSE}), got {found} {dense.shape}")
     if labels.dtype != np.int32 or labels.shape != (n, 1):
-        raise DataError(f"labels: expected int32 ({n}, 1), got {labels.dtype.name} {labels.shape}")
+        want, found = _dtypes(np.int32, labels.dtype)
+        raise DataError(f"labels: expected {want} ({n}, 1), got {found} {labels.shape}")
     if len(sparse) != len(bag_sizes):
         raise DataError(f"sparse: expected {len(bag_sizes)} features, got {len(sparse)}")
     for k, (s, h) in enumerate(zip(sparse, bag_sizes)):
         if s.dtype != np.int32 or s.shape != (n, h):
-            raise DataError(f"sparse feature {k}: expected int32 ({n}, {h}), got {s.dtype.name} {s.shape}")
+            want, found = _dtypes(np.int32, s.dtype)
+            raise DataError(f"sparse feature {k}: expected {want} ({n}, {h}), got {found} {s.shape}")
 
 
 def write_day(folder: str | Path, day: int, dense: np.ndarray, labels: np.ndarray, sparse: Sequence[np.ndarray],

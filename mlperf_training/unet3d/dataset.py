@@ -34,6 +34,15 @@ Sample = tuple[np.ndarray, np.ndarray]
 Batch = tuple["torch.Tensor", "torch.Tensor"]
 
 
+def check_min_shape(shape: Sequence[int], least: Sequence[int], path: Path, what: str, key: str) -> None:
+    """A case volume must be at least ``least`` voxels per axis (the training patch or the validation
+    window); otherwise a :class:`DataError` naming the file, its size and the minimum."""
+    if any(s < m for s, m in zip(shape, least)):
+        raise DataError(f"{path}: volume {tuple(int(s) for s in shape)} is smaller than the {what} "
+                        f"{tuple(least)} ({key}); every case must be at least that per axis (the reference "
+                        f"pads every case to at least 128 per axis)")
+
+
 class TrainCases:
     """Training cases; item ``i`` is a random (image, label) patch of case ``i`` (validated as read)."""
 
@@ -74,9 +83,7 @@ class TrainCases:
         pair = self.pairs[i]
         x, y = open_pair(pair)
         shape = x.shape[1:]
-        if any(s < p for s, p in zip(shape, self.patch)):
-            raise DataError(f"{pair.image}: volume {tuple(shape)} is smaller than the training patch {self.patch} "
-                            f"(data.patch); the reference pads every case to at least 128 per axis")
+        check_min_shape(shape, self.patch, pair.image, "training patch", "data.patch")
         draws = Draws(self.rng(i))
 
         def whole_label() -> np.ndarray:
@@ -101,18 +108,25 @@ class TrainCases:
 
 
 class EvalCases:
-    """Validation cases; item ``i`` is the whole case ``i`` (every check done)."""
+    """Validation cases; item ``i`` is the whole case ``i`` (every check done). With ``roi`` (the
+    sliding window, ``data.roi``) a case smaller than the window on any axis is refused by name: the
+    reference's preprocessing pads every case to at least the 128^3 window, and its sliding-window
+    trim would cut an axis under half a stride to nothing (an empty case scores a perfect Dice)."""
 
-    def __init__(self, pairs: Sequence["CasePair"]) -> None:
+    def __init__(self, pairs: Sequence["CasePair"], roi: Sequence[int] | None = None) -> None:
         self.pairs = list(pairs)
+        self.roi = None if roi is None else tuple(roi)
 
     def __len__(self) -> int:
         return len(self.pairs)
 
     def __getitem__(self, i: int) -> Sample:
-        from .format import read_case
+        from .format import open_pair, read_case
 
-        return read_case(self.pairs[i])
+        pair = self.pairs[i]
+        if self.roi is not None:
+            check_min_shape(open_pair(pair)[0].shape[1:], self.roi, pair.image, "validation window", "data.roi")
+        return read_case(pair)
 
     def costs(self) -> np.ndarray:
         return np.ones(len(self.pairs))
@@ -123,9 +137,10 @@ class KiTSData(DatasetSpec):
     partition = "contiguous"
 
     def __init__(self, patch: Sequence[int], oversampling: float, flips: bool, seed: int,
-                 augment: bool = True) -> None:
+                 augment: bool = True, roi: Sequence[int] | None = None) -> None:
         self.patch, self.oversampling, self.flips, self.seed = tuple(patch), oversampling, flips, seed
         self.augment = augment
+        self.roi = None if roi is None else tuple(roi)  # validation cases at least this (the workload's data.roi)
 
     def open(self, root: Path, split: str) -> TrainCases | EvalCases:
         from .format import list_cases, split_cases
@@ -133,7 +148,7 @@ class KiTSData(DatasetSpec):
         pairs = split_cases(list_cases(root), split, Path(root))
         if split == self.train_split:
             return TrainCases(pairs, self.patch, self.oversampling, self.flips, self.seed, self.augment)
-        return EvalCases(pairs)
+        return EvalCases(pairs, self.roi)
 
     def collate(self, samples: Sequence[Sample]) -> Batch:
         import torch

@@ -6,6 +6,11 @@ the volume is then padded with ``padding_value`` (evenly) to a size the windows 
 logits are weighted by a Gaussian importance map and summed, and the sum is divided by the summed
 weights. The map is the reference's: a 1-D Gaussian of ``sigma = 0.125 * roi`` over ``roi`` points,
 its outer cube, the cube root, scaled to a maximum of 1.
+
+The reference never meets a case smaller than the window (its preprocessing pads every case to at
+least 128 per axis); an axis under half a stride would be trimmed to nothing and score a perfect Dice,
+so :func:`sliding_window` refuses it (:class:`~.dataset.EvalCases` refuses, naming the file, any
+validation case smaller than the window).
 """
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
+
+from hpcbench.common.errors import DataError
 
 
 def gaussian_map(n: int, sigma_scale: float = 0.125, device: torch.device | None = None) -> torch.Tensor:
@@ -55,7 +62,12 @@ def sliding_window(model: Callable[[torch.Tensor], torch.Tensor], image: torch.T
     """(logits (1, classes, D', H', W'), label (1, 1, D', H', W')) of one case (1, 1, D, H, W); D' <= D
     where a small border remainder was trimmed. ``batch`` windows go through the model at once."""
     strides = strides_of(roi, overlap)
-    (a0, b0), (a1, b1), (a2, b2) = trim_bounds(image.shape[2:], strides)
+    bounds = trim_bounds(image.shape[2:], strides)
+    if any(b <= a for a, b in bounds):  # never score an emptied volume (empty vs empty is a perfect Dice)
+        raise DataError(f"unet3d evaluation: a case of {tuple(image.shape[2:])} voxels is thinner than half the "
+                        f"window stride {tuple(strides)} on an axis, which the reference's border trim would cut to "
+                        f"nothing; every validation case must be at least the window {tuple(roi)} (data.roi) per axis")
+    (a0, b0), (a1, b1), (a2, b2) = bounds
     image, label = image[..., a0:b0, a1:b1, a2:b2], label[..., a0:b0, a1:b1, a2:b2]
     kept = image.shape[2:]
     pads = pad_amounts(kept, roi, strides)

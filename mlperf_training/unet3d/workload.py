@@ -35,7 +35,7 @@ class UNet3DWorkload(Workload[UNetConfig]):
     def __init__(self, cfg: UNetConfig) -> None:
         super().__init__(cfg)
         d = cfg.data
-        self._spec = KiTSData(d.patch, d.oversampling, d.flips, cfg.train.seed, d.intensity_augment)
+        self._spec = KiTSData(d.patch, d.oversampling, d.flips, cfg.train.seed, d.intensity_augment, d.roi)
         self._spatial: Any = None  # this rank's SpatialGroup once distribute() split the model (spatial_group > 1)
 
     def dataset(self) -> KiTSData:
