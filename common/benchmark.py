@@ -185,6 +185,10 @@ class Benchmark:
     # cross a multiple of N (BERT); "steps" = every CEILING(N / global batch) steps (Llama 3.1 8B's reference)
     samples_cadence: str = "crossing"
     dropped_runs: int = 1  # fastest and slowest runs the olympic mean drops
+    # the MLLOG key of train.grad_accum where the reference logs another than its suite's (common/suites.py;
+    # "": the suite's): the OpenFold reference logs gradient_accumulation_steps, DeepCAM's (the hpc suite's)
+    # gradient_accumulation_frequency
+    grad_accum_key: str = ""
     # light parts, relative to the workload's package: the module with LAYOUT, the workload class,
     # the converter behind `hpcbench convert NAME` ("module:function"; "" for none)
     layout: str = ""

@@ -108,7 +108,7 @@ class Trainer:
         self.log.event("global_batch_size", tc.global_batch_size)
         self.log.event("train_samples", sizes.train_samples)
         self.log.event("eval_samples", sizes.eval_samples)
-        self.log.event(suite(self.workload.suite).grad_accum_key, tc.grad_accum)
+        self.log.event(self.workload.record.grad_accum_key or suite(self.workload.suite).grad_accum_key, tc.grad_accum)
         # not an MLPerf key (the checker ignores it): what the schedule and the step count are built on
         self.log.event("steps_per_epoch", sizes.steps_per_epoch)
         hyper = self.workload.hyperparameters()

@@ -13,6 +13,7 @@ BENCHMARK = Benchmark(
     higher_is_better=True, required_runs=10, epoch_reporting="samples",
     # the reference evaluates when iteration % val_every_iters == 0 only (train.py): no evaluation off that grid
     closed_cadence_only=True,
+    grad_accum_key="gradient_accumulation_steps",  # train.py: mllogger.constants.GRADIENT_ACCUMULATION_STEPS
     summary="AlphaFold2 (OpenFold) protein structure from sequence, MSA and templates, fine-tuned from a pinned "
             "checkpoint to an average lDDT-Ca",
     layout="layout", workload="workload:OpenFoldWorkload",

@@ -433,6 +433,10 @@ def test_a_harness_run_starts_from_the_checkpoint_and_logs_its_hash(synthetic: P
     keys = {d["key"]: d["value"] for d in lines}
     assert keys["init_checkpoint_sha256sum"] == checkpoint.sha256_file(path)
     assert keys["swa_enabled"] is True and keys["val_every_iters"] == 2
+    # the reference's key for the accumulation (train.py: GRADIENT_ACCUMULATION_STEPS), not DeepCAM's
+    assert keys["gradient_accumulation_steps"] == 1 and "gradient_accumulation_frequency" not in keys
+    # the schedule counts the run's steps from 0 (not the checkpoint's Adam step 2): the reference's warmup_lr_init
+    assert keys["opt_learning_rate_warmup_init"] == 1e-5 and result.steps == 6
     evals = [d for d in lines if d["key"] == "eval_accuracy"]
     assert [d["metadata"]["epoch_num"] for d in evals] == [2, 4, 6]  # every 2 iterations, in samples
     from hpcbench.common.mllog import check_log
