@@ -87,3 +87,16 @@ def test_the_config_key_reaches_the_dataset_spec() -> None:
     assert wl.dataset().train_blend == ["2", "x_text_document"]
     with pytest.raises(ConfigError, match="'data.train_blend': expected pairs"):
         cls.load_config("mini", ["data.train_blend=[\"2\"]"])
+
+
+@pytest.mark.parametrize("missing", [".idx", ".bin"])
+def test_a_blend_prefix_with_a_missing_file_is_named(tmp_path: Path, missing: str) -> None:
+    """A blend over a split where one prefix lacks its .idx (or .bin): the missing file is named, whether
+    or not the blend names that prefix (not 'not in the training split', not a silently smaller split)."""
+    from hpcbench.common.errors import DataError
+
+    _two_prefixes(tmp_path)
+    (tmp_path / "train" / f"b_text_document{missing}").unlink()
+    for names in (["1", "a_text_document", "1", "b_text_document"], ["1", "a_text_document"]):
+        with pytest.raises(DataError, match=rf"b_text_document\{missing} is missing"):
+            LlamaData(16, 100, seed=5, train_samples=50, train_blend=names).open(tmp_path, "train")

@@ -4,6 +4,7 @@ document / shuffle indices against a direct transcription of Megatron's sample-i
 corpus's entropy bounds."""
 from __future__ import annotations
 
+import re
 import struct
 from pathlib import Path
 
@@ -229,3 +230,29 @@ def test_synthetic_corpus_entropy_bounds_the_mini_target(tmp_path: Path) -> None
     succ = src.successors()
     doc = ds.get(0)
     assert doc[-1] == src.eod and all(int(b) in succ[int(a)] for a, b in zip(doc[:-2], doc[1:-1]))
+
+
+@pytest.mark.parametrize("split", ["train", "validation"])
+@pytest.mark.parametrize("missing", [".idx", ".bin"])
+def test_a_prefix_with_one_of_its_two_files_is_refused_by_name(tmp_path: Path, split: str, missing: str) -> None:
+    """A ``.bin`` whose ``.idx`` is missing (or the reverse) is an incomplete copy: refused naming the missing
+    file, never skipped (the run would train or evaluate on part of the data)."""
+    from hpcbench.workloads.mlperf_training.llama31_8b.dataset import LlamaData
+
+    rng = np.random.RandomState(3)
+    for s in ("train", "validation"):
+        (tmp_path / s).mkdir()
+        for name in ("a_text_document", "b_text_document"):
+            independent_write(tmp_path / s / name, _docs(rng, 20, 100), "uint16")
+    assert [p.name for p in indexed.list_prefixes(tmp_path / split)] == ["a_text_document", "b_text_document"]
+    gone = tmp_path / split / f"b_text_document{missing}"
+    gone.unlink()
+    other = ".bin" if missing == ".idx" else ".idx"
+    want = rf"{split}/b_text_document{other}: .*b_text_document{re.escape(missing)} is missing"
+    with pytest.raises(DataError, match=want):
+        indexed.list_prefixes(tmp_path / split)
+    with pytest.raises(DataError, match=want):
+        LlamaData(16, 100, seed=1, eval_samples=4).open(tmp_path, split)
+    (tmp_path / split / f"a_text_document{missing}").unlink()  # no complete pair left at all
+    with pytest.raises(DataError, match=rf"a_text_document{re.escape(missing)} is missing"):
+        indexed.list_prefixes(tmp_path / split)

@@ -6,6 +6,7 @@ import gzip
 import json
 import math
 import pickle
+import re
 import zlib
 
 import numpy as np
@@ -294,3 +295,32 @@ def test_schema_matches_reference_names():
     assert sorted(features.FEATURES) == sorted(ref)
     assert features.FEATURES["msa_feat"].full_shape() == ("N_clust", "N_res", 49, "N_recycle")
     assert features.Sizes().resolve(features.FEATURES["extra_msa"].full_shape()) == (1024, 256, 4)
+
+
+def test_truncated_or_damaged_npz_dicts_are_named(tmp_path):
+    """A ``dicts/<xy>.npz`` cut short (its zip directory gone) or with garbage inside is a DataError
+    naming the file and the entry, not zipfile.BadZipFile."""
+    s = mmcif.parse(CIF, "x.cif")
+    out = tmp_path / "dicts"
+    out.mkdir()
+    store.write_dicts(out, [s])
+    npz = out / "ab.npz"
+    good = npz.read_bytes()
+    for bad in (good[:200], good[:len(good) // 2], good[:-30], b"PK\x03\x04" + b"\0" * 100, b""):
+        npz.write_bytes(bad)
+        with pytest.raises(DataError, match=r"dicts/ab\.npz: cannot read entry '1abc'"):
+            store.Dicts(out).load("1abc")
+
+
+@pytest.mark.parametrize("value", ["15/05/2020", "2020-5-15", "20200515", "2020-02-30", "", "2020-05-15T00:00",
+                                   "2020-W20-5", " 2020-05-15"])
+def test_chains_release_date_must_be_iso(tmp_path, value):
+    """release_date is compared as a YYYY-MM-DD string (the training date window) and parsed as one
+    (template dates): anything else is a DataError naming chains.csv, the line and the column."""
+    good = "2xyz_NA,2xyz,NA,B,2019-01-01,,-1,3,MKV\n"
+    (tmp_path / "chains.csv").write_text(
+        "pdb_chain_id,pdb_id,author_chain_id,mmcif_chain_ids,release_date,resolution,pdb_cluster_id,"
+        f"sequence_length,sequence\n{good}1abc_A,1abc,A,A;C,{value},2.1,7,5,GMXAG\n")
+    want = rf"chains\.csv: line 3: column release_date: {re.escape(repr(value))}.*YYYY-MM-DD"
+    with pytest.raises(DataError, match=want):
+        store.read_chains(tmp_path / "chains.csv")

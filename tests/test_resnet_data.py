@@ -352,3 +352,93 @@ def test_decoded_cache_skips_decoding_after_the_first_epoch(synth_root: Path, da
 def test_device_cache_of_augmented_batches_is_refused(synth_root: Path) -> None:
     with pytest.raises(ConfigError, match=r"data.cache.*randomly augmented"):
         _loader(_spec(), synth_root, train=True, cache="device")
+
+
+# image-size bombs ---------------------------------------------------------------------------------
+def _jpeg_with_size(data: bytes, w: int, h: int) -> bytes:
+    """The JPEG with its frame header (SOFn) claiming ``w`` x ``h`` (the data left as it was)."""
+    import struct
+
+    b, pos = bytearray(data), 2
+    while pos < len(b):
+        marker, length = b[pos + 1], struct.unpack(">H", b[pos + 2:pos + 4])[0]
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            b[pos + 5:pos + 9] = struct.pack(">HH", h, w)
+            return bytes(b)
+        pos += 2 + length
+    raise AssertionError("no SOF marker")
+
+
+def _png_header_only(w: int, h: int) -> bytes:
+    """A PNG of a few dozen bytes whose IHDR claims ``w`` x ``h`` RGB pixels."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\0" * 10)) + chunk(b"IEND", b""))
+
+
+def _no_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any decode of a bomb's data (libjpeg-turbo through simplejpeg, or Pillow) fails the test
+    instead of allocating gigabytes."""
+    import simplejpeg
+    from PIL import ImageFile
+
+    def refuse(*args: object, **kw: object) -> None:
+        raise AssertionError("the image data was decoded; the size must be refused from the header")
+
+    monkeypatch.setattr(simplejpeg, "decode_jpeg", refuse)
+    monkeypatch.setattr(ImageFile.ImageFile, "load", refuse)
+
+
+@pytest.mark.parametrize("kind", ["train", "val", "encoded", "bounded"])
+@pytest.mark.parametrize("fmt", ["jpeg", "cmyk_jpeg", "png"])
+def test_image_size_bombs_are_refused_from_the_header(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      kind: str, fmt: str) -> None:
+    """A file of a few KB whose header claims 60000 x 60000 (JPEG: libjpeg-turbo would allocate ~10.8 GB
+    before finding the data short) or 100000 x 100000 (PNG: Pillow's DecompressionBombError) is a
+    DataError naming the file and its pixel count, refused from the header before any decode, under
+    the training, evaluation, bounded and DALI (encoded) readers."""
+    good = _one_class_tree(tmp_path)
+    split = "val" if kind == "val" else "train"
+    bad = tmp_path / split / WNIDS[0] / "b.JPEG"
+    if fmt == "png":
+        bad.write_bytes(_png_header_only(100_000, 100_000))
+        pixels = "10000000000"
+    else:
+        src = tmp_path / "src.JPEG"
+        Image.fromarray(_noise(4, 64, 64)).convert("CMYK" if fmt == "cmyk_jpeg" else "RGB").save(src, format="JPEG")
+        bad.write_bytes(_jpeg_with_size(src.read_bytes(), 60_000, 60_000))
+        pixels = "3600000000"
+    assert bad.stat().st_size < 10_000
+    spec = _spec(encoded_for_dali=kind == "encoded", decode_short_side=64 if kind == "bounded" else 0)
+    src = spec.open(tmp_path, split)
+    _no_decoding(monkeypatch)
+    with pytest.raises(DataError, match=rf"b\.JPEG: .*{pixels} pixels.*limit of 178956970 pixels"):
+        src[1]
+
+
+@pytest.mark.parametrize("fmt", ["jpeg", "png"])
+def test_image_size_limit_is_pillows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str) -> None:
+    """The limit is the reference reader's: Pillow refuses an image above 2 x Image.MAX_IMAGE_PIXELS
+    (and only warns up to it), read when the file is read."""
+    import warnings
+
+    from PIL import Image as PILImage
+
+    from hpcbench.workloads.mlperf_training.resnet.imagenet import check_encoded, decode
+
+    path = tmp_path / "x.JPEG"
+    Image.fromarray(_noise(5, 40, 50)).save(path, format="PNG" if fmt == "png" else "JPEG")  # 2000 pixels
+    monkeypatch.setattr(PILImage, "MAX_IMAGE_PIXELS", 1000)  # Pillow's error above 2000
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PILImage.DecompressionBombWarning)
+        assert decode(path).shape == (40, 50, 3)
+        check_encoded(path)
+    monkeypatch.setattr(PILImage, "MAX_IMAGE_PIXELS", 999)
+    for read in (decode, check_encoded):
+        with pytest.raises(DataError, match=r"x\.JPEG: .*2000 pixels.*limit of 1998 pixels"):
+            read(path)

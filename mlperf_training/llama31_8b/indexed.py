@@ -246,14 +246,20 @@ def index_bytes(lengths: Sequence[int], doc_starts: Sequence[int], dtype: type[n
 
 
 def list_prefixes(folder: Path) -> list[Path]:
-    """The dataset prefixes of ``folder`` (every ``*.idx`` with its ``.bin``), in name order."""
-    idx = sorted(p for p in folder.glob("*.idx") if not p.name.startswith("."))
-    if not idx:
+    """The dataset prefixes of ``folder`` (every ``*.idx`` and ``*.bin``), in name order. A prefix with only
+    one of its two files (an incomplete copy) is refused naming the missing one: skipping it would train or
+    evaluate on part of the data."""
+    found = [p for p in (*folder.glob("*.idx"), *folder.glob("*.bin")) if not p.name.startswith(".")]
+    if not found:
         raise DataError(f"{folder}: no indexed dataset (PREFIX.idx + PREFIX.bin) found")
     out = []
-    for p in idx:
-        prefix = p.with_suffix("")
-        if not Path(str(prefix) + ".bin").is_file():
-            raise DataError(f"{p}: its token file {prefix.name}.bin is missing")
+    for prefix in sorted({p.with_suffix("") for p in found}, key=lambda p: paths(p)[0]):  # .idx name order
+        idx, bin_ = paths(prefix)
+        for have, lacks, what in ((idx, bin_, "token file"), (bin_, idx, "index file")):
+            if not lacks.exists():
+                raise DataError(f"{have}: its {what} {lacks.name} is missing (an indexed dataset is a "
+                                "PREFIX.idx + PREFIX.bin pair)")
+            if not lacks.is_file():
+                raise DataError(f"{lacks}: not a regular file (an indexed dataset is a PREFIX.idx + PREFIX.bin pair)")
         out.append(prefix)
     return out

@@ -9,7 +9,11 @@ and CMYK JPEGs (ImageNet has both, and one PNG named ``.JPEG``) into 3-channel R
 JPEGs are decoded by libjpeg-turbo through simplejpeg (the same library and settings as Pillow's, so
 the same pixels) in strict mode: a file whose data libjpeg calls corrupt is a :class:`DataError`
 naming it, where Pillow and DALI only warn. A file that does not decode, or is cut short, is a
-DataError naming it. Pillow and simplejpeg are imported when first used.
+DataError naming it. An image larger than Pillow refuses (``Image.MAX_IMAGE_PIXELS``: Pillow warns
+above it and raises above twice it, 178,956,970 pixels by default) is a DataError naming the file and
+its pixel count, read from the header before any decode: a few-KB file claiming 60000 x 60000 would
+have libjpeg-turbo allocate ~10.8 GB (:func:`check_size`). Pillow and simplejpeg are imported when
+first used.
 """
 from __future__ import annotations
 
@@ -86,16 +90,41 @@ def list_split(root: str | Path, split: str, wnids: tuple[str, ...] | None = Non
     return ImageList(Path(root), split, classes, tuple(files), np.asarray(labels, dtype=np.int64))
 
 
+def pixel_limit() -> int | None:
+    """The most pixels an image may have: Pillow's error threshold, 2 x ``Image.MAX_IMAGE_PIXELS``
+    (read now, as Pillow does; None when it is switched off)."""
+    from PIL import Image
+
+    limit = Image.MAX_IMAGE_PIXELS
+    return None if limit is None else 2 * limit
+
+
+def check_size(path: Path, w: int, h: int) -> None:
+    """Refuse an image above Pillow's limit (:func:`pixel_limit`) by name, before its data is decoded."""
+    limit = pixel_limit()
+    pixels = max(1, w) * max(1, h)  # as Pillow counts
+    if limit is not None and pixels > limit:
+        raise DataError(f"{path}: image size {w}x{h} ({pixels} pixels) exceeds the limit of {limit} pixels "
+                        "(2 x Pillow's Image.MAX_IMAGE_PIXELS, the reference reader's); the header is "
+                        "corrupt or the file is a decompression bomb")
+
+
 def open_image(path: Path, data: bytes | None = None) -> "PILImage.Image":
-    """The image opened (header parsed, not decoded); a file that is not an image is refused."""
+    """The image opened (header parsed, not decoded); a file that is not an image, or one above
+    Pillow's size limit, is refused."""
     from PIL import Image, UnidentifiedImageError
 
     try:
         img = Image.open(io.BytesIO(data) if data is not None else path)
+    except Image.DecompressionBombError as exc:  # Pillow's own check of the header's size
+        said = str(exc).split(", could be")[0]  # "Image size (N pixels) exceeds limit of L pixels"
+        raise DataError(f"{path}: {said} (2 x Pillow's Image.MAX_IMAGE_PIXELS, the reference reader's); "
+                        "the header is corrupt or the file is a decompression bomb") from None
     except (UnidentifiedImageError, OSError) as exc:
         raise DataError(f"{path}: not a readable JPEG image ({exc})") from None
     if img.format not in FORMATS:
         raise DataError(f"{path}: a {img.format} image; expected JPEG")
+    check_size(path, *img.size)  # also when Pillow's check did not run (its limit changed since)
     return img
 
 
@@ -118,7 +147,8 @@ def read_bytes(path: Path) -> bytes:
 
 def jpeg_header(data: bytes, path: Path) -> tuple[int, int, str] | None:
     """(width, height, colour space) of a JPEG (libjpeg-turbo's header parse); None when the bytes
-    are not a JPEG (no start-of-image marker: a PNG, or another format :func:`open_image` names)."""
+    are not a JPEG (no start-of-image marker: a PNG, or another format :func:`open_image` names). A
+    size above Pillow's limit is refused here, before any decode (:func:`check_size`)."""
     import simplejpeg
 
     if not data.startswith(JPEG_SOI):
@@ -129,6 +159,7 @@ def jpeg_header(data: bytes, path: Path) -> tuple[int, int, str] | None:
         raise DataError(f"{path}: not a readable JPEG image ({exc})") from None
     if w < 1 or h < 1:
         raise DataError(f"{path}: image size {w}x{h}; expected a positive size")
+    check_size(path, w, h)
     return w, h, colorspace
 
 

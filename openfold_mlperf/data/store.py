@@ -18,8 +18,11 @@ import io
 import json
 import math
 import pickle
+import re
+import zipfile
 import zlib
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +34,7 @@ from .mmcif import ChainAtoms, Structure
 
 CHAIN_COLUMNS = ("pdb_chain_id", "pdb_id", "author_chain_id", "mmcif_chain_ids", "release_date", "resolution",
                  "pdb_cluster_id", "sequence_length", "sequence")
+ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 TRUST_HINT = ("unpickling runs code from the file. If you trust its source (the reference's published "
               "dataset), train with `--set data.trust_pickle=true`, or convert the dicts once to the pickle-free "
               "dicts/<xy>.npz with hpcbench.workloads.openfold_mlperf.data.store.convert_pickled_dicts")
@@ -67,6 +71,9 @@ def read_chains(path: Path) -> list[ChainRow]:
                            r["release_date"], res, int(r["pdb_cluster_id"]), int(r["sequence_length"]), r["sequence"])
         except (TypeError, ValueError):
             raise DataError(f"{path}: line {n}: resolution/pdb_cluster_id/sequence_length are not numbers") from None
+        if not _is_iso_date(row.release_date):
+            raise DataError(f"{path}: line {n}: column release_date: {row.release_date!r} is not a date YYYY-MM-DD "
+                            "(the training date window compares it as one)")
         if row.pdb_chain_id != f"{row.pdb_id}_{row.author_chain_id}":
             raise DataError(f"{path}: line {n}: pdb_chain_id {row.pdb_chain_id!r} is not pdb_id_author_chain_id")
         if row.sequence_length != len(row.sequence):
@@ -74,6 +81,17 @@ def read_chains(path: Path) -> list[ChainRow]:
                             f"{len(row.sequence)} residues")
         rows.append(row)
     return rows
+
+
+def _is_iso_date(s: str) -> bool:
+    """``s`` is exactly YYYY-MM-DD and a real date (``date.fromisoformat`` alone also takes 20200515, 2020-W20-5)."""
+    if not ISO_DATE.fullmatch(s):
+        return False
+    try:
+        date.fromisoformat(s)
+    except ValueError:
+        return False
+    return True
 
 
 def write_chains(path: Path, rows: list[ChainRow]) -> None:
@@ -226,8 +244,9 @@ def _read_npz(path: Path, pdb_id: str) -> Structure:
             head = json.loads(bytes(z[f"{pdb_id}/meta"]).decode())
             head["atoms"] = {c: {"all_atom_positions": z[f"{pdb_id}/{c}/positions"],
                                  "all_atom_mask": z[f"{pdb_id}/{c}/mask"]} for c in head["author_chain_ids"]}
-    except (OSError, ValueError, KeyError) as e:
-        raise DataError(f"{path}: cannot read entry {pdb_id!r} ({type(e).__name__}: {e})") from None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as e:  # BadZipFile: cut short
+        raise DataError(f"{path}: cannot read entry {pdb_id!r} ({type(e).__name__}: {e}); the file is corrupt or "
+                        "truncated") from None
     s = _structure_from_reference(head, str(path))
     for c, a in s.atoms.items():
         n = len(s.sequences[c])
