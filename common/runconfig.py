@@ -5,6 +5,7 @@ sections; presets live in ``<workload>/configs/{mini,full}.toml``.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -67,6 +68,10 @@ class OptimConfig:
     # poly: decay over the T - warmup steps after the warmup (MLPerf ResNet) instead of over T from
     # step 0 (the reference BERT); common/schedule.py
     poly_from_warmup: bool = False
+    # whose per-step rates the multistep/cosine schedule reproduces (common/schedule.py): "harness" (the rules
+    # above) or "deepcam" (the MLPerf HPC DeepCAM reference's MultiStepLRWarmup / CosineAnnealingLRWarmup as its
+    # train.py builds them: warmup lr (s + 1) / W that holds its last rate, milestones after the warmup)
+    schedule_semantics: Literal["harness", "deepcam"] = "harness"
 
     def validate(self) -> None:
         if self.lr < 0:
@@ -127,6 +132,16 @@ class OptimConfig:
         if self.lr_per_epoch and (self.unit != "epochs" or self.schedule not in ("constant", "multistep")):
             raise ConfigError(f"config key 'optim.lr_per_epoch': needs unit 'epochs' and the constant or multistep "
                               f"schedule, got unit {self.unit!r} and schedule {self.schedule!r}")
+        if self.schedule_semantics not in ("harness", "deepcam"):
+            raise ConfigError(f"config key 'optim.schedule_semantics': expected 'harness' or 'deepcam', got "
+                              f"{self.schedule_semantics!r}")
+        if self.schedule_semantics == "deepcam" and (
+                self.schedule not in ("multistep", "cosine") or self.warmup_style != "harness" or self.lr_per_epoch
+                or self.decay_factors or self.warmup_start_lr):
+            raise ConfigError(f"config key 'optim.schedule_semantics': 'deepcam' is the reference's multistep or "
+                              f"cosine_annealing scheduler with its own warmup; got schedule {self.schedule!r}, "
+                              f"warmup_style {self.warmup_style!r}, lr_per_epoch {self.lr_per_epoch}, decay_factors "
+                              f"{list(self.decay_factors)}, warmup_start_lr {self.warmup_start_lr}")
 
 
 @dataclass
@@ -252,4 +267,15 @@ class TrainConfig:
 class RunConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+
+    def require_closed(self, rows: Sequence[tuple[str, object, object, str]]) -> None:
+        """In the closed division, every ``(key, value, required, why)`` row must have ``value == required``: a
+        config that leaves the rules or the reference where the official checker does not look (augmentations,
+        cadence, model variants) is refused before the run, naming each key, its value and the required one."""
+        if self.train.division != "closed":
+            return
+        bad = [f"'{key}' = {got!r} (closed: {want!r}, {why})" for key, got, want, why in rows if got != want]
+        if bad:
+            raise ConfigError("config key" + ("s " if len(bad) > 1 else " ") + "; ".join(bad)
+                              + "; change it or set train.division = 'open'")
 

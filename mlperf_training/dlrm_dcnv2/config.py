@@ -57,6 +57,10 @@ class DLRMConfig(RunConfig):
     model: DLRMModelConfig = field(default_factory=DLRMModelConfig)
 
     def validate(self) -> None:
+        t = self.train
+        self.require_closed([
+            ("train.eval_every", t.eval_every, 0.05, "the rules: 20 evaluations per epoch, every 0.05 epoch"),
+            ("train.eval_every_samples", t.eval_every_samples, 0, "the cadence is train.eval_every's")])
         o = self.optim  # the optimizer: the record's (BENCHMARK.keys, adagrad)
         if o.schedule != "constant":
             raise ConfigError(f"config key 'optim.schedule': dlrm_dcnv2 logs warmup and decay in steps and the "

@@ -61,3 +61,9 @@ class ResNetConfig(RunConfig):
 
     def validate(self) -> None:
         check_schedule(self.optim)
+        t, d = self.train, self.data
+        self.require_closed([
+            ("train.eval_every", t.eval_every, 4, "the rules: every 4 epochs, with offset 0-3 (train.eval_offset)"),
+            ("train.eval_every_samples", t.eval_every_samples, 0, "the cadence is in whole epochs"),
+            ("data.image_size", d.image_size, 224, "the reference's crop"),
+            ("data.eval_resize", d.eval_resize, 256, "the reference's evaluation resize before the 224 crop")])

@@ -80,6 +80,12 @@ class UNetConfig(RunConfig):
     model: UNetModelConfig = field(default_factory=UNetModelConfig)
 
     def validate(self) -> None:
+        d, m = self.data, self.model
+        self.require_closed([
+            ("data.flips", d.flips, True, "the reference's RandFlip"),
+            ("data.intensity_augment", d.intensity_augment, True, "the reference's brightness and noise"),
+            ("model.norm", m.norm, "instancenorm", "the reference's Unet3D(normalization='instancenorm')"),
+            ("model.activation", m.activation, "relu", "the reference's Unet3D(activation='relu')")])
         k = 2 ** len(self.model.channels)
         for key, shape in (("patch", self.data.patch), ("roi", self.data.roi)):
             if any(s % k for s in shape):
