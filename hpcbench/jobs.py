@@ -35,8 +35,10 @@ class JobSpec:
     stage_to: str | None = None  # node-local staging folder (default: <the system file's paths.stage_dir>/<dataset>)
     no_stage: bool = False
     time: str | None = None
-    seed: int | None = None  # weak: the base seed (instance k: seed+k; default 1); strong: every run's (default:
-    # each run its own, from the Slurm job id)
+    # weak: the base seed (instance k: seed+k); strong: every run's. Default: the Slurm job id (or
+    # $HPCBENCH_SEED at submission), so that every submission and every run has its own (the rules: seeds
+    # from the clock or system randomness, never one fixed value for every submission)
+    seed: int | None = None
     overrides: list[str] = field(default_factory=list)
     device: str | None = None  # --device for train (default: the system file's node.device, else auto)
     command: str = ""  # the command line that rendered the script (for the header)
@@ -162,9 +164,7 @@ def _values(spec: JobSpec, sysd: dict[str, Any]) -> dict[str, str]:
         train += ["--stage-from", packed, "--stage-to", spec.stage_to or dest_rule(paths["stage_dir"], dataset)]
     for o in spec.overrides:
         train += ["--set", o]
-    base_seed = 1 if spec.seed is None else spec.seed
-    if spec.mode == "weak" and spec.launch == "one-srun":
-        train += ["--set", f"train.seed={base_seed}"]
+    base_seed = JOB_SEED if spec.seed is None else str(spec.seed)  # srun-per-instance: $(( base + k ))
     # a weak job owns its folder (hpc: the instances are one weak-scaling result; training: K runs of one job)
     per_job = "weak" if suite == "hpc" else "runs"
     results = spec.results or (paths["results"] if spec.mode == "strong" else f"{paths['results']}/{per_job}-${{SLURM_JOB_ID}}")
@@ -180,8 +180,8 @@ def _values(spec: JobSpec, sysd: dict[str, Any]) -> dict[str, str]:
     return {
         "workload": shlex.quote(spec.workload), "benchmark": bench, "system": str(sysd["name"]),
         "nodes": str(nodes), "instances": str(spec.instances), "nodes_per_instance": str(spec.nodes_per_instance),
-        "tasks": str(tasks), "tasks_per_instance": str(per_instance), "seed": str(base_seed),
-        "seed_arg": strong_seed_arg(spec),
+        "tasks": str(tasks), "tasks_per_instance": str(per_instance), "seed": base_seed,
+        "seed_arg": seed_arg(spec),
         "required_runs": str(registry.required_runs(bench)), "command": spec.command or "hpcbench jobs render",
         "sbatch_lines": "\n".join(lines), "setup": "\n".join(env["setup"]), "workdir": '"${SLURM_SUBMIT_DIR:-$PWD}"',
         "results": _dq(results), "srun_flags": slurm["srun_flags"], "per_node_step": per_node,
@@ -194,19 +194,22 @@ def _values(spec: JobSpec, sysd: dict[str, Any]) -> dict[str, str]:
     }
 
 
-#: the rendered strong job's seed: the Slurm job id, so that each of the runs the rules ask for (one
-#: submission each) trains with its own seed; $HPCBENCH_SEED at submission overrides it
-STRONG_SEED = "${HPCBENCH_SEED:-${SLURM_JOB_ID:-$RANDOM}}"
+#: a rendered job's seed: the Slurm job id, so that each of the runs the rules ask for (one strong submission
+#: each) and each weak submission trains with its own seeds (a weak job's instance k adds k);
+#: $HPCBENCH_SEED at submission overrides it
+JOB_SEED = "${HPCBENCH_SEED:-${SLURM_JOB_ID:-$RANDOM}}"
 
 
-def strong_seed_arg(spec: JobSpec) -> str:
-    """The strong job's ``--set train.seed=...`` (ahead of the user's ``--set``s), or "" where the user sets
-    the seed: with ``--seed`` (every submission then repeats it) or ``--set train.seed=...``."""
-    if spec.mode != "strong" or any(o.replace(" ", "").startswith("train.seed=") for o in spec.overrides):
+def seed_arg(spec: JobSpec) -> str:
+    """The job's ``--set train.seed=...`` (ahead of the user's ``--set``s), or "" where the user sets the seed
+    with ``--set train.seed=...``, and for a weak job launched per instance (its template gives instance k
+    ``$(( seed + k ))``). ``--seed`` fixes it (every submission then repeats it)."""
+    per_instance = spec.mode == "weak" and spec.launch == "srun-per-instance"
+    if per_instance or any(o.replace(" ", "").startswith("train.seed=") for o in spec.overrides):
         return ""
     if spec.seed is not None:
         return f"--set train.seed={spec.seed} "
-    return f'--set "train.seed={STRONG_SEED}" '
+    return f'--set "train.seed={JOB_SEED}" '
 
 
 def render(spec: JobSpec, jobs_dir: Path = JOBS_DIR) -> str:

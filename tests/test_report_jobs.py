@@ -156,24 +156,42 @@ def _strong(**kw) -> str:  # noqa: ANN003
 
 
 def test_strong_job_gives_each_submission_its_own_seed(tmp_path: Path) -> None:
-    from hpcbench.jobs import STRONG_SEED
+    from hpcbench.jobs import JOB_SEED
 
     s = _strong()
     _bash_n(s, tmp_path)
     (line,) = [ln for ln in s.splitlines() if "hpcbench train" in ln]
-    assert f'--set "train.seed={STRONG_SEED}"' in line
+    assert f'--set "train.seed={JOB_SEED}"' in line
     seeds = []
     for job in ("101", "102"):  # what the shell makes of the seed in two submissions
-        proc = subprocess.run(["bash", "-uc", f'echo "{STRONG_SEED}"'], capture_output=True, text=True,
+        proc = subprocess.run(["bash", "-uc", f'echo "{JOB_SEED}"'], capture_output=True, text=True,
                               env={"SLURM_JOB_ID": job, "PATH": "/usr/bin:/bin"})
         seeds.append(proc.stdout.strip())
     assert seeds == ["101", "102"]
 
 
+def test_weak_jobs_take_their_seeds_from_the_submission(tmp_path: Path) -> None:
+    """The rules want seeds from the clock or system randomness: without --seed a weak job's base seed is the
+    Slurm job id (instance k adds k), in both launch styles, so two submissions never repeat one set of seeds."""
+    from hpcbench.jobs import JOB_SEED
+
+    one = render(JobSpec(system="gpu-cluster", workload="deepcam", instances=8, nodes_per_instance=2))
+    (line,) = [ln for ln in one.splitlines() if "hpcbench train" in ln]
+    assert f'--set "train.seed={JOB_SEED}"' in line and "train.seed=1 " not in one
+    per = render(JobSpec(system="gpu-cluster", workload="deepcam", launch="srun-per-instance", instances=8,
+                         nodes_per_instance=2))
+    assert f"train.seed=$(( {JOB_SEED} + k ))" in per
+    for s in (one, per):
+        _bash_n(s, tmp_path)
+    seeds = [subprocess.run(["bash", "-uc", f"k=3; echo $(( {JOB_SEED} + k ))"], capture_output=True, text=True,
+                            env={"SLURM_JOB_ID": job, "PATH": "/usr/bin:/bin"}).stdout.strip() for job in ("101", "102")]
+    assert seeds == ["104", "105"]
+
+
 def test_strong_job_explicit_seed_wins() -> None:
-    from hpcbench.jobs import STRONG_SEED
+    from hpcbench.jobs import JOB_SEED
 
     s = _strong(overrides=["train.seed=9"])
-    assert STRONG_SEED not in s and "--set train.seed=9" in s
+    assert JOB_SEED not in s and "--set train.seed=9" in s
     s = _strong(seed=5)
-    assert STRONG_SEED not in s and "--set train.seed=5" in s
+    assert JOB_SEED not in s and "--set train.seed=5" in s

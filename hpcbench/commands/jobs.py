@@ -44,8 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--device", choices=("auto", "cpu", "cuda"),
                    help="hpcbench train --device in the job (default: the system file's node.device, else auto)")
     r.add_argument("--seed", type=int, default=None,
-                   help="weak: base seed, instance k trains with seed+k (default 1); strong: every submission's "
-                        "seed (default: each run its own, the Slurm job id; the rules ask for different seeds)")
+                   help="weak: base seed, instance k trains with seed+k; strong: every submission's seed "
+                        "(default for both: the Slurm job id, or $HPCBENCH_SEED at submission, so that each "
+                        "submission has its own; the rules ask for seeds from the clock or system randomness)")
     r.add_argument("-o", "--output", help="write the script here instead of printing it")
 
 
