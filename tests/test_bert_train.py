@@ -71,6 +71,10 @@ def test_shard_set_reads_batches_across_shards_in_the_asked_order(mini_data: Pat
     assert len(capped) == 100 and all(len(s) == 1 for s in capped.read(np.arange(100)).seq_lens)  # padded eval
     with pytest.raises(DataError, match="eval_samples = 5000 but the split holds 1024"):
         BertData(64, 10, 200, eval_samples=5000).open(mini_data, "eval")
+    # a closed run takes no front part of a larger evaluation split (the reference's eval_10k is a strided draw)
+    with pytest.raises(DataError, match="the split holds 1024 rows; a closed run evaluates on the reference's"):
+        BertData(64, 10, 200, eval_samples=100, exact_eval=True).open(mini_data, "eval")
+    assert len(BertData(64, 10, 200, eval_samples=1024, exact_eval=True).open(mini_data, "eval")) == 1024
     with pytest.raises(DataError, match="vocabulary|input_ids must be in"):
         BertData(64, 10, 150).open(mini_data, "train").read(np.arange(50))  # ids of a larger vocabulary
 

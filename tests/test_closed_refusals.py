@@ -1,6 +1,6 @@
 """Closed configs that leave the rules or the reference where the official checker does not look (augmentations,
 cadence, model variants) are refused when the config loads, naming the key; the open division keeps them. Found
-by rule audits of the full presets (CosmoFlow, DLRM, ResNet, U-Net)."""
+by rule audits of the full presets (BERT, CosmoFlow, DLRM, ResNet, U-Net)."""
 from __future__ import annotations
 
 import pytest
@@ -11,6 +11,9 @@ from hpcbench.common.errors import ConfigError
 
 
 @pytest.mark.parametrize(("workload", "override", "key"), [
+    ("bert", "model.hidden_dropout=0", "model.hidden_dropout"),
+    ("bert", "model.attention_dropout=0", "model.attention_dropout"),
+    ("bert", "data.eval_samples=5000", "data.eval_samples"),
     ("cosmoflow", "optim.weight_decay=0.01", "optim.weight_decay"),
     ("dlrm_dcnv2", "train.eval_every=0.01", "train.eval_every"),
     ("resnet", "train.eval_every=2", "train.eval_every"),

@@ -66,7 +66,11 @@ class BertConfig(RunConfig):
         if o.schedule not in ("poly", "constant"):
             raise ConfigError(f"config key 'optim.schedule': bert logs a polynomial decay with warmup; use 'poly' "
                               f"(or 'constant'), got {o.schedule!r}")
-        t = self.train
+        t, m = self.train, self.model
+        self.require_closed([
+            ("model.hidden_dropout", m.hidden_dropout, 0.1, "the reference's hidden_dropout_prob"),
+            ("model.attention_dropout", m.attention_dropout, 0.1, "the reference's attention_probs_dropout_prob"),
+            ("data.eval_samples", self.data.eval_samples, 10000, "the reference's eval_10k")])
         if t.division == "closed" and t.eval_every_samples != eval_interval(t.global_batch_size):
             raise ConfigError(f"config key 'train.eval_every_samples': the closed division evaluates every "
                               f"FLOOR(0.05 x (230.23 x global_batch_size + 3,000,000), 25,000) = "

@@ -32,7 +32,8 @@ LAYOUT = FileLayout("bert", ("*.hdf5",), ("train", "eval"), describe="BERT HDF5 
 class ShardSet:
     """The rows of a split's shards back to back (the first ``limit`` rows when ``limit`` > 0)."""
 
-    def __init__(self, files: Sequence[Path], max_seq_len: int, max_pred: int, vocab_size: int, limit: int = 0) -> None:
+    def __init__(self, files: Sequence[Path], max_seq_len: int, max_pred: int, vocab_size: int, limit: int = 0,
+                 exact: bool = False) -> None:
         from .facts import MAX_SEQ_PER_ROW
         from .format import open_shard
 
@@ -48,6 +49,10 @@ class ShardSet:
         total = int(self.starts[-1])
         if limit > total:
             raise DataError(f"{Path(files[0]).parent}: data.eval_samples = {limit} but the split holds {total} rows")
+        if exact and limit and total != limit:  # a closed run: the reference's eval_10k, not the front of a bigger set
+            raise DataError(f"{Path(files[0]).parent}: the split holds {total} rows; a closed run evaluates on the "
+                            f"reference's {limit}-sequence evaluation set (eval_10k, drawn at a stride over the "
+                            f"whole evaluation data), not on the first {limit} rows of a larger one")
         self.rows = limit or total
         self._sequences: int | None = None
         if self.rows == 0:
@@ -111,14 +116,16 @@ class BertData(DatasetSpec):
     train_split = "train"
     eval_split = "eval"
 
-    def __init__(self, max_seq_len: int, max_pred: int, vocab_size: int, eval_samples: int = 0) -> None:
+    def __init__(self, max_seq_len: int, max_pred: int, vocab_size: int, eval_samples: int = 0,
+                 exact_eval: bool = False) -> None:
         self.max_seq_len, self.max_pred, self.vocab_size = max_seq_len, max_pred, vocab_size
-        self.eval_samples = eval_samples
+        self.eval_samples, self.exact_eval = eval_samples, exact_eval  # exact: the split holds eval_samples rows
 
     def open(self, root: Path, split: str) -> ShardSet:
         files = self.layout.list_split(root, split)
         limit = self.eval_samples if split == self.eval_split else 0
-        return ShardSet(files, self.max_seq_len, self.max_pred, self.vocab_size, limit)
+        return ShardSet(files, self.max_seq_len, self.max_pred, self.vocab_size, limit,
+                        exact=self.exact_eval and split == self.eval_split)
 
     def collate(self, samples: Sequence["Rows"]) -> "Batch":
         from .batch import collate

@@ -44,7 +44,8 @@ class BertWorkload(Workload[BertConfig]):
     def __init__(self, cfg: BertConfig) -> None:
         super().__init__(cfg)
         d = cfg.data
-        self._spec = BertData(d.max_seq_len, d.max_pred, cfg.model.vocab_size, d.eval_samples)
+        self._spec = BertData(d.max_seq_len, d.max_pred, cfg.model.vocab_size, d.eval_samples,
+                              exact_eval=cfg.train.division == "closed")
 
     def dataset(self) -> BertData:
         return self._spec
