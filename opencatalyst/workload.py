@@ -67,6 +67,18 @@ class OC20Config(RunConfig):
     data: OC20DataConfig = field(default_factory=OC20DataConfig)
     model: OC20ModelConfig = field(default_factory=OC20ModelConfig)
 
+    def validate(self) -> None:
+        """hpc_training_rules.adoc: what its OpenCatalyst rows do not name must match the reference
+        (``AdamW(params, lr)``: torch's betas, eps and weight decay 0.01), and the warmup factor is in [0, 1]."""
+        o = self.optim
+        self.require_closed([
+            ("optim.betas", tuple(o.betas), (0.9, 0.999), "the reference's AdamW(params, lr): torch's defaults"),
+            ("optim.eps", o.eps, 1e-8, "torch's AdamW default"),
+            ("optim.weight_decay", o.weight_decay, 0.01, "torch's AdamW default, on every parameter"),
+            ("optim.warmup_factor <= 1", o.warmup_factor <= 1.0, True,
+             "the rules' opt_learning_rate_warmup_factor: 0 <= value <= 1, the start rate lr x factor"),
+            ("optim.decay_factor <= 1", o.decay_factor <= 1.0, True, "the rules' opt_learning_rate_decay_factor")])
+
 
 @dataclass
 class Outputs:

@@ -1,6 +1,6 @@
 """Closed configs that leave the rules or the reference where the official checker does not look (augmentations,
 cadence, model variants) are refused when the config loads, naming the key; the open division keeps them. Found
-by rule audits of the full presets (BERT, CosmoFlow, DLRM, ResNet, U-Net)."""
+by rule audits of the full presets (BERT, CosmoFlow, DLRM, OC20, ResNet, U-Net)."""
 from __future__ import annotations
 
 import pytest
@@ -16,6 +16,10 @@ from hpcbench.common.errors import ConfigError
     ("bert", "data.eval_samples=5000", "data.eval_samples"),
     ("cosmoflow", "optim.weight_decay=0.01", "optim.weight_decay"),
     ("dlrm_dcnv2", "train.eval_every=0.01", "train.eval_every"),
+    ("oc20", "optim.weight_decay=0", "optim.weight_decay"),
+    ("oc20", "optim.eps=1e-6", "optim.eps"),
+    ("oc20", "optim.betas=[0.9, 0.99]", "optim.betas"),
+    ("oc20", "optim.warmup_factor=5", "optim.warmup_factor <= 1"),
     ("resnet", "train.eval_every=2", "train.eval_every"),
     ("resnet", "data.image_size=128", "data.image_size"),
     ("resnet", "data.eval_resize=288", "data.eval_resize"),
