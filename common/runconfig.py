@@ -161,6 +161,10 @@ class DataConfig:
     # loaders); "local" gives each rank a fixed part and shuffles inside it (NVIDIA's DeepCAM strong-
     # scaling submissions), so a rank's cache holds 1/ranks of the split instead of all of it
     shuffle: Literal["global", "local"] = "global"
+    # the training permutation's remainder that does not fill a global batch: "drop" it (a different one
+    # each epoch) or "pad" the last batch with the permutation's first samples, so that every sample is read
+    # each epoch (the MLPerf training rules allow only DLRMv2 to drop it; common/data/sampler.py)
+    last_batch: Literal["drop", "pad"] = "drop"
     # train.loader = "dali": run the pipeline on super-batches of this many batches and cut them back
     # (the input batch multiplier; common/data/dali.py); 1 = off
     dali_batch_multiplier: int = 1
@@ -173,6 +177,8 @@ class DataConfig:
             raise ConfigError(f"config key 'data.dali_batch_multiplier': must be >= 1, got {self.dali_batch_multiplier}")
         if self.shuffle not in ("global", "local"):
             raise ConfigError(f"config key 'data.shuffle': {self.shuffle!r} is not allowed; expected 'global' or 'local'")
+        if self.last_batch not in ("drop", "pad"):
+            raise ConfigError(f"config key 'data.last_batch': {self.last_batch!r} is not allowed; expected 'drop' or 'pad'")
         if self.cache not in ("none", "host", "device"):
             raise ConfigError(f"config key 'data.cache': {self.cache!r} is not allowed; expected one of "
                               "'none', 'host', 'device'")

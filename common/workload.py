@@ -199,7 +199,8 @@ class Workload(ABC, Generic[C]):
             costs = source.costs() if spec.partition == "balanced" else None
             sampler = EpochSampler(len(source), shard.local_batch_size, shard.rank, shard.size, shard.seed,
                                    spec.partition, train=train, costs=costs, shuffle=shuffle,
-                                   where=str(self.data_root() / split))
+                                   where=str(self.data_root() / split),
+                                   last_batch=getattr(self.cfg.data, "last_batch", "drop"))  # type: ignore[attr-defined]
         d = self.cfg.data  # type: ignore[attr-defined]
         kwargs = dict(threads=reader_threads(d.threads, shard.device), prefetch=d.prefetch,
                       cache=getattr(d, "cache", "none"), host_ranks=shard.host_ranks)

@@ -23,6 +23,13 @@ natural order for the whole run (its ``n // size`` samples: a contiguous block, 
 sample) and only the order inside it changes each epoch, seeded from ``(seed, epoch, rank)``; a rank
 then reads, and can cache, 1/size of the split.
 
+``last_batch="pad"`` (training, ``contiguous``/``strided`` with the global shuffle): instead of leaving
+out the permutation's remainder that does not fill a global batch, the permutation is padded with its own
+first samples up to whole global batches (``ceil(n / (local_batch * size))`` steps), so every sample is
+read at least once each epoch and the pad's few samples twice: the MLPerf training rules let the last
+batch of an epoch be the remainder, padded, or mixed with the next epoch, and only DLRMv2 may drop it
+(``training_rules.adoc``, data handling; PyTorch's DistributedSampler pads the same way).
+
 Evaluation (``train=False``) never shuffles or drops: over the ranks every sample is seen exactly
 once (``contiguous`` and ``strided`` deal round-robin, ``balanced`` splits each global batch).
 """
@@ -38,6 +45,7 @@ from hpcbench.common.errors import ConfigError
 
 Partition = Literal["contiguous", "strided", "balanced"]
 Shuffle = Literal["global", "local"]
+LastBatch = Literal["drop", "pad"]
 PARTITIONS: tuple[str, ...] = get_args(Partition)
 BALANCE_WINDOW = 32  # steps per window of the balanced training partition
 
@@ -97,7 +105,7 @@ class EpochSampler:
     def __init__(self, n: int, local_batch: int, rank: int, size: int, seed: int,
                  partition: Partition = "contiguous", train: bool = True,
                  costs: np.ndarray | None = None, shuffle: Shuffle = "global", where: str = "",
-                 window: int = BALANCE_WINDOW) -> None:
+                 window: int = BALANCE_WINDOW, last_batch: LastBatch = "drop") -> None:
         if partition not in PARTITIONS:
             raise ConfigError(f"unknown partition {partition!r}; expected one of {', '.join(PARTITIONS)}")
         if shuffle not in ("global", "local"):
@@ -113,7 +121,13 @@ class EpochSampler:
         self.n, self.local_batch, self.rank, self.size, self.seed = n, local_batch, rank, size, seed
         if window < 1:
             raise ValueError(f"balance window of {window} steps; expected >= 1")
+        if last_batch not in ("drop", "pad"):
+            raise ConfigError(f"config key 'data.last_batch': expected 'drop' or 'pad', got {last_batch!r}")
+        if last_batch == "pad" and train and (partition == "balanced" or shuffle == "local"):
+            raise ConfigError("config key 'data.last_batch' = 'pad' applies to the global shuffle of the contiguous "
+                              f"or strided partition; this workload's is {partition!r} with shuffle {shuffle!r}")
         self.partition, self.train, self.shuffle, self.window = partition, train, shuffle, window
+        self.pad = train and last_batch == "pad"
         self.costs = None if costs is None else np.asarray(costs, dtype=np.float64)
         self.epoch = 0
         if train and len(self) < 1:
@@ -124,7 +138,11 @@ class EpochSampler:
 
     def order(self) -> np.ndarray:
         if self.train:
-            return np.random.default_rng([self.seed, self.epoch]).permutation(self.n)
+            perm = np.random.default_rng([self.seed, self.epoch]).permutation(self.n)
+            if self.pad:  # whole global batches: the permutation continued with its own first samples
+                need = len(self) * self.local_batch * self.size - self.n
+                perm = np.concatenate([perm, np.resize(perm, need)])
+            return perm
         return np.arange(self.n)
 
     def __len__(self) -> int:
@@ -132,6 +150,8 @@ class EpochSampler:
         n, b, s = self.n, self.local_batch, self.size
         if self.partition == "balanced":
             return n // (b * s) if self.train else -(-n // (b * s))
+        if self.pad:
+            return -(-n // (b * s))
         if self.train:
             return (n // s) // b
         mine = len(range(self.rank, n, s))
@@ -153,10 +173,10 @@ class EpochSampler:
         elif self.shuffle == "local":
             mine = np.random.default_rng([self.seed, self.epoch, self.rank]).permutation(self.fixed_part())
         elif self.partition == "contiguous":
-            per_rank = self.n // self.size
+            per_rank = order.size // self.size
             mine = order[self.rank * per_rank:(self.rank + 1) * per_rank]
         else:  # strided
-            mine = order[: (self.n // self.size) * self.size][self.rank::self.size]
+            mine = order[: (order.size // self.size) * self.size][self.rank::self.size]
         if self.train:
             mine = mine[: len(self) * b]
         return [mine[i:i + b] for i in range(0, len(mine), b)]

@@ -66,4 +66,6 @@ class ResNetConfig(RunConfig):
             ("train.eval_every", t.eval_every, 4, "the rules: every 4 epochs, with offset 0-3 (train.eval_offset)"),
             ("train.eval_every_samples", t.eval_every_samples, 0, "the cadence is in whole epochs"),
             ("data.image_size", d.image_size, 224, "the reference's crop"),
-            ("data.eval_resize", d.eval_resize, 256, "the reference's evaluation resize before the 224 crop")])
+            ("data.eval_resize", d.eval_resize, 256, "the reference's evaluation resize before the 224 crop"),
+            ("data.last_batch", d.last_batch, "pad", "training_rules.adoc: every image once per epoch; only DLRMv2 "
+             "may drop the last partial batch")])
