@@ -134,13 +134,17 @@ _VALUES: dict[str, Callable[[_Run], Any]] = {
     "opt_learning_rate_training_steps": lambda r: r.steps(r.schedule.total_steps),
     "opt_learning_rate_decay_start_step": lambda r: r.steps(r.schedule.warmup_steps) if r.decays_after_warmup else 0,
     "opt_learning_rate_decay_steps": lambda r: 0 if r.schedule.kind == "constant" else r.steps(r.schedule.decay_steps),
-    # the scheduler_* names (MLPerf HPC DeepCAM's reference), all in steps
+    # the scheduler_* names (MLPerf HPC DeepCAM's reference), all in steps; with schedule_semantics "held_warmup"
+    # the reference's own arguments: its warmup factor as given, the milestones before its shift by the warmup
+    # (as it logs them) and T_max, the cosine's length after the warmup (common/schedule.py)
     "scheduler_type": lambda r: {"cosine": "cosine_annealing"}.get(r.schedule.kind, r.schedule.kind),
     "scheduler_lr_warmup_steps": lambda r: r.steps(r.schedule.warmup_steps),
-    "scheduler_lr_warmup_factor": lambda r: max(1.0, r.optim.warmup_factor),
+    "scheduler_lr_warmup_factor": lambda r: (r.optim.warmup_factor if r.schedule.semantics == "held_warmup"
+                                             else max(1.0, r.optim.warmup_factor)),
     "scheduler_milestones": lambda r: [r.steps(m) for m in r.schedule.milestones],
     "scheduler_decay_rate": lambda r: _one_decay_rate(r),
-    "scheduler_t_max": lambda r: r.steps(r.schedule.total_steps),
+    "scheduler_t_max": lambda r: r.steps(r.schedule.decay_steps if r.schedule.semantics == "held_warmup"
+                                         else r.schedule.total_steps),
     "scheduler_eta_min": lambda r: r.optim.min_lr,
 }
 

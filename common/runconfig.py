@@ -69,9 +69,9 @@ class OptimConfig:
     # step 0 (the reference BERT); common/schedule.py
     poly_from_warmup: bool = False
     # whose per-step rates the multistep/cosine schedule reproduces (common/schedule.py): "harness" (the rules
-    # above) or "deepcam" (the MLPerf HPC DeepCAM reference's MultiStepLRWarmup / CosineAnnealingLRWarmup as its
+    # above) or "held_warmup" (the MLPerf HPC DeepCAM reference's MultiStepLRWarmup / CosineAnnealingLRWarmup as its
     # train.py builds them: warmup lr (s + 1) / W that holds its last rate, milestones after the warmup)
-    schedule_semantics: Literal["harness", "deepcam"] = "harness"
+    schedule_semantics: Literal["harness", "held_warmup"] = "harness"
 
     def validate(self) -> None:
         if self.lr < 0:
@@ -132,13 +132,13 @@ class OptimConfig:
         if self.lr_per_epoch and (self.unit != "epochs" or self.schedule not in ("constant", "multistep")):
             raise ConfigError(f"config key 'optim.lr_per_epoch': needs unit 'epochs' and the constant or multistep "
                               f"schedule, got unit {self.unit!r} and schedule {self.schedule!r}")
-        if self.schedule_semantics not in ("harness", "deepcam"):
-            raise ConfigError(f"config key 'optim.schedule_semantics': expected 'harness' or 'deepcam', got "
+        if self.schedule_semantics not in ("harness", "held_warmup"):
+            raise ConfigError(f"config key 'optim.schedule_semantics': expected 'harness' or 'held_warmup', got "
                               f"{self.schedule_semantics!r}")
-        if self.schedule_semantics == "deepcam" and (
+        if self.schedule_semantics == "held_warmup" and (
                 self.schedule not in ("multistep", "cosine") or self.warmup_style != "harness" or self.lr_per_epoch
                 or self.decay_factors or self.warmup_start_lr):
-            raise ConfigError(f"config key 'optim.schedule_semantics': 'deepcam' is the reference's multistep or "
+            raise ConfigError(f"config key 'optim.schedule_semantics': 'held_warmup' is the DeepCAM reference's multistep or "
                               f"cosine_annealing scheduler with its own warmup; got schedule {self.schedule!r}, "
                               f"warmup_style {self.warmup_style!r}, lr_per_epoch {self.lr_per_epoch}, decay_factors "
                               f"{list(self.decay_factors)}, warmup_start_lr {self.warmup_start_lr}")

@@ -37,6 +37,22 @@ steps once at build time (``unit = "epochs"`` multiplies by the steps per epoch)
   ``min_lr + (lr - min_lr) * (1 - (i - W) / (T - W)) ** power``, reaching ``min_lr`` (MLPerf's
   ``end_learning_rate``, 1e-4) at the last step ``i = T``; :attr:`Schedule.decay_steps` is ``T - W``
   (the logged ``lars_opt_learning_rate_decay_steps``).
+
+``schedule_semantics = "held_warmup"`` (multistep or cosine, whole steps) replaces the warmup and decay rules above
+with the per-step rates of the MLPerf HPC DeepCAM reference (``utils/schedulers.py``'s ``MultiStepLRWarmup`` and
+``CosineAnnealingLRWarmup``, which ``train.py`` builds with ``last_epoch = 0`` and its trainer steps after every
+optimizer step, so step ``s`` runs at the scheduler's ``e = s + 1``), with ``lr`` the reference's ``start_lr``:
+
+* warmup ``W > 0``: ``lr * e / W`` (``f = warmup_factor = 1``) or ``lr * ((f - 1) * e / W + 1)`` while
+  ``e < W``; from ``e = W`` on the decay starts from the warmup's last rate ``H`` (that at ``e = W - 1``; ``lr``
+  when ``W = 1``), not from ``lr``: with ``W = 400`` steps 0..398 rise to ``lr * 399 / 400``, which holds;
+* multistep: ``H * decay_factor ** (number of milestones m with s >= m + W)``: the reference shifts each
+  milestone to ``m + W + 1`` in ``e`` (milestone 800, warmup 400: the first decayed step is 1200);
+  without warmup (``torch.optim.lr_scheduler.MultiStepLR`` with ``last_epoch = 0``) ``m <= s + 1``;
+* cosine with ``t = e - W`` and ``T_max = total - W`` (``total`` as above; the logged ``scheduler_t_max``):
+  ``min_lr + (H - min_lr) * (1 + cos(pi * t / T_max)) / 2`` for ``t <= T_max`` (``min_lr`` at step
+  ``total - 1``), then the same with ``lr`` for ``H``: torch's cosine annealing goes on periodically, back up
+  to ``lr``; without warmup (``CosineAnnealingLR``, built with ``last_epoch = -1``) ``t = s`` with ``lr``.
 """
 from __future__ import annotations
 
@@ -67,6 +83,7 @@ class Schedule:
     warmup_start_lr: float = 0.0  # lr_per_epoch: an absolute start rate (0: from warmup_factor)
     warmup_first_epoch: int = 0  # lr_per_epoch: 1 counts the first epoch as 1 (the U-Net reference)
     warmup_style: str = "harness"  # per step: harness | nemo | linspace (module doc)
+    semantics: str = "harness"  # harness | deepcam (the DeepCAM reference's scheduler; module doc)
 
     @classmethod
     def from_config(cls, cfg: OptimConfig, steps_per_epoch: int, max_epochs: int) -> "Schedule":
@@ -80,6 +97,8 @@ class Schedule:
                 f"config key 'optim.total': the {cfg.schedule} length ({total:g} steps) must exceed the warmup "
                 f"({cfg.warmup * scale:g} steps)"
             )
+        if cfg.schedule_semantics == "held_warmup":
+            cls._check_deepcam(cfg, scale, total)
         return cls(
             kind=cfg.schedule,
             lr=cfg.lr,
@@ -97,7 +116,24 @@ class Schedule:
             warmup_start_lr=cfg.warmup_start_lr,
             warmup_first_epoch=cfg.warmup_first_epoch,
             warmup_style=cfg.warmup_style,
+            semantics=cfg.schedule_semantics,
         )
+
+    @staticmethod
+    def _check_deepcam(cfg: OptimConfig, scale: float, total: float) -> None:
+        """The DeepCAM reference's scheduler counts whole steps: its warmup, milestones and cosine length."""
+        if cfg.schedule not in ("multistep", "cosine"):
+            raise ConfigError(f"config key 'optim.schedule_semantics': 'deepcam' has the multistep and cosine "
+                              f"schedules only, got {cfg.schedule!r}")
+        for key, steps in (("warmup", [cfg.warmup * scale]), ("milestones", [m * scale for m in cfg.milestones])):
+            if any(not float(v).is_integer() for v in steps):
+                raise ConfigError(f"config key 'optim.{key}': the 'deepcam' schedule semantics count whole steps, "
+                                  f"got {steps}")
+        # an explicit total only: a run shorter than its warmup (total 0) never reaches the cosine
+        if cfg.schedule == "cosine" and cfg.total > 0 and (not float(total).is_integer()
+                                                           or total - cfg.warmup * scale < 1):
+            raise ConfigError(f"config key 'optim.total': the 'deepcam' cosine spans T_max = total - warmup >= 1 "
+                              f"whole steps, got total {total:g} and warmup {cfg.warmup * scale:g} steps")
 
     @property
     def decay_steps(self) -> float:
@@ -110,6 +146,8 @@ class Schedule:
         """The learning rate at ``step`` (a float tensor), as a tensor on the same device."""
         if self.lr_per_epoch:
             return self._per_epoch(step)
+        if self.semantics == "held_warmup":
+            return self._deepcam(step)
         base = self._after_warmup(step)
         if self.warmup_steps <= 0:
             return base
@@ -126,6 +164,33 @@ class Schedule:
         else:
             warm = self.lr * torch.clamp((step + 1.0) / w, max=1.0)
         return torch.where(step < w, warm, base)
+
+    def _deepcam_warm(self, e: float | torch.Tensor) -> float | torch.Tensor:
+        """The reference warmup's rate at its scheduler count ``e`` (``e < W``)."""
+        f = self.warmup_factor
+        if f == 1.0:
+            return self.lr * e / self.warmup_steps
+        return self.lr * ((f - 1.0) * e / self.warmup_steps + 1.0)
+
+    def _deepcam(self, step: torch.Tensor) -> torch.Tensor:
+        """``schedule_semantics = "held_warmup"`` (module doc); scalar comparisons only, as in :meth:`_multistep`."""
+        w = self.warmup_steps
+        e = step + 1.0  # the reference scheduler's last_epoch while the optimizer takes step `step`
+        # the rate the decay starts from: the warmup's last (the optimizer's own lr when W = 1), or lr without one
+        held = float(self._deepcam_warm(w - 1.0)) if w >= 2.0 else self.lr
+        if self.kind == "multistep":
+            # MultiStepLR tests its count for equality from 1 on: a milestone 0 without warmup never applies
+            edges = [m + w for m in self.milestones] if w > 0 else [m - 1.0 for m in self.milestones if m >= 1]
+            passed = sum((step >= m).to(step.dtype) for m in edges) if edges else torch.zeros_like(step)
+            after = held * torch.pow(torch.full_like(step, self.decay_factor), passed)
+        else:  # cosine annealing T_max steps past the warmup, then on periodically from the base lr
+            t_max = self.decay_steps
+            t = e - w if w > 0 else step
+            amplitude = torch.where(t <= t_max, torch.full_like(step, held), torch.full_like(step, self.lr))
+            after = self.min_lr + (amplitude - self.min_lr) * 0.5 * (1.0 + torch.cos(math.pi * t / t_max))
+        if w <= 0:
+            return after
+        return torch.where(e < w, self._deepcam_warm(e), after)
 
     def _start(self) -> float:
         """The rate warmup starts from: ``warmup_start_lr`` where set, else from ``warmup_factor``."""

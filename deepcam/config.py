@@ -36,7 +36,7 @@ class DeepCAMDataConfig(DataConfig):
 def _lamb() -> OptimConfig:
     return OptimConfig(name="lamb", lr=0.0055, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
                        max_grad_norm=1.0, schedule="multistep", unit="steps", warmup=400, warmup_factor=1.0,
-                       milestones=(800,), decay_factor=0.1)
+                       milestones=(800,), decay_factor=0.1, schedule_semantics="held_warmup")
 
 
 @dataclass
@@ -46,6 +46,9 @@ class DeepCAMConfig(RunConfig):
     model: ModelConfig = field(default_factory=ModelConfig)
 
     def validate(self) -> None:
+        self.require_closed([("optim.schedule_semantics", self.optim.schedule_semantics, "held_warmup",
+                              "the reference's warmup scheduler: the warmup's last rate held, milestones counted "
+                              "after the warmup")])
         if self.model.in_channels != len(self.data.channels):
             raise ConfigError(f"config key 'model.in_channels': {self.model.in_channels} does not match the "
                               f"{len(self.data.channels)} entries of 'data.channels'")

@@ -10,17 +10,27 @@ and the reference's transposed-convolution decoder that fuses the 48-channel low
 ``width`` scales every encoder/decoder width by the same factor and ``middle_blocks`` sets the
 depth, so the small presets run the same code. At width 1 with 16 middle blocks, 16 input channels
 and 3 classes the network has exactly 56,454,720 trainable parameters.
+
+Initialisation as in the reference (``architecture/deeplab_xception.py``), module by module: the Xception
+encoder and each ASPP atrous branch initialise themselves at the end of their constructors
+(:func:`kaiming_init`: ``kaiming_normal_`` on every ``Conv2d`` weight, BatchNorm weight 1 and bias 0, as the
+reference's ``Xception.__init_weight`` and ``ASPP_module.__init_weight``); everything else keeps torch's
+default initialisation: the image-pooling 1x1 conv (its affine at 1 and 0), the ASPP projection, the
+low-level 1x1 projection and the whole decoder (transposed convs, 3x3 convs and the biased 1x1 conv),
+whose ``__init_weight`` the reference's ``DeconvUpsampler`` and ``DeepLabv3_plus`` define but never call.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 Norm = Callable[[int], nn.Module]
+M = TypeVar("M", bound=nn.Module)
 
 #: total downsampling of the encoder; the decoder's fixed 2x transposed convolutions restore
 #: exactly this, so a grid's height and width must be multiples of it (the reference takes 768x1152)
@@ -110,6 +120,7 @@ class Xception(nn.Module):
             nn.Sequential(SepConv(a, b, dilation=2), norm(b), nn.ReLU(inplace=True))
             for a, b in ((c(1024), c(1536)), (c(1536), c(1536)), (c(1536), c(2048)))
         ))
+        kaiming_init(self)  # the reference's Xception.__init_weight
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         low = self.entry1(self.stem(x))
@@ -135,8 +146,9 @@ class ImagePool(nn.Module):
 class ASPP(nn.Module):
     def __init__(self, cin: int, cout: int, norm: Norm, rates: tuple[int, ...] = (1, 6, 12, 18)) -> None:
         super().__init__()
+        # each branch initialises itself as the reference's ASPP_module does; the pool and projection keep torch's
         self.branches = nn.ModuleList(
-            conv_bn_relu(cin, cout, norm, k=1 if r == 1 else 3, dilation=r) for r in rates
+            kaiming_init(conv_bn_relu(cin, cout, norm, k=1 if r == 1 else 3, dilation=r)) for r in rates
         )
         self.pool = ImagePool(cin, cout)
         self.project = conv_bn_relu(cout * (len(rates) + 1), cout, norm, k=1)
@@ -174,22 +186,23 @@ class DeepLabV3Plus(nn.Module):
         self.aspp = ASPP(c(2048), c(256), norm)
         self.low_proj = conv_bn_relu(c(128), c(48), norm, k=1)
         self.decoder = Decoder(c(256), c(48), c(256), cfg.num_classes, norm)
-        init_weights(self)
+        # no initialisation here: low_proj and the decoder keep torch's defaults, as in the reference
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         feats, low = self.encoder(x)
         return self.decoder(self.aspp(feats), self.low_proj(low))
 
 
-def init_weights(model: nn.Module) -> None:
-    for m in model.modules():
-        if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d)):
+def kaiming_init(module: M) -> M:
+    """The reference encoder's and ASPP branches' ``__init_weight``: ``kaiming_normal_`` (fan in, gain sqrt 2)
+    on every ``Conv2d`` weight (none of them has a bias), BatchNorm weight 1 and bias 0; returns ``module``."""
+    for m in module.modules():
+        if isinstance(m, nn.Conv2d):
             nn.init.kaiming_normal_(m.weight)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
         elif isinstance(m, nn.modules.batchnorm._BatchNorm):
             nn.init.ones_(m.weight)
             nn.init.zeros_(m.bias)
+    return module
 
 
 def count_parameters(model: nn.Module) -> int:

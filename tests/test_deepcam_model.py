@@ -82,3 +82,47 @@ def test_group_batchnorm_needs_cuda_on_this_box() -> None:
     # group BatchNorm is the harness option train.bn_group_size, checked by the layout object
     with pytest.raises(ConfigError, match="bn_group_size"):
         check_degrees(Degrees(bn_group=2), 2, False, 1, "cpu")
+
+
+def test_initialisation_is_the_references_module_by_module() -> None:
+    """The reference (architecture/deeplab_xception.py) runs kaiming_normal_ in Xception and ASPP_module only: the
+    decoder, the image pool, the ASPP projection and the low-level projection keep torch's default init."""
+    from hpcbench.workloads.deepcam.model import Decoder, Xception, conv_bn_relu
+
+    cfg = ModelConfig(width=0.25, middle_blocks=1)
+    torch.manual_seed(123)
+    model = DeepLabV3Plus(cfg)
+    kaiming, default = [], []
+    for name, m in model.named_modules():
+        if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d)):
+            (kaiming if name.startswith(("encoder.", "aspp.branches.")) else default).append((name, m))
+    assert {n.split(".")[0] for n, _ in default} == {"aspp", "low_proj", "decoder"}
+    assert [n for n, _ in default if n.startswith("aspp")] == ["aspp.pool.conv", "aspp.project.0"]
+    assert sum(isinstance(m, nn.ConvTranspose2d) for _, m in default) == 4 and len(default) == 10
+    for name, m in kaiming:  # normal, std sqrt(2 / fan_in): often beyond the default's bound 1 / sqrt(fan_in)
+        fan_in = nn.init._calculate_fan_in_and_fan_out(m.weight)[0]
+        w = m.weight.detach()
+        assert 0.8 < w.std().item() / (2.0 / fan_in) ** 0.5 < 1.2, name
+        assert w.abs().max().item() > 1.5 / fan_in ** 0.5, name
+    for name, m in default:  # torch's kaiming_uniform_(a=sqrt 5): uniform within +-1 / sqrt(fan_in)
+        fan_in = nn.init._calculate_fan_in_and_fan_out(m.weight)[0]
+        w = m.weight.detach()
+        assert w.abs().max().item() <= fan_in ** -0.5, name
+        assert 0.8 < w.std().item() / (3.0 * fan_in) ** -0.5 < 1.2, name
+    bias = model.decoder.fuse[2].bias.detach()  # the one conv with a bias: torch's default, not zeros
+    assert bias.abs().min().item() > 0 and bias.abs().max().item() <= model.decoder.fuse[2].in_channels ** -0.5
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            assert bool((m.weight == 1).all()) and bool((m.bias == 0).all())
+    assert bool((model.aspp.pool.scale == 1).all()) and bool((model.aspp.pool.shift == 0).all())
+
+    # exactly: the same seed and construction order give the encoder and ASPP drawn then re-initialised in their
+    # constructors, and the projection and decoder as torch constructs them, with nothing re-drawn afterwards
+    torch.manual_seed(123)
+    parts = nn.ModuleDict({"encoder": Xception(cfg, nn.BatchNorm2d),
+                           "aspp": ASPP(cfg.ch(2048), cfg.ch(256), nn.BatchNorm2d),
+                           "low_proj": conv_bn_relu(cfg.ch(128), cfg.ch(48), nn.BatchNorm2d, k=1),
+                           "decoder": Decoder(cfg.ch(256), cfg.ch(48), cfg.ch(256), cfg.num_classes, nn.BatchNorm2d)})
+    mine, rebuilt = model.state_dict(), parts.state_dict()
+    assert mine.keys() == rebuilt.keys()
+    assert all(torch.equal(mine[k], rebuilt[k]) for k in mine)

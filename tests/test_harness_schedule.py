@@ -143,3 +143,37 @@ def test_warmup_styles_are_checked_by_name() -> None:
     with pytest.raises(ConfigError, match=r"optim\.warmup_style': expected"):
         OptimConfig(unit="steps", warmup_style="cubic").validate()  # type: ignore[arg-type]
     OptimConfig(unit="steps", warmup=3, warmup_style="linspace", warmup_start_lr=1e-5).validate()
+
+
+def test_deepcam_semantics_edge_cases_are_the_reference_schedulers() -> None:
+    """schedule_semantics "held_warmup", written out from utils/schedulers.py and torch's MultiStepLR /
+    CosineAnnealingLR as the DeepCAM reference builds them (scheduler count e = step + 1)."""
+    def sched(**kw: object) -> Schedule:
+        cfg = OptimConfig(lr=1.0, unit="steps", schedule_semantics="held_warmup", **kw)  # type: ignore[arg-type]
+        cfg.validate()
+        return Schedule.from_config(cfg, steps_per_epoch=10, max_epochs=100)
+
+    # warmup factor 2: lr ((f - 1) e / W + 1) while e < W, the last (e = W - 1) held; milestone 10 at step 10 + W
+    s = sched(schedule="multistep", warmup=4, warmup_factor=2.0, milestones=(10,), decay_factor=0.5)
+    assert [s.value(k) for k in (0, 1, 2, 3, 13, 14)] == pytest.approx([1.25, 1.5, 1.75, 1.75, 1.75, 0.875])
+    # one warmup step: the optimizer's own lr from step 0; no warmup: MultiStepLR from e = 1 (milestone 0 never)
+    s = sched(schedule="multistep", warmup=1, milestones=(3,), decay_factor=0.1)
+    assert [s.value(k) for k in (0, 3, 4)] == pytest.approx([1.0, 1.0, 0.1])
+    s = sched(schedule="multistep", milestones=(0, 3), decay_factor=0.1)
+    assert [s.value(k) for k in (0, 1, 2, 3)] == pytest.approx([1.0, 1.0, 0.1, 0.1])
+    # cosine without warmup: CosineAnnealingLR from step 0 over T_max = total, periodic
+    s = sched(schedule="cosine", total=8, min_lr=0.0)
+    assert [s.value(k) for k in (0, 4, 8, 12, 16)] == pytest.approx([1.0, 0.5, 0.0, 0.5, 1.0], abs=1e-15)
+
+
+def test_deepcam_semantics_are_checked() -> None:
+    with pytest.raises(ConfigError, match="schedule_semantics"):
+        OptimConfig(schedule="poly", schedule_semantics="held_warmup").validate()
+    with pytest.raises(ConfigError, match="schedule_semantics"):
+        OptimConfig(schedule="cosine", warmup_style="nemo", schedule_semantics="held_warmup").validate()
+    with pytest.raises(ConfigError, match=r"optim\.warmup.*whole steps"):
+        Schedule.from_config(OptimConfig(schedule="multistep", unit="epochs", warmup=0.5,
+                                         schedule_semantics="held_warmup"), 7, 3)
+    with pytest.raises(ConfigError, match=r"optim\.total"):
+        Schedule.from_config(OptimConfig(schedule="cosine", unit="steps", warmup=10, total=10,
+                                         schedule_semantics="held_warmup"), 7, 3)
