@@ -15,7 +15,12 @@ LAMB follows the published algorithm with MLPerf's options: ``betas``, ``eps``, 
 times the gradient when true, the gradient itself when false), ``max_grad_norm`` (clip by the global
 norm before the moments), and ``decay_exempt`` (per tensor: True leaves it out of the weight decay, as
 BERT's reference exempts biases and LayerNorm weights; a per-segment factor, expanded like the trust
-ratios). The trust ratio ``||p|| / ||u||`` is applied to every tensor (1 when either norm is 0).
+ratios). The trust ratio ``||p|| / ||u||`` scales each tensor's update (1 when either norm is 0), except
+on the ``decay_exempt`` tensors, whose ratio is 1: the reference's ``LAMBOptimizer`` leaves the tensors it
+exempts from weight decay out of the layer adaptation too (``exclude_from_layer_adaptation`` defaults to
+``exclude_from_weight_decay``), as apex's LAMB does by default (``use_nvlamb=False``: no ratio for a
+parameter group whose weight decay is 0). With no mask (DeepCAM, ``build_optimizer`` at weight decay 0)
+every tensor gets its ratio.
 
 LARS follows the published algorithm (You, Gitman, Ginsburg 2017) as MLPerf's ResNet reference runs
 it: per tensor, ``local = eta * ||p|| / (||g|| + wd * ||p|| + eps)`` (1 when either norm is 0),
@@ -115,7 +120,8 @@ class Adam(FlatOptimizer):
 
 
 class LAMB(FlatOptimizer):
-    """LAMB on the whole flat buffer of this rank (moments for all parameters)."""
+    """LAMB on the whole flat buffer of this rank (moments for all parameters); ``decay_exempt`` tensors get
+    neither weight decay nor the trust ratio (see the module docstring)."""
 
     def __init__(self, flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0,
                  decay_exempt: Sequence[bool] = ()) -> None:
@@ -126,9 +132,14 @@ class LAMB(FlatOptimizer):
         self.lengths = self._local_lengths()
         #: per-segment weight decay when some tensors are exempt; None: ``cfg.weight_decay`` everywhere
         self.decay: torch.Tensor | None = None
-        if cfg.weight_decay and any(decay_exempt):
-            per_tensor = [0.0 if exempt else cfg.weight_decay for exempt in decay_exempt]
-            self.decay = self._segment_values(per_tensor)
+        #: per segment: False where the trust ratio is fixed at 1 (exempt tensors; gaps, padding); None: all adapt
+        self.adapt: torch.Tensor | None = None
+        if any(decay_exempt):
+            if len(decay_exempt) != flat.num_tensors:
+                raise ConfigError(f"{len(decay_exempt)} weight-decay flags for {flat.num_tensors} parameter tensors")
+            self.adapt = self._segment_values([0.0 if exempt else 1.0 for exempt in decay_exempt]) > 0
+            if cfg.weight_decay:
+                self.decay = self._segment_values([0.0 if exempt else cfg.weight_decay for exempt in decay_exempt])
 
     def _segment_values(self, per_tensor: list[float]) -> torch.Tensor:
         return self.flat.segment_values(per_tensor)
@@ -163,7 +174,10 @@ class LAMB(FlatOptimizer):
             u = u + c.weight_decay * p
         norms = self._allreduce(torch.cat([segment_sum(p * p, self.lengths), segment_sum(u * u, self.lengths)]))
         pn, un = norms.sqrt().chunk(2)
-        ratio = torch.where((pn > 0) & (un > 0), pn / un, torch.ones_like(pn))
+        adapt = (pn > 0) & (un > 0)
+        if self.adapt is not None:  # the exempt tensors: ratio 1
+            adapt &= self.adapt
+        ratio = torch.where(adapt, pn / un, torch.ones_like(pn))
         _assign(p, p - lr * expand_segments(ratio, self.lengths, p.numel()) * u, skip)
 
 
@@ -330,8 +344,8 @@ def build_optimizer(flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: in
 
 def _build_flat(flat: FlatParams, cfg: OptimConfig, world: int, rank: int, allow_apex: bool,
                 decay_exempt: Sequence[bool]) -> FlatOptimizer:
-    # LARS uses the mask without weight decay too: exempt tensors also skip the trust ratio
-    exempt = any(decay_exempt) and (cfg.weight_decay != 0 or cfg.name == "lars")
+    # LARS and LAMB use the mask without weight decay too: exempt tensors also skip the trust ratio
+    exempt = any(decay_exempt) and (cfg.weight_decay != 0 or cfg.name in ("lars", "lamb"))
     if exempt and cfg.name not in ("lamb", "lars", "sgd"):
         names = [n for n, e in zip(flat.names, decay_exempt) if e][:3]
         raise ConfigError(f"config key 'optim.weight_decay': the workload exempts tensors ({', '.join(names)}, ...) "
@@ -343,10 +357,10 @@ def _build_flat(flat: FlatParams, cfg: OptimConfig, world: int, rank: int, allow
         from .apex_optim import ApexLAMB, apex_lamb_available
 
         ok, why = apex_lamb_available(flat.device)
-        if ok and exempt:
-            ok, why = False, "apex's LAMB takes no per-tensor weight-decay mask"
+        if ok and exempt and not cfg.weight_decay:
+            ok, why = False, "apex's LAMB cannot exempt tensors from the trust ratio at weight decay 0"
         if ok:
-            return ApexLAMB(flat, cfg, world, rank)
+            return ApexLAMB(flat, cfg, world, rank, decay_exempt=mask)
         if rank == 0:
             print(f"hpcbench: optim.apex requested but not used: {why}; using the built-in LAMB", flush=True)
     if cfg.distributed and cfg.name == "lars":

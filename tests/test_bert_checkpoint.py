@@ -64,10 +64,9 @@ def assert_loaded(model: BertForPretraining, w: dict[str, np.ndarray]) -> None:
     eq(p["embeddings.norm.weight"], w["bert.embeddings.LayerNorm.weight"])
     for k in range(L):
         t = f"bert.encoder.layer.{k}"
-        eq(p[f"layers.{k}.attention.qkv.weight"], np.concatenate(
-            [w[f"{t}.attention.self.{n}.weight"] for n in ("query", "key", "value")]))
-        eq(p[f"layers.{k}.attention.qkv.bias"], np.concatenate(
-            [w[f"{t}.attention.self.{n}.bias"] for n in ("query", "key", "value")]))
+        for n in ("query", "key", "value"):  # three parameters, as the reference's three variables
+            eq(p[f"layers.{k}.attention.{n}.weight"], w[f"{t}.attention.self.{n}.weight"])
+            eq(p[f"layers.{k}.attention.{n}.bias"], w[f"{t}.attention.self.{n}.bias"])
         eq(p[f"layers.{k}.attention.out.weight"], w[f"{t}.attention.output.dense.weight"])
         eq(p[f"layers.{k}.attention_norm.bias"], w[f"{t}.attention.output.LayerNorm.bias"])
         eq(p[f"layers.{k}.ffn_in.weight"], w[f"{t}.intermediate.dense.weight"])

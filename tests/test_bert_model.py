@@ -15,7 +15,8 @@ from hpcbench.common.runconfig import OptimConfig
 from hpcbench.workloads.mlperf_training.bert import packing, synth
 from hpcbench.workloads.mlperf_training.bert.batch import collate
 from hpcbench.workloads.mlperf_training.bert.metric import eval_accuracy, mlm_accuracy_sums
-from hpcbench.workloads.mlperf_training.bert.model import BertForPretraining, ModelConfig, no_weight_decay, pretraining_loss
+from hpcbench.workloads.mlperf_training.bert.model import (BertForPretraining, ModelConfig, RowLayout, no_weight_decay,
+                                                           pretraining_loss)
 from tests.conftest import run_mpi
 
 L, P, V = 64, 10, 400
@@ -36,6 +37,50 @@ def test_bert_large_parameter_count_on_meta_device() -> None:
     encoder = sum(p.numel() for n, p in unpadded.named_parameters() if n.split(".")[0] in ("embeddings", "layers",
                                                                                            "pooler"))
     assert encoder == ModelConfig(vocab_multiple=1).encoder_param_count() == 335_141_888
+
+
+def test_query_key_value_are_three_lamb_tensors_and_the_output_is_that_of_one_fused_projection() -> None:
+    """The reference's query/key/value are three variables, so LAMB computes three trust ratios: three
+    tensors of the flat buffer (same parameter count); the forward equals the former fused ``qkv`` layer
+    (one (3H, H) projection, rows query | key | value) holding the same weights."""
+    flat = FlatParams(BertForPretraining(TINY))  # what build_optimizer hands LAMB (fp32)
+    names = [n for n in flat.names if n.startswith("layers.0.attention.")]
+    qkv = ("query", "key", "value")
+    assert names == [f"layers.0.attention.{n}.{w}" for n in (*qkv, "out") for w in ("weight", "bias")]
+    assert flat.num_tensors == len(list(BertForPretraining(TINY).parameters())) and flat.numel == TINY.param_count()
+    h = TINY.hidden
+    assert all(flat.numels[flat.names.index(f"layers.1.attention.{n}.weight")] == h * h for n in qkv)
+    # LAMB's segments (one norm pair and one trust ratio each): query, key and value weights are three
+    starts = torch.cumsum(LAMB(flat, OptimConfig(name="lamb")).lengths, 0).tolist()
+    for n in qkv:
+        i = flat.names.index(f"layers.0.attention.{n}.weight")
+        assert flat.offsets[i] in [0, *starts] and flat.offsets[i] + h * h in starts
+    model = _model()  # float64 for the comparison
+    # the fused projection written out: one GEMM of the concatenated weights, split per head as before
+    att = model.layers[0].attention
+    fused = torch.nn.Linear(h, 3 * h).double()
+    with torch.no_grad():
+        for seed, n in enumerate(qkv):  # distinct non-zero biases, so their order is checked too
+            getattr(att, n).bias.normal_(generator=torch.Generator().manual_seed(seed))
+        fused.weight.copy_(torch.cat([att.query.weight, att.key.weight, att.value.weight]))
+        fused.bias.copy_(torch.cat([att.query.bias, att.key.bias, att.value.bias]))
+    packed, _ = _sequences()
+    batch = collate(packed, L)
+    x = torch.randn(batch.num_tokens(), h, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    layout = RowLayout(batch, True)
+    rows = layout.to_rows(fused(x))
+    b, l, _ = rows.shape
+    q, k, v = rows.view(b, l, 3, TINY.heads, h // TINY.heads).permute(2, 0, 3, 1, 4)
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=layout.mask)
+    expected = att.out(layout.from_rows(o.transpose(1, 2)))
+    torch.testing.assert_close(att(x, layout), expected, rtol=0, atol=1e-12)
+    # and per head, query/key/value each come from their own layer: Q = x W_q^T + b_q
+    q_rows = layout.to_rows(att.query(x)).view(b, l, TINY.heads, h // TINY.heads).transpose(1, 2)
+    torch.testing.assert_close(q_rows, q, rtol=0, atol=1e-12)
+    # gradients reach the three parameters separately
+    model.zero_grad()
+    pretraining_loss(*model(batch), batch).backward()
+    assert all(getattr(att, n).weight.grad.abs().max() > 0 for n in qkv)
 
 
 def _model() -> BertForPretraining:
@@ -115,9 +160,9 @@ def test_weight_decay_exemptions_are_biases_and_layer_norms() -> None:
     names = [n for n, _ in BertForPretraining(TINY).named_parameters()]
     exempt = {n for n in names if no_weight_decay(n)}
     assert "mlm_bias" in exempt and "embeddings.norm.weight" in exempt and "layers.1.ffn_norm.weight" in exempt
-    assert "layers.0.attention.qkv.bias" in exempt
-    assert not exempt & {"embeddings.word.weight", "layers.0.attention.qkv.weight", "layers.1.ffn_in.weight",
-                         "pooler.weight", "nsp.weight"}
+    assert {"layers.0.attention.query.bias", "layers.0.attention.key.bias", "layers.0.attention.value.bias"} <= exempt
+    assert not exempt & {"embeddings.word.weight", "layers.0.attention.query.weight", "layers.0.attention.key.weight",
+                         "layers.0.attention.value.weight", "layers.1.ffn_in.weight", "pooler.weight", "nsp.weight"}
     assert all(n.endswith("weight") and ("norm" in n) for n in exempt if not n.endswith("bias"))
 
 

@@ -15,10 +15,11 @@ after phase 1; ``language_model/tensorflow/bert`` README, "checkpoint"):
   ``LinearActivation`` layers are named ``dense_act`` (accepted for ``dense``), old LayerNorms
   ``gamma``/``beta`` (accepted for ``weight``/``bias``).
 
-Onto our model: query/key/value become the three row blocks of the fused ``qkv``; the decoder is tied
-to the word embeddings (a stored ``cls.predictions.decoder.weight`` must equal them); the vocabulary
-(30522) fills the first rows of our padded one (30528; the padding rows and their output bias are
-zeroed, as no input or label uses them); position embeddings beyond ``data.max_seq_len`` are dropped.
+Onto our model: each stored tensor fills one parameter (query, key and value are three, as in the
+reference); the decoder is tied to the word embeddings (a stored ``cls.predictions.decoder.weight`` must
+equal them); the vocabulary (30522) fills the first rows of our padded one (30528; the padding rows and
+their output bias are zeroed, as no input or label uses them); position embeddings beyond
+``data.max_seq_len`` are dropped.
 Every name the model needs must be there with its shape, and every name in the file must be used:
 otherwise a :class:`~hpcbench.common.errors.DataError` names the file, the tensor and what was expected.
 """
@@ -44,13 +45,12 @@ class Entry:
     torch: str
     tf: str
     ours: str
-    part: int = -1  # 0/1/2: query/key/value rows of the fused qkv parameter; -1: the whole parameter
     tf_transposed: bool = False  # a TF dense kernel, stored (in, out)
 
 
-def _dense(torch_prefix: str, tf_prefix: str, ours: str, part: int = -1) -> list[Entry]:
-    return [Entry(f"{torch_prefix}.weight", f"{tf_prefix}/kernel", f"{ours}.weight", part, True),
-            Entry(f"{torch_prefix}.bias", f"{tf_prefix}/bias", f"{ours}.bias", part)]
+def _dense(torch_prefix: str, tf_prefix: str, ours: str) -> list[Entry]:
+    return [Entry(f"{torch_prefix}.weight", f"{tf_prefix}/kernel", f"{ours}.weight", True),
+            Entry(f"{torch_prefix}.bias", f"{tf_prefix}/bias", f"{ours}.bias")]
 
 
 def _norm(torch_prefix: str, tf_prefix: str, ours: str) -> list[Entry]:
@@ -68,8 +68,8 @@ def entries(layers: int) -> list[Entry]:
            *_norm("bert.embeddings.LayerNorm", "bert/embeddings/LayerNorm", "embeddings.norm")]
     for n in range(layers):
         t, f, o = f"bert.encoder.layer.{n}", f"bert/encoder/layer_{n}", f"layers.{n}"
-        for part, name in enumerate(("query", "key", "value")):
-            out += _dense(f"{t}.attention.self.{name}", f"{f}/attention/self/{name}", f"{o}.attention.qkv", part)
+        for name in ("query", "key", "value"):
+            out += _dense(f"{t}.attention.self.{name}", f"{f}/attention/self/{name}", f"{o}.attention.{name}")
         out += _dense(f"{t}.attention.output.dense", f"{f}/attention/output/dense", f"{o}.attention.out")
         out += _norm(f"{t}.attention.output.LayerNorm", f"{f}/attention/output/LayerNorm", f"{o}.attention_norm")
         out += _dense(f"{t}.intermediate.dense", f"{f}/intermediate/dense", f"{o}.ffn_in")
@@ -163,8 +163,6 @@ def _assign(model: nn.Module, tensors: dict[str, np.ndarray], table: dict[str, E
             value = value.T
         target = params[e.ours]
         want = list(target.shape)
-        if e.part >= 0:
-            want[0] = hidden
         if e.ours in ("embeddings.word.weight", "mlm_bias"):
             want[0] = vocab if vocab <= target.shape[0] else target.shape[0]
         if e.ours == "embeddings.position.weight" and value.ndim == 2 and value.shape[0] >= want[0]:
@@ -176,10 +174,7 @@ def _assign(model: nn.Module, tensors: dict[str, np.ndarray], table: dict[str, E
             raise DataError(f"{where}: '{name}': holds non-finite values")
         t = done.setdefault(e.ours, torch.zeros_like(target, device="cpu"))
         src = torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32))
-        if e.part >= 0:
-            t[e.part * hidden : (e.part + 1) * hidden] = src
-        else:
-            t[: src.shape[0]] = src  # the vocabulary's padding rows stay zero
+        t[: src.shape[0]] = src  # the vocabulary's padding rows stay zero
     _check_tied(tensors, tensors[_key(table, "embeddings.word.weight")], tensors[_key(table, "mlm_bias")], where)
     with torch.no_grad():
         for ours, t in done.items():
