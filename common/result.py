@@ -45,3 +45,4 @@ class _RunState:
     start_ms: float
     evaluated_at: int = -1  # global step of the last evaluation
     stop_ms: float | None = None  # when the result that met the target arrived (dedicated evaluation ranks)
+    diverged: bool = False  # an evaluation the workload calls diverged (Workload.diverged) ended the run, aborted

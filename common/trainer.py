@@ -209,7 +209,7 @@ class Trainer:
             result.epochs = epoch
             result.steps = int(parts.optimizer.step_count.item() - parts.optimizer.step_origin)
             result.epoch_losses.append(loss)
-            if result.status == "success":  # met inside the epoch: time to train ends at that evaluation
+            if result.status == "success" or self._run.diverged:  # met (or diverged) inside the epoch: ends there
                 break
             if self.max_steps_reached(pos.global_step):  # the run ends here, evaluated unless it just was
                 if self.cadence.final and self._run.evaluated_at != pos.global_step:
@@ -263,6 +263,11 @@ class Trainer:
         if reached:
             run.result.status = "success"
             run.stop_ms = arrived_ms
+        elif self.workload.diverged(value):  # the reference's own stop (3D U-Net: mean Dice < 1e-6), aborted
+            run.diverged = True
+            self.progress.say(f"{where}: {run.target.metric_key} {value:.4g}: the model diverged (the reference's "
+                              f"rule for {self.workload.benchmark}); the run stops, aborted")
+            return True
         return reached
 
     def train_epoch(self, parts: RunParts, epoch: int) -> tuple[float, int, float]:

@@ -251,6 +251,11 @@ class Workload(ABC, Generic[C]):
     def metric(self, sums: Mapping[str, float]) -> float:
         """The quality metric from the summed statistics."""
 
+    def diverged(self, value: float) -> bool:
+        """True when an evaluation's metric says the model diverged and the run stops there, aborted, as the
+        reference stops (default: never; the target or the run's length ends it)."""
+        return False
+
     def eval_samples(self, outputs: Any, batch: Any) -> Mapping[str, "torch.Tensor"]:
         """With ``eval_kind = "samples"``: per-sample tensors of one eval batch (first dimension = the
         batch's samples); the harness concatenates them over the rank's batches."""

@@ -79,6 +79,25 @@ def test_max_epochs_without_target_is_aborted(env, tmp_path: Path) -> None:  # n
     assert _keys(log).count("tracked_stats") == 2
 
 
+def test_a_diverged_evaluation_ends_the_run_aborted(env, tmp_path: Path) -> None:  # noqa: ANN001
+    """Workload.diverged (3D U-Net's reference: mean Dice < 1e-6) stops the run at that evaluation, aborted."""
+    log = tmp_path / "result_0.txt"
+    tr = _trainer(env, ["train.target=0.0", "train.max_epochs=5"], log)
+    tr.workload.diverged = lambda value: True  # type: ignore[method-assign]
+    result = tr.run()
+    tr.log.close()
+    assert result.status == "aborted" and result.epochs == 1 and len(result.metrics) == 1
+    assert '"status": "aborted"' in log.read_text() and _keys(log).count("eval_error") == 1
+
+
+def test_unet3d_diverges_below_the_references_dice() -> None:
+    from hpcbench import registry
+
+    cls = registry.get("unet3d")
+    w = cls(cls.load_config("mini"))
+    assert w.diverged(9e-7) and not w.diverged(1e-6) and not w.diverged(0.5)
+
+
 @pytest.mark.mpi
 def test_two_instances_of_two_ranks_write_one_compliant_log_each(tmp_path: Path) -> None:
     proc = run_mpi(4, ["-m", "hpcbench", "train", TOY, "--results", str(tmp_path), "--instances", "2",

@@ -28,6 +28,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from hpcbench.common.parallel import Degrees, Parallel
 
 
+#: the reference aborts a run whose evaluation's mean Dice falls below this (runtime/training.py)
+DIVERGED_DICE = 1e-6
+
+
 class UNet3DWorkload(Workload[UNetConfig]):
     record = BENCHMARK
     config_cls = UNetConfig
@@ -124,6 +128,10 @@ class UNet3DWorkload(Workload[UNetConfig]):
         once = 0.0 if self._spatial is not None and self._spatial.index else 1.0
         return {"dice_kidney": once * scores[:, 0].sum(), "dice_tumour": once * scores[:, 1].sum(),
                 "cases": torch.tensor(once * scores.shape[0], device=scores.device)}
+
+    def diverged(self, value: float) -> bool:
+        """The reference's stop: mean Dice below 1e-6 ("MODEL DIVERGED. ABORTING.", runtime/training.py)."""
+        return value < DIVERGED_DICE
 
     def metric(self, sums: Mapping[str, float]) -> float:
         cases = sums.get("cases", 0.0)
