@@ -56,7 +56,9 @@ from .flat_optim import FlatOptimizer, _assign, _momentum_skipping  # noqa: F401
 
 class SGD(FlatOptimizer):
     """PyTorch SGD semantics (L2 weight decay, momentum buffer starting at the first gradient);
-    ``decay_exempt`` tensors get no weight decay."""
+    ``decay_exempt`` tensors get no weight decay. ``momentum_form = "keras"``: the rate inside the velocity,
+    ``v = m v + lr d``, ``p -= v`` (Nesterov: ``p -= m v + lr d``), as Keras' SGD (equal to torch's form while
+    the rate is constant)."""
 
     def __init__(self, flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: int = 0,
                  decay_exempt: Sequence[bool] = ()) -> None:
@@ -72,6 +74,17 @@ class SGD(FlatOptimizer):
         d = g.add(p, alpha=c.weight_decay) if c.weight_decay else g
         if self.exempt:  # their plain gradient back in place of the decayed one
             torch._foreach_copy_([d[o : o + n] for o, n in self.exempt], [g[o : o + n] for o, n in self.exempt])
+        if c.momentum and c.momentum_form == "keras":
+            buf = self.state["momentum"]
+            new_buf = c.momentum * buf + lr * d
+            step = c.momentum * new_buf + lr * d if c.nesterov else new_buf
+            if skip is None:
+                buf.copy_(new_buf)
+                p.sub_(step)
+            else:
+                _assign(buf, new_buf, skip)
+                _assign(p, p - step, skip)
+            return
         if skip is None:  # the common case, fully in place: 2-4 kernels for the whole model
             if c.momentum:
                 buf = self.state["momentum"]

@@ -21,6 +21,9 @@ class OptimConfig:
     name: Literal["sgd", "lamb", "lars", "adamw", "adam", "adagrad"] = "sgd"
     lr: float = 0.001  # base (peak) learning rate, reached at the end of warmup
     momentum: float = 0.9  # sgd, lars
+    # sgd: "torch" (v = m v + g, p -= lr v) or "keras" (v = m v + lr g, p -= v: the rate inside the velocity,
+    # as Keras' SGD, the CosmoFlow reference's optimizer); the two differ in the steps after the rate changes
+    momentum_form: Literal["torch", "keras"] = "torch"
     nesterov: bool = False  # sgd, lars
     trust_coefficient: float = 0.001  # lars: eta of the per-tensor trust ratio (MLPerf ResNet: 0.001)
     betas: tuple[float, ...] = (0.9, 0.999)  # adam/adamw/lamb
@@ -122,6 +125,8 @@ class OptimConfig:
         if self.warmup_start_lr and not (self.lr_per_epoch or self.warmup_style == "linspace"):
             raise ConfigError("config key 'optim.warmup_start_lr': applies to optim.lr_per_epoch = true or "
                               "optim.warmup_style = 'linspace' only")
+        if self.momentum_form not in ("torch", "keras"):
+            raise ConfigError(f"config key 'optim.momentum_form': expected 'torch' or 'keras', got {self.momentum_form!r}")
         if self.warmup_style not in ("harness", "nemo", "linspace"):
             raise ConfigError(f"config key 'optim.warmup_style': expected 'harness', 'nemo' or 'linspace', got "
                               f"{self.warmup_style!r}")

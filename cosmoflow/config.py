@@ -50,7 +50,10 @@ class CosmoFlowConfig(RunConfig):
         # the harness's SGD decays every parameter by wd: not the reference's, so a closed run keeps it 0
         self.require_closed([("optim.weight_decay", self.optim.weight_decay, 0.0,
                               "the reference's Keras l2 on the two hidden Dense kernels is not reproduced; the RCP "
-                              "reference point cosmoflow_ref_512 is one with 0")])
+                              "reference point cosmoflow_ref_512 is one with 0"),
+                             ("optim.momentum_form", self.optim.momentum_form, "keras",
+                              "the reference's Keras SGD keeps the rate inside the velocity"),
+                             ("optim.nesterov", self.optim.nesterov, False, "the reference's SGD has no Nesterov")])
         if self.data.size % (2 ** self.model.conv_layers):
             raise ConfigError(f"config key 'data.size' = {self.data.size} must be divisible by "
                               f"2**model.conv_layers = {2 ** self.model.conv_layers} (one pool per conv layer)")

@@ -291,3 +291,33 @@ def test_channels_last_3d_conv_weights() -> None:
     assert model[0].weight.is_contiguous(memory_format=torch.channels_last_3d)
     assert model[1].weight.is_contiguous(memory_format=torch.channels_last)
     assert all(p.data_ptr() == flat.params.data_ptr() + o * 4 for p, o in zip(model.parameters(), flat.offsets))
+
+
+def test_keras_momentum_form_keeps_the_rate_inside_the_velocity() -> None:
+    """optim.momentum_form = "keras" (CosmoFlow's reference optimizer, Keras SGD): v = m v - lr g, w += v, written
+    out here over steps whose rate changes (where it differs from torch's form); torch's form stays the default."""
+    import torch
+    from torch import nn
+
+    from hpcbench.common.flat import FlatParams
+    from hpcbench.common.optim import build_optimizer
+    from hpcbench.common.runconfig import OptimConfig
+
+    torch.manual_seed(0)
+    model = nn.Linear(5, 3)
+    start = [p.detach().clone() for p in model.parameters()]
+    flat = FlatParams(model)
+    opt = build_optimizer(flat, OptimConfig(name="sgd", momentum=0.9, momentum_form="keras"))
+    grads = [[torch.randn_like(p) for p in start] for _ in range(4)]
+    rates = [0.1, 0.2, 0.05, 0.05]
+    for g, lr in zip(grads, rates):
+        for p, gi in zip(model.parameters(), g):
+            p.grad.copy_(gi)  # the grads are views of the flat buffer
+        opt.step(torch.tensor(lr))
+    w, v = [s.clone() for s in start], [torch.zeros_like(s) for s in start]
+    for g, lr in zip(grads, rates):
+        for k in range(len(w)):
+            v[k] = 0.9 * v[k] - lr * g[k]
+            w[k] = w[k] + v[k]
+    for p, e in zip(model.parameters(), w):
+        torch.testing.assert_close(p.detach(), e, atol=1e-6, rtol=1e-6)
