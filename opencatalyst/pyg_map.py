@@ -1,6 +1,8 @@
 """Weight mapping from torch_geometric's ``DimeNetPlusPlus`` to :class:`hpcbench.workloads.opencatalyst.model.DimeNetPP`.
 
-Works on a state dict, so this module does not import torch_geometric.
+Works on a state dict, so this module does not import torch_geometric. The parameter names are also
+the MLPerf reference's (``DimeNetPlusPlusWrap``), whose output blocks' ``lin_up.bias`` is taken when
+present; torch_geometric's output blocks have none, mapped as zeros.
 """
 from __future__ import annotations
 
@@ -52,6 +54,8 @@ def map_state_dict(src: Mapping[str, Tensor], cfg: DimeNetPPConfig) -> dict[str,
     o = "output_blocks.{}."
     out["out.rbf"] = torch.stack([s[o.format(i) + "lin_rbf.weight"] for i in k])
     out["out.up"] = torch.stack([s[o.format(i) + "lin_up.weight"].t() for i in k])
+    # torch_geometric's lin_up has no bias (the reference's has one): a missing bias maps to zeros
+    out["out.up_b"] = torch.stack([s.get(o.format(i) + "lin_up.bias", torch.zeros(cfg.out_emb))[None] for i in k])
     out["out.w"] = torch.stack([torch.stack([s[o.format(i) + f"lins.{l}.weight"].t() for i in k])
                                 for l in range(cfg.num_output_layers)])
     out["out.b"] = torch.stack([torch.stack([s[o.format(i) + f"lins.{l}.bias"][None] for i in k])

@@ -3,8 +3,16 @@
 PyG's forward calls ``radius_graph`` (pyg-lib) and ``triplets`` (torch-sparse), which do not install
 here; ``tests/oc20_pyg.py`` patches those two names in ``torch_geometric.nn.models.dimenet`` to
 return our graph and triplets, so both models see identical inputs.
+
+The model is the MLPerf reference's DimeNet++ (mlcommons/hpc ``open_catalyst/ocpmodels/models/
+dimenet_plus_plus.py``), not PyG's: its triplet angles come from detached positions (forces flow
+through the distances only) and its output blocks' ``lin_up`` has a bias. The PyG model is turned
+into that variant for the comparisons (``detached_angles``, ``add_lin_up_bias`` in
+``tests/oc20_pyg.py``): PyG's plain autograd forces with the angle detached are the reference's maths.
 """
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 import pytest
@@ -12,7 +20,7 @@ import torch
 
 from hpcbench.workloads.opencatalyst import graph, pyg_map
 from hpcbench.workloads.opencatalyst.model import DimeNetPP, DimeNetPPConfig, energy_and_forces
-from tests.oc20_pyg import patched_pyg_graph
+from tests.oc20_pyg import add_lin_up_bias, detached_angles, patched_pyg_graph
 
 
 def molecule_batch(n_graphs: int = 2, seed: int = 0) -> dict:
@@ -35,16 +43,22 @@ def molecule_batch(n_graphs: int = 2, seed: int = 0) -> dict:
             "edge_index": ei, "kj": kj, "ji": ji, "batch": torch.from_numpy(np.concatenate(batch)), "g": n_graphs}
 
 
-def pyg_model():  # noqa: ANN201
+def pyg_model(lin_up_bias: bool = True):  # noqa: ANN201
+    """PyG's DimeNet++ at the closed widths; with ``lin_up_bias`` its output blocks get the reference's
+    biased ``lin_up`` (torch's default init, non-zero)."""
     from torch_geometric.nn import DimeNetPlusPlus
 
     torch.manual_seed(0)
-    return DimeNetPlusPlus(192, 1, 3, 64, 8, 192, 7, 6, cutoff=6.0, max_num_neighbors=50,
-                           output_initializer="glorot_orthogonal")  # non-zero output weights
+    pyg = DimeNetPlusPlus(192, 1, 3, 64, 8, 192, 7, 6, cutoff=6.0, max_num_neighbors=50,
+                          output_initializer="glorot_orthogonal")  # non-zero output weights
+    return add_lin_up_bias(pyg) if lin_up_bias else pyg
 
 
-def run_pyg(pyg: torch.nn.Module, b: dict, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    with patched_pyg_graph(b["edge_index"], b["kj"], b["ji"]):
+def run_pyg(pyg: torch.nn.Module, b: dict, dtype: torch.dtype,
+            detach_angles: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Energies and forces by plain autograd; ``detach_angles``: the reference's angles (no gradient)."""
+    with patched_pyg_graph(b["edge_index"], b["kj"], b["ji"]), (
+            detached_angles(pyg) if detach_angles else contextlib.nullcontext()):
         p = b["pos"].to(dtype).requires_grad_(True)
         e = pyg.to(dtype)(b["z"], p, b["batch"]).view(-1)
         return e.detach(), -torch.autograd.grad(e.sum(), p)[0]
@@ -61,11 +75,14 @@ def rel(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tenso
     return e, float((a[1].double() - b[1].double()).norm() / b[1].double().norm())
 
 
-def test_equivalent_to_pyg() -> None:
-    """fp32: ours vs PyG within 1e-4 relative (energies per graph, force vector norm); both also vs
-    PyG in fp64. fp64: the maths agree to ~1e-7."""
-    pyg = pyg_model()
+@pytest.mark.parametrize("lin_up_bias", [True, False])
+def test_equivalent_to_reference_maths(lin_up_bias: bool) -> None:
+    """fp32: ours vs PyG made the reference's variant (angles detached; ``lin_up`` biased, or PyG's
+    bias-free one mapped as zero biases) within 1e-4 relative (energies per graph, force vector norm);
+    both also vs that PyG in fp64. fp64: the maths agree to ~1e-7."""
+    pyg = pyg_model(lin_up_bias)
     ours = pyg_map.from_pyg(pyg)
+    assert bool((ours.out.up_b != 0).all()) == lin_up_bias
     b = molecule_batch()
     ref64 = run_pyg(pyg, b, torch.float64)
     assert max(rel(run_ours(ours, b, torch.float64), ref64)) < 1e-6
@@ -75,10 +92,31 @@ def test_equivalent_to_pyg() -> None:
     assert ref64[1].abs().max() > 1e-2  # a meaningful comparison
 
 
+def test_angles_carry_no_force() -> None:
+    """Detaching the angles leaves the energies as they are and changes the forces (the comparison above
+    tells the two apart): ours equals PyG with detached angles, not PyG differentiating through them."""
+    pyg = pyg_model()
+    ours = pyg_map.from_pyg(pyg)
+    b = molecule_batch()
+    detached, through = run_pyg(pyg, b, torch.float64), run_pyg(pyg, b, torch.float64, detach_angles=False)
+    e, f = run_ours(ours, b, torch.float64)
+    torch.testing.assert_close(detached[0], through[0], rtol=1e-12, atol=0)
+    torch.testing.assert_close(e, through[0], rtol=1e-6, atol=0)
+    assert float((detached[1] - through[1]).norm() / through[1].norm()) > 1e-2
+    assert float((f - detached[1]).norm() / detached[1].norm()) < 1e-6
+    assert float((f - through[1]).norm() / through[1].norm()) > 1e-2
+
+
 def test_reference_size_and_zero_net_force() -> None:
+    """1,810,182 parameters: the reference's (PyG's 1,809,414 plus 4 x 192 ``lin_up`` biases; counted once by
+    building the reference's ``DimeNetPlusPlusWrap`` at the closed widths)."""
     model = DimeNetPP(DimeNetPPConfig())
     n_params = sum(p.numel() for p in model.parameters())
-    assert n_params == sum(p.numel() for p in pyg_model().parameters()) == 1_809_414
+    assert sum(p.numel() for p in pyg_model(lin_up_bias=False).parameters()) == 1_809_414
+    assert n_params == sum(p.numel() for p in pyg_model().parameters()) == 1_809_414 + 4 * 192 == 1_810_182
+    bound = 192 ** -0.5  # torch's default Linear bias init, U(-1/sqrt(in), 1/sqrt(in))
+    assert model.out.up_b.shape == (4, 1, 192) and 0 < float(model.out.up_b.detach().abs().max()) <= bound
+    assert float(model.out.up_b.detach().std()) > bound / 3
     with torch.no_grad():
         model.out.final.normal_(0, 0.1)
     b = molecule_batch(1)
