@@ -101,9 +101,13 @@ def _coerce(key: str, tp: Any, value: Any) -> Any:
         return number
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if not math.isfinite(value):
+            try:
+                number = float(value)
+            except OverflowError:  # an integer beyond the float range
+                raise ConfigError(f"config key '{key}': {value} is beyond the float range") from None
+            if not math.isfinite(number):
                 raise ConfigError(f"config key '{key}': expected a finite number, got {value!r}")
-            return float(value)
+            return number
         raise ConfigError(f"config key '{key}': expected a number, got {value!r}")
     if tp is str:
         if isinstance(value, str):

@@ -19,8 +19,8 @@ ratios). The trust ratio ``||p|| / ||u||`` scales each tensor's update (1 when e
 on the ``decay_exempt`` tensors, whose ratio is 1: the reference's ``LAMBOptimizer`` leaves the tensors it
 exempts from weight decay out of the layer adaptation too (``exclude_from_layer_adaptation`` defaults to
 ``exclude_from_weight_decay``), as apex's LAMB does by default (``use_nvlamb=False``: no ratio for a
-parameter group whose weight decay is 0). With no mask (DeepCAM, ``build_optimizer`` at weight decay 0)
-every tensor gets its ratio.
+parameter group whose weight decay is 0). The mask applies at any weight decay, 0 included; with no mask
+(DeepCAM) every tensor gets its ratio.
 
 LARS follows the published algorithm (You, Gitman, Ginsburg 2017) as MLPerf's ResNet reference runs
 it: per tensor, ``local = eta * ||p|| / (||g|| + wd * ||p|| + eps)`` (1 when either norm is 0),
@@ -339,7 +339,7 @@ def build_optimizer(flat: FlatParams, cfg: OptimConfig, world: int = 1, rank: in
     """The optimizer ``cfg.name`` over ``flat`` (``distributed = true`` shards LAMB's state;
     ``apex = true`` picks apex's fused LAMB where it is importable on CUDA, see common.apex_optim).
     ``decay_exempt`` (one flag per tensor of ``flat``): tensors kept out of the weight decay (and, for
-    LARS, out of the trust-ratio scaling); LAMB, LARS and SGD take such a mask, so another optimizer
+    LARS and LAMB, out of the trust-ratio scaling, at any weight decay); LAMB, LARS and SGD take such a mask, so another optimizer
     with weight decay refuses one rather than ignore it.
     Parameters outside the buffer (``flat.outside``, sparse gradients) get a row-wise
     :class:`~common.sparse_optim.SparseAdagrad` that the flat Adagrad steps with the same LR and step."""

@@ -80,11 +80,11 @@ class OptimConfig:
         if self.lr < 0:
             raise ConfigError(f"config key 'optim.lr': must be >= 0, got {self.lr}")
         for key, ok, want in (
-                ("warmup", self.warmup >= 0, ">= 0"), ("warmup_factor", self.warmup_factor > 0, "> 0"),
+                ("warmup", self.warmup >= 0, ">= 0"), ("warmup_factor", self.warmup_factor >= 0, ">= 0"),
                 ("momentum", 0 <= self.momentum < 1, "in [0, 1)"), ("weight_decay", self.weight_decay >= 0, ">= 0"),
                 ("eps", self.eps >= 0, ">= 0"), ("total", self.total >= 0, ">= 0 (0: the run's length)"),
                 ("power", self.power > 0, "> 0"), ("min_lr", self.min_lr >= 0, ">= 0"),
-                ("decay_factor", self.decay_factor > 0, "> 0"), ("lr_decay", self.lr_decay >= 0, ">= 0"),
+                ("decay_factor", self.decay_factor >= 0, ">= 0"), ("lr_decay", self.lr_decay >= 0, ">= 0"),
                 ("initial_accumulator", self.initial_accumulator >= 0, ">= 0"),
                 ("milestones", all(m >= 0 for m in self.milestones), "all >= 0")):
             if not ok:
@@ -280,12 +280,15 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def require_closed(self, rows: Sequence[tuple[str, object, object, str]]) -> None:
-        """In the closed division, every ``(key, value, required, why)`` row must have ``value == required``: a
-        config that leaves the rules or the reference where the official checker does not look (augmentations,
-        cadence, model variants) is refused before the run, naming each key, its value and the required one."""
+        """In the closed division, every ``(key, value, required, why)`` row must have ``value == required`` (or,
+        with a callable ``required``, ``required(value)`` true, ``why`` then saying what it allows): a config that
+        leaves the rules or the reference where the official checker does not look (augmentations, cadence,
+        model variants) is refused before the run, naming each key, its value and what is required."""
         if self.train.division != "closed":
             return
-        bad = [f"'{key}' = {got!r} (closed: {want!r}, {why})" for key, got, want, why in rows if got != want]
+        bad = [f"'{key}' = {got!r} (closed: {why})" if callable(want) else
+               f"'{key}' = {got!r} (closed: {want!r}, {why})"
+               for key, got, want, why in rows if not (want(got) if callable(want) else got == want)]
         if bad:
             raise ConfigError("config key" + ("s " if len(bad) > 1 else " ") + "; ".join(bad)
                               + "; change it or set train.division = 'open'")

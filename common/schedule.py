@@ -83,7 +83,7 @@ class Schedule:
     warmup_start_lr: float = 0.0  # lr_per_epoch: an absolute start rate (0: from warmup_factor)
     warmup_first_epoch: int = 0  # lr_per_epoch: 1 counts the first epoch as 1 (the U-Net reference)
     warmup_style: str = "harness"  # per step: harness | nemo | linspace (module doc)
-    semantics: str = "harness"  # harness | deepcam (the DeepCAM reference's scheduler; module doc)
+    semantics: str = "harness"  # harness | held_warmup (the DeepCAM reference's scheduler; module doc)
 
     @classmethod
     def from_config(cls, cfg: OptimConfig, steps_per_epoch: int, max_epochs: int) -> "Schedule":
@@ -123,16 +123,16 @@ class Schedule:
     def _check_deepcam(cfg: OptimConfig, scale: float, total: float) -> None:
         """The DeepCAM reference's scheduler counts whole steps: its warmup, milestones and cosine length."""
         if cfg.schedule not in ("multistep", "cosine"):
-            raise ConfigError(f"config key 'optim.schedule_semantics': 'deepcam' has the multistep and cosine "
+            raise ConfigError(f"config key 'optim.schedule_semantics': 'held_warmup' has the multistep and cosine "
                               f"schedules only, got {cfg.schedule!r}")
         for key, steps in (("warmup", [cfg.warmup * scale]), ("milestones", [m * scale for m in cfg.milestones])):
             if any(not float(v).is_integer() for v in steps):
-                raise ConfigError(f"config key 'optim.{key}': the 'deepcam' schedule semantics count whole steps, "
+                raise ConfigError(f"config key 'optim.{key}': the 'held_warmup' schedule semantics count whole steps, "
                                   f"got {steps}")
         # an explicit total only: a run shorter than its warmup (total 0) never reaches the cosine
         if cfg.schedule == "cosine" and cfg.total > 0 and (not float(total).is_integer()
                                                            or total - cfg.warmup * scale < 1):
-            raise ConfigError(f"config key 'optim.total': the 'deepcam' cosine spans T_max = total - warmup >= 1 "
+            raise ConfigError(f"config key 'optim.total': the 'held_warmup' cosine spans T_max = total - warmup >= 1 "
                               f"whole steps, got total {total:g} and warmup {cfg.warmup * scale:g} steps")
 
     @property

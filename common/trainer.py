@@ -162,7 +162,12 @@ class Trainer:
             raise
         if parts.parallel.is_eval:
             return EvalSide(parts, parts.parallel.roles, self.workload).serve(self.env.layout.instance)
-        self._log_hyperparameters(parts)
+        try:
+            self._log_hyperparameters(parts)  # a closed config off the record's fixed values stops here
+        except BaseException:
+            if self.evals is not None:  # the evaluation ranks end instead of waiting for jobs
+                self.evals.stop("aborted", self.cfg.train.eval_timeout_s)
+            raise
         self.log.end("init_stop")
         parts.parallel.comm.Barrier()  # the training ranks (evaluation ranks serve from here)
         run_start = now_ms()
@@ -175,7 +180,7 @@ class Trainer:
         self._run = _RunState(result, target, run_start)
         try:
             train_seconds, samples_total = self._epochs(parts, result)
-            if self.evals is not None:
+            if self.evals is not None and not self._run.diverged:  # a diverged run records no later result
                 with self.timer("eval_wait"):
                     self.evals.finish(self.record_metric, result.status, self.cfg.train.eval_timeout_s)
         finally:

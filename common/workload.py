@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from .benchmark import Benchmark
 from .config import load_config
+from .errors import ConfigError
 from .runconfig import RunConfig
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -144,7 +145,6 @@ class Workload(ABC, Generic[C]):
     def data_root(self) -> Path:
         root = getattr(getattr(self.cfg, "data", None), "root", "")
         if not root:
-            from .errors import ConfigError
 
             raise ConfigError(f"config key 'data.root' is empty; pass --data DIR (write a dataset with "
                               f"`hpcbench datagen {self.name} --out DIR`)")
@@ -193,6 +193,10 @@ class Workload(ABC, Generic[C]):
         shuffle = getattr(self.cfg.data, "shuffle", "global")  # type: ignore[attr-defined]
         sampler: EpochSampler | StoredOrderSampler
         if spec.order == "stored":
+            if train and getattr(self.cfg.data, "last_batch", "drop") != "drop":  # type: ignore[attr-defined]
+                raise ConfigError(f"config key 'data.last_batch': workload '{self.name}' reads its training split "
+                                  "in the stored order (its own sample index), which 'pad' does not apply to; use "
+                                  "'drop'")
             sampler = StoredOrderSampler(len(source), shard.local_batch_size, shard.rank, shard.size, train=train,
                                          where=str(self.data_root() / split), shuffle=shuffle)
         else:

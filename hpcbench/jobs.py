@@ -164,7 +164,11 @@ def _values(spec: JobSpec, sysd: dict[str, Any]) -> dict[str, str]:
         train += ["--stage-from", packed, "--stage-to", spec.stage_to or dest_rule(paths["stage_dir"], dataset)]
     for o in spec.overrides:
         train += ["--set", o]
-    base_seed = JOB_SEED if spec.seed is None else str(spec.seed)  # srun-per-instance: $(( base + k ))
+    # srun-per-instance: instance k trains with $(( base + k )); a --set train.seed=S of the user's is the base
+    user_seed = [o.replace(" ", "").split("=", 1)[1] for o in spec.overrides if o.replace(" ", "").startswith("train.seed=")]
+    if user_seed and not user_seed[-1].isdigit():
+        raise ConfigError(f"--set train.seed={user_seed[-1]}: expected a non-negative integer")
+    base_seed = user_seed[-1] if user_seed else (JOB_SEED if spec.seed is None else str(spec.seed))
     # a weak job owns its folder (hpc: the instances are one weak-scaling result; training: K runs of one job)
     per_job = "weak" if suite == "hpc" else "runs"
     results = spec.results or (paths["results"] if spec.mode == "strong" else f"{paths['results']}/{per_job}-${{SLURM_JOB_ID}}")

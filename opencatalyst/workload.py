@@ -75,9 +75,10 @@ class OC20Config(RunConfig):
             ("optim.betas", tuple(o.betas), (0.9, 0.999), "the reference's AdamW(params, lr): torch's defaults"),
             ("optim.eps", o.eps, 1e-8, "torch's AdamW default"),
             ("optim.weight_decay", o.weight_decay, 0.01, "torch's AdamW default, on every parameter"),
-            ("optim.warmup_factor <= 1", o.warmup_factor <= 1.0, True,
-             "the rules' opt_learning_rate_warmup_factor: 0 <= value <= 1, the start rate lr x factor"),
-            ("optim.decay_factor <= 1", o.decay_factor <= 1.0, True, "the rules' opt_learning_rate_decay_factor")])
+            ("optim.warmup_factor", o.warmup_factor, lambda f: 0.0 <= f <= 1.0,
+             "in [0, 1], the rules' opt_learning_rate_warmup_factor: the start rate lr x factor"),
+            ("optim.decay_factor", o.decay_factor, lambda f: 0.0 <= f <= 1.0,
+             "in [0, 1], the rules' opt_learning_rate_decay_factor")])
 
 
 @dataclass

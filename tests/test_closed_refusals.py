@@ -19,7 +19,9 @@ from hpcbench.common.errors import ConfigError
     ("oc20", "optim.weight_decay=0", "optim.weight_decay"),
     ("oc20", "optim.eps=1e-6", "optim.eps"),
     ("oc20", "optim.betas=[0.9, 0.99]", "optim.betas"),
-    ("oc20", "optim.warmup_factor=5", "optim.warmup_factor <= 1"),
+    ("oc20", "optim.warmup_factor=5", "optim.warmup_factor"),
+    ("cosmoflow", "optim.momentum_form=torch", "optim.momentum_form"),
+    ("cosmoflow", "optim.nesterov=true", "optim.nesterov"),
     ("resnet", "train.eval_every=2", "train.eval_every"),
     ("resnet", "data.image_size=128", "data.image_size"),
     ("resnet", "data.eval_resize=288", "data.eval_resize"),
@@ -33,6 +35,12 @@ def test_a_closed_config_off_the_reference_is_refused_by_key(workload: str, over
     with pytest.raises(ConfigError, match=rf"config key '{key}' = .* \(closed: .*train\.division = 'open'"):
         cls.load_config("full", [override])
     assert cls.load_config("full", [override, "train.division=open"])  # the open division may
+
+
+def test_a_range_rule_names_the_value_and_the_range() -> None:
+    with pytest.raises(ConfigError, match=r"config key 'optim.warmup_factor' = 5.0 \(closed: in \[0, 1\]"):
+        registry.get("oc20").load_config("full", ["optim.warmup_factor=5"])
+    assert registry.get("cosmoflow").load_config("full").optim.momentum_form == "keras"
 
 
 def test_two_departures_are_named_together() -> None:

@@ -50,3 +50,23 @@ def test_closed_resnet_pads_its_last_batch() -> None:
     assert cls.load_config("full").data.last_batch == "pad"
     with pytest.raises(ConfigError, match=r"config key 'data.last_batch' = 'drop'"):
         cls.load_config("full", ["data.last_batch=drop"])
+
+
+def test_a_stored_order_workload_refuses_pad(tmp_path) -> None:  # noqa: ANN001
+    """DLRM and Llama read their training split in their own stored order (StoredOrderSampler): 'pad' is refused
+    there by key, not silently ignored."""
+    import torch
+
+    from hpcbench.common.workload import DataShard
+
+    cls = registry.get("llama31_8b")
+    data = tmp_path / "data"
+    from conftest import run_cli
+
+    assert run_cli(["datagen", "llama31_8b", "--out", str(data), "--train-documents", "8", "--eval-documents", "4",
+                    "--vocab-size", "64", "--min-len", "64", "--max-len", "64"], timeout=60).returncode == 0
+    w = cls(cls.load_config("mini", [f"data.root={data}", "data.last_batch=pad", "data.seq_len=16",
+                                     "data.eval_samples=4", "model.vocab_size=64"]))
+    shard = DataShard(rank=0, size=1, seed=1, local_batch_size=2, device=torch.device("cpu"))
+    with pytest.raises(ConfigError, match="config key 'data.last_batch'.*stored order"):
+        w.train_loader(shard)

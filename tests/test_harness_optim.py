@@ -321,3 +321,35 @@ def test_keras_momentum_form_keeps_the_rate_inside_the_velocity() -> None:
             w[k] = w[k] + v[k]
     for p, e in zip(model.parameters(), w):
         torch.testing.assert_close(p.detach(), e, atol=1e-6, rtol=1e-6)
+
+
+def test_keras_momentum_form_nesterov_and_skipped_steps() -> None:
+    """Keras' Nesterov SGD (v = m v - lr g; w += m v - lr g) step by step, and a step skipped under fp16 loss
+    scaling (skip = 1) changes neither the weights nor the velocity; skip = 0 steps as usual."""
+    import torch
+    from torch import nn
+
+    from hpcbench.common.flat import FlatParams
+    from hpcbench.common.optim import build_optimizer
+    from hpcbench.common.runconfig import OptimConfig
+
+    torch.manual_seed(1)
+    model = nn.Linear(4, 2)
+    start = [p.detach().clone() for p in model.parameters()]
+    flat = FlatParams(model)
+    opt = build_optimizer(flat, OptimConfig(name="sgd", momentum=0.9, nesterov=True, momentum_form="keras"))
+    grads = [[torch.randn_like(p) for p in start] for _ in range(3)]
+    rates, skips = [0.1, 0.3, 0.2], [0.0, 1.0, 0.0]
+    for g, lr, sk in zip(grads, rates, skips):
+        for p, gi in zip(model.parameters(), g):
+            p.grad.copy_(gi)
+        opt.step(torch.tensor(lr), torch.tensor(sk))
+    w, v = [s.clone() for s in start], [torch.zeros_like(s) for s in start]
+    for g, lr, sk in zip(grads, rates, skips):
+        if sk:
+            continue
+        for k in range(len(w)):
+            v[k] = 0.9 * v[k] - lr * g[k]
+            w[k] = w[k] + 0.9 * v[k] - lr * g[k]
+    for p, e in zip(model.parameters(), w):
+        torch.testing.assert_close(p.detach(), e, atol=1e-6, rtol=1e-6)

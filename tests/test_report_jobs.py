@@ -183,6 +183,9 @@ def test_weak_jobs_take_their_seeds_from_the_submission(tmp_path: Path) -> None:
     assert f"train.seed=$(( {JOB_SEED} + k ))" in per
     for s in (one, per):
         _bash_n(s, tmp_path)
+    mine = render(JobSpec(system="gpu-cluster", workload="deepcam", launch="srun-per-instance", instances=8,
+                          nodes_per_instance=2, overrides=["train.seed=70"]))
+    assert "train.seed=$(( 70 + k ))" in mine and JOB_SEED not in mine  # the user's seed is the base
     seeds = [subprocess.run(["bash", "-uc", f"k=3; echo $(( {JOB_SEED} + k ))"], capture_output=True, text=True,
                             env={"SLURM_JOB_ID": job, "PATH": "/usr/bin:/bin"}).stdout.strip() for job in ("101", "102")]
     assert seeds == ["104", "105"]

@@ -172,3 +172,15 @@ def test_a_setting_logged_twice_with_two_values_is_flagged(tmp_path: Path) -> No
     (g,) = build(tmp_path, None, official=False).groups
     assert any(f.startswith("result_3.txt: line") and "logged again" in f for f in g.score.flags), g.score.flags
     assert not g.verdict.valid
+
+
+def test_a_time_beyond_the_float_range_is_a_bad_line_not_a_crash(tmp_path: Path) -> None:
+    folder = _strong(tmp_path)
+    log = folder / "result_2.txt"
+    lines = log.read_text().splitlines(keepends=True)
+    i = next(k for k, ln in enumerate(lines) if '"key": "epoch_start"' in ln)
+    rec = json.loads(lines[i].split(":::MLLOG ", 1)[1])
+    lines[i] = ":::MLLOG " + json.dumps(rec).replace(str(rec["time_ms"]), "1" + "0" * 400) + "\n"
+    log.write_text("".join(lines))
+    parsed = parse_log(log)
+    assert any("beyond the float range" in b for b in parsed.bad_lines) and parsed.outcome == "unreadable"

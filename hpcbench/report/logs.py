@@ -176,6 +176,11 @@ def _records(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], list[str]]:
         if isinstance(t, bool) or not isinstance(t, (int, float)):
             bad.append(f"line {lineno}: time_ms of {rec['key']!r} is not a number ({t!r})")
             continue
+        try:
+            float(t)
+        except OverflowError:  # an integer beyond the float range (a crafted or corrupted log)
+            bad.append(f"line {lineno}: time_ms of {rec['key']!r} is beyond the float range")
+            continue
         out.append((lineno, rec))
     return out, bad
 
@@ -265,20 +270,12 @@ def parse_log(path: Path) -> RunLog:
         log.rejections.append(f"time to solution of {(log.run_stop_ms - log.run_start_ms) / 1000:.4g} s is beyond "  # type: ignore[operator]
                               f"a week ({MAX_RUN_S:.0f} s): not a believable run")
     if log.run_start_ms is not None:
-        early = [(n, k) for n, k, t in evals if t < log.run_start_ms]
-        if early:
-            n, k = early[0]
-            log.rejections.append(f"line {n}: {k} is before run_start" + (f" (and {len(early) - 1} more evaluation "
-                                  "record(s))" if len(early) > 1 else "") + ": evaluations belong to the timed run")
+        _outside_run(log, [(n, k) for n, k, t in evals if t < log.run_start_ms], "before run_start")
         if log.run_start_ms < MIN_UNIX_MS:
             log.rejections.append(f"run_start at time_ms={log.run_start_ms:.0f} is not a Unix time in milliseconds "
                                   f"(before {MIN_UNIX_MS:.0f}, 2001-09-09): times logged in seconds?")
     if log.run_stop_ms is not None:
-        late = [(n, k) for n, k, t in evals if t > log.run_stop_ms]
-        if late:
-            n, k = late[0]
-            log.rejections.append(f"line {n}: {k} is after run_stop" + (f" (and {len(late) - 1} more evaluation "
-                                  "record(s))" if len(late) > 1 else "") + ": evaluations belong to the timed run")
+        _outside_run(log, [(n, k) for n, k, t in evals if t > log.run_stop_ms], "after run_stop")
     if log.status == "success" and log.target_met is False:
         tgt = log.target
         best = [e.value for e in log.metrics if tgt is not None and e.key == tgt.key]
@@ -289,6 +286,14 @@ def parse_log(path: Path) -> RunLog:
                             "official summarizer counts it (it does not read the status)")
     log.problems.extend(log.bad_lines)
     return log
+
+
+def _outside_run(log: RunLog, found: list[tuple[int, str]], where: str) -> None:
+    """Reject ``log`` for evaluation records (line, key) logged outside its timed run (``where`` says how)."""
+    if found:
+        n, k = found[0]
+        more = f" (and {len(found) - 1} more evaluation record(s))" if len(found) > 1 else ""
+        log.rejections.append(f"line {n}: {k} is {where}{more}: evaluations belong to the timed run")
 
 
 def _number(value: Any, default: float) -> float:

@@ -10,7 +10,8 @@ the lengths come from the first record (the reference: 512 and 76) and every rec
 Source folder: ``train/`` and ``eval/`` sub-folders of TFRecord files, or the reference's flat folder
 (``part-*`` training files, ``eval*`` evaluation file). Output: ``OUT/train/`` one shard per training
 file, packed (``--layout packed``, the default: up to 3 sequences per row, :mod:`.packing`) or padded,
-and ``OUT/eval/eval_00000.hdf5``, padded, in the record order (the first 10,000 are the eval set). The
+and ``OUT/eval/eval_00000.hdf5``, padded, in the record order (the reference's ``eval_10k`` file holds the
+10,000-sequence eval set; a closed run refuses an ``eval/`` of any other size). The
 conversion is written into a hidden sibling folder and renamed into place; a non-empty ``OUT`` is
 refused unless ``--replace`` (then our own ``*.hdf5`` outputs there are removed once the new ones are
 written). A record without a feature or with a wrong length is a DataError naming the file, the record
