@@ -78,7 +78,9 @@ class OC20Config(RunConfig):
             ("optim.warmup_factor", o.warmup_factor, lambda f: 0.0 <= f <= 1.0,
              "in [0, 1], the rules' opt_learning_rate_warmup_factor: the start rate lr x factor"),
             ("optim.decay_factor", o.decay_factor, lambda f: 0.0 <= f <= 1.0,
-             "in [0, 1], the rules' opt_learning_rate_decay_factor")])
+             "in [0, 1], the rules' opt_learning_rate_decay_factor"),
+            ("data.last_batch", self.data.last_batch, "pad",
+             "every sample each epoch, as the reference's padded DistributedSampler; only DLRMv2 may drop")])
 
 
 @dataclass

@@ -23,7 +23,8 @@ natural order for the whole run (its ``n // size`` samples: a contiguous block, 
 sample) and only the order inside it changes each epoch, seeded from ``(seed, epoch, rank)``; a rank
 then reads, and can cache, 1/size of the split.
 
-``last_batch="pad"`` (training, ``contiguous``/``strided`` with the global shuffle): instead of leaving
+``last_batch="pad"`` (training, any partition with the global shuffle; ``balanced`` then balances the padded
+permutation's windows): instead of leaving
 out the permutation's remainder that does not fill a global batch, the permutation is padded with its own
 first samples up to whole global batches (``ceil(n / (local_batch * size))`` steps), so every sample is
 read at least once each epoch and the pad's few samples twice: the MLPerf training rules let the last
@@ -123,9 +124,9 @@ class EpochSampler:
             raise ValueError(f"balance window of {window} steps; expected >= 1")
         if last_batch not in ("drop", "pad"):
             raise ConfigError(f"config key 'data.last_batch': expected 'drop' or 'pad', got {last_batch!r}")
-        if last_batch == "pad" and train and (partition == "balanced" or shuffle == "local"):
-            raise ConfigError("config key 'data.last_batch' = 'pad' applies to the global shuffle of the contiguous "
-                              f"or strided partition; this workload's is {partition!r} with shuffle {shuffle!r}")
+        if last_batch == "pad" and train and shuffle == "local":
+            raise ConfigError("config key 'data.last_batch' = 'pad' applies to the global shuffle (every rank's part "
+                              "of one permutation), not to data.shuffle = 'local'")
         self.partition, self.train, self.shuffle, self.window = partition, train, shuffle, window
         self.pad = train and last_batch == "pad"
         self.costs = None if costs is None else np.asarray(costs, dtype=np.float64)
@@ -148,10 +149,10 @@ class EpochSampler:
     def __len__(self) -> int:
         """Batches per epoch on this rank (the same on every rank when training)."""
         n, b, s = self.n, self.local_batch, self.size
-        if self.partition == "balanced":
-            return n // (b * s) if self.train else -(-n // (b * s))
         if self.pad:
             return -(-n // (b * s))
+        if self.partition == "balanced":
+            return n // (b * s) if self.train else -(-n // (b * s))
         if self.train:
             return (n // s) // b
         mine = len(range(self.rank, n, s))
