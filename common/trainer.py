@@ -158,15 +158,20 @@ class Trainer:
         except BaseException:
             par = self.parallel
             if par is not None and par.roles is not None and not par.is_eval and par.rank == 0 and self.evals is None:
-                send_stop(par.roles, 0, "aborted")  # the evaluation ranks end instead of waiting for jobs
+                # the evaluation ranks end instead of waiting for jobs; best effort: they may have stopped on the
+                # same error already (a config error every rank raises), and then the send fails, which must not
+                # replace the error this rank reports
+                with contextlib.suppress(Exception):
+                    send_stop(par.roles, 0, "aborted")
             raise
         if parts.parallel.is_eval:
             return EvalSide(parts, parts.parallel.roles, self.workload).serve(self.env.layout.instance)
         try:
             self._log_hyperparameters(parts)  # a closed config off the record's fixed values stops here
         except BaseException:
-            if self.evals is not None:  # the evaluation ranks end instead of waiting for jobs
-                self.evals.stop("aborted", self.cfg.train.eval_timeout_s)
+            if self.evals is not None:  # the evaluation ranks end instead of waiting for jobs (best effort, as above)
+                with contextlib.suppress(Exception):
+                    self.evals.stop("aborted", self.cfg.train.eval_timeout_s)
             raise
         self.log.end("init_stop")
         parts.parallel.comm.Barrier()  # the training ranks (evaluation ranks serve from here)
