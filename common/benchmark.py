@@ -121,7 +121,6 @@ def same_value(got: Any, want: Any) -> bool:
     return bool(got == want)
 
 
-
 @dataclass(frozen=True)
 class ClosedDefinition:
     """What a closed-division run of the benchmark trains, as the rules, the official checker's closed YAML and

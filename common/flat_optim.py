@@ -18,9 +18,10 @@ def _assign(dst: torch.Tensor, new: torch.Tensor, skip: torch.Tensor | None) -> 
 
 
 def _momentum_skipping(buf: torch.Tensor, d: torch.Tensor, momentum: float, nesterov: bool,
-                       skip: torch.Tensor) -> torch.Tensor:
+                       skip: torch.Tensor | None) -> torch.Tensor:
     """Heavy-ball (or Nesterov) momentum on the step ``d`` that leaves ``buf`` as it was when ``skip`` is
-    set (fp16 overflow: the step is dropped on the device, no host sync); returns the update direction."""
+    set (fp16 overflow: the step is dropped on the device, no host sync; None: never skipped); returns the
+    update direction."""
     new_buf = momentum * buf + d
     _assign(buf, new_buf, skip)
     return d + momentum * new_buf if nesterov else new_buf

@@ -74,16 +74,9 @@ class SGD(FlatOptimizer):
         d = g.add(p, alpha=c.weight_decay) if c.weight_decay else g
         if self.exempt:  # their plain gradient back in place of the decayed one
             torch._foreach_copy_([d[o : o + n] for o, n in self.exempt], [g[o : o + n] for o, n in self.exempt])
-        if c.momentum and c.momentum_form == "keras":
-            buf = self.state["momentum"]
-            new_buf = c.momentum * buf + lr * d
-            step = c.momentum * new_buf + lr * d if c.nesterov else new_buf
-            if skip is None:
-                buf.copy_(new_buf)
-                p.sub_(step)
-            else:
-                _assign(buf, new_buf, skip)
-                _assign(p, p - step, skip)
+        if c.momentum and c.momentum_form == "keras":  # torch's momentum step on the rate-scaled gradient
+            step = _momentum_skipping(self.state["momentum"], lr * d, c.momentum, c.nesterov, skip)
+            _assign(p, p - step, skip)
             return
         if skip is None:  # the common case, fully in place: 2-4 kernels for the whole model
             if c.momentum:

@@ -98,7 +98,7 @@ class Schedule:
                 f"({cfg.warmup * scale:g} steps)"
             )
         if cfg.schedule_semantics == "held_warmup":
-            cls._check_deepcam(cfg, scale, total)
+            cls._check_held_warmup(cfg, scale, total)
         return cls(
             kind=cfg.schedule,
             lr=cfg.lr,
@@ -120,7 +120,7 @@ class Schedule:
         )
 
     @staticmethod
-    def _check_deepcam(cfg: OptimConfig, scale: float, total: float) -> None:
+    def _check_held_warmup(cfg: OptimConfig, scale: float, total: float) -> None:
         """The DeepCAM reference's scheduler counts whole steps: its warmup, milestones and cosine length."""
         if cfg.schedule not in ("multistep", "cosine"):
             raise ConfigError(f"config key 'optim.schedule_semantics': 'held_warmup' has the multistep and cosine "
@@ -147,7 +147,7 @@ class Schedule:
         if self.lr_per_epoch:
             return self._per_epoch(step)
         if self.semantics == "held_warmup":
-            return self._deepcam(step)
+            return self._held_warmup(step)
         base = self._after_warmup(step)
         if self.warmup_steps <= 0:
             return base
@@ -165,19 +165,19 @@ class Schedule:
             warm = self.lr * torch.clamp((step + 1.0) / w, max=1.0)
         return torch.where(step < w, warm, base)
 
-    def _deepcam_warm(self, e: float | torch.Tensor) -> float | torch.Tensor:
+    def _held_warm(self, e: float | torch.Tensor) -> float | torch.Tensor:
         """The reference warmup's rate at its scheduler count ``e`` (``e < W``)."""
         f = self.warmup_factor
         if f == 1.0:
             return self.lr * e / self.warmup_steps
         return self.lr * ((f - 1.0) * e / self.warmup_steps + 1.0)
 
-    def _deepcam(self, step: torch.Tensor) -> torch.Tensor:
+    def _held_warmup(self, step: torch.Tensor) -> torch.Tensor:
         """``schedule_semantics = "held_warmup"`` (module doc); scalar comparisons only, as in :meth:`_multistep`."""
         w = self.warmup_steps
         e = step + 1.0  # the reference scheduler's last_epoch while the optimizer takes step `step`
         # the rate the decay starts from: the warmup's last (the optimizer's own lr when W = 1), or lr without one
-        held = float(self._deepcam_warm(w - 1.0)) if w >= 2.0 else self.lr
+        held = float(self._held_warm(w - 1.0)) if w >= 2.0 else self.lr
         if self.kind == "multistep":
             # MultiStepLR tests its count for equality from 1 on: a milestone 0 without warmup never applies
             edges = [m + w for m in self.milestones] if w > 0 else [m - 1.0 for m in self.milestones if m >= 1]
@@ -190,7 +190,7 @@ class Schedule:
             after = self.min_lr + (amplitude - self.min_lr) * 0.5 * (1.0 + torch.cos(math.pi * t / t_max))
         if w <= 0:
             return after
-        return torch.where(e < w, self._deepcam_warm(e), after)
+        return torch.where(e < w, self._held_warm(e), after)
 
     def _start(self) -> float:
         """The rate warmup starts from: ``warmup_start_lr`` where set, else from ``warmup_factor``."""

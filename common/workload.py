@@ -145,7 +145,6 @@ class Workload(ABC, Generic[C]):
     def data_root(self) -> Path:
         root = getattr(getattr(self.cfg, "data", None), "root", "")
         if not root:
-
             raise ConfigError(f"config key 'data.root' is empty; pass --data DIR (write a dataset with "
                               f"`hpcbench datagen {self.name} --out DIR`)")
         return Path(root)

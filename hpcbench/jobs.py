@@ -165,10 +165,10 @@ def _values(spec: JobSpec, sysd: dict[str, Any]) -> dict[str, str]:
     for o in spec.overrides:
         train += ["--set", o]
     # srun-per-instance: instance k trains with $(( base + k )); a --set train.seed=S of the user's is the base
-    user_seed = [o.replace(" ", "").split("=", 1)[1] for o in spec.overrides if o.replace(" ", "").startswith("train.seed=")]
-    if user_seed and not user_seed[-1].isdigit():
-        raise ConfigError(f"--set train.seed={user_seed[-1]}: expected a non-negative integer")
-    base_seed = user_seed[-1] if user_seed else (JOB_SEED if spec.seed is None else str(spec.seed))
+    user_seed = _user_seed(spec)
+    if user_seed is not None and not user_seed.isdigit():
+        raise ConfigError(f"--set train.seed={user_seed}: expected a non-negative integer")
+    base_seed = user_seed if user_seed is not None else (JOB_SEED if spec.seed is None else str(spec.seed))
     # a weak job owns its folder (hpc: the instances are one weak-scaling result; training: K runs of one job)
     per_job = "weak" if suite == "hpc" else "runs"
     results = spec.results or (paths["results"] if spec.mode == "strong" else f"{paths['results']}/{per_job}-${{SLURM_JOB_ID}}")
@@ -204,12 +204,18 @@ def _values(spec: JobSpec, sysd: dict[str, Any]) -> dict[str, str]:
 JOB_SEED = "${HPCBENCH_SEED:-${SLURM_JOB_ID:-$RANDOM}}"
 
 
+def _user_seed(spec: JobSpec) -> str | None:
+    """The value of the user's last ``--set train.seed=...`` (spaces removed), None without one."""
+    given = [o.replace(" ", "").split("=", 1)[1] for o in spec.overrides if o.replace(" ", "").startswith("train.seed=")]
+    return given[-1] if given else None
+
+
 def seed_arg(spec: JobSpec) -> str:
     """The job's ``--set train.seed=...`` (ahead of the user's ``--set``s), or "" where the user sets the seed
     with ``--set train.seed=...``, and for a weak job launched per instance (its template gives instance k
     ``$(( seed + k ))``). ``--seed`` fixes it (every submission then repeats it)."""
     per_instance = spec.mode == "weak" and spec.launch == "srun-per-instance"
-    if per_instance or any(o.replace(" ", "").startswith("train.seed=") for o in spec.overrides):
+    if per_instance or _user_seed(spec) is not None:
         return ""
     if spec.seed is not None:
         return f"--set train.seed={spec.seed} "
