@@ -112,30 +112,20 @@ class OpenFoldConfig(RunConfig):
             raise ConfigError(f"config key 'train.eval_every_samples': OpenFold evaluates every N training iterations "
                               f"(val_every_iters); give N x train.global_batch_size ({t.global_batch_size}), got "
                               f"{t.eval_every_samples} (0, the epoch cadence of train.eval_every, is open-division only)")
-        if t.division == "closed":
-            if t.eval_every_samples != CLOSED_VAL_EVERY_ITERS * t.global_batch_size:
-                raise ConfigError(f"config key 'train.eval_every_samples': a closed run evaluates every "
-                                  f"{CLOSED_VAL_EVERY_ITERS} iterations (closed_openfold.yaml: val_every_iters), i.e. "
-                                  f"every {CLOSED_VAL_EVERY_ITERS} x train.global_batch_size = "
-                                  f"{CLOSED_VAL_EVERY_ITERS * t.global_batch_size} samples; got {t.eval_every_samples}")
-            if self.optim.warmup_style != "linspace":
-                raise ConfigError(f"config key 'optim.warmup_style': a closed run warms up as the reference's "
-                                  f"OpenFoldBenchmarkLRScheduler, linspace(optim.warmup_start_lr, optim.lr, warmup); "
-                                  f"set it to 'linspace', got {self.optim.warmup_style!r}")
-            if not self.data.random_recycling:
-                raise ConfigError("config key 'data.random_recycling': a closed run draws each step's recycling "
-                                  "iterations as the reference's loader does; set it to true")
-            if not m.init_optimizer_state:
-                raise ConfigError("config key 'model.init_optimizer_state': a closed run starts Adam from the "
-                                  "initial checkpoint's moments and step, as the reference's train.py loads them; "
-                                  "set it to true")
-            if not m.dropout:
-                raise ConfigError("config key 'model.dropout': the closed division trains with the reference's "
-                                  "dropout rates; set it to true")
-            if m.preset != "closed":
-                raise ConfigError(f"config key 'model.preset': the closed division trains the reference's model "
-                                  f"('closed'), got {m.preset!r}")
-            if not m.init_checkpoint or m.init_checkpoint_sha256 != INIT_CHECKPOINT_SHA256:
-                raise ConfigError(f"config keys 'model.init_checkpoint'/'model.init_checkpoint_sha256': a closed run "
-                                  f"starts from the reference's checkpoint (sha256 {INIT_CHECKPOINT_SHA256}); got "
-                                  f"{m.init_checkpoint!r} with sha256 {m.init_checkpoint_sha256!r}")
+        closed_cadence = CLOSED_VAL_EVERY_ITERS * t.global_batch_size
+        self.require_closed([
+            ("train.eval_every_samples", t.eval_every_samples, closed_cadence,
+             f"every {CLOSED_VAL_EVERY_ITERS} iterations (closed_openfold.yaml: val_every_iters) x "
+             f"train.global_batch_size {t.global_batch_size}"),
+            ("optim.warmup_style", self.optim.warmup_style, "linspace",
+             "the reference's OpenFoldBenchmarkLRScheduler, linspace(optim.warmup_start_lr, optim.lr, warmup)"),
+            ("data.random_recycling", self.data.random_recycling, True,
+             "each step's recycling iterations are drawn, as the reference's loader does"),
+            ("model.init_optimizer_state", m.init_optimizer_state, True,
+             "Adam starts from the initial checkpoint's moments and step, as the reference's train.py loads them"),
+            ("model.dropout", m.dropout, True, "the reference's dropout rates"),
+            ("model.preset", m.preset, "closed", "the reference's initial-training model"),
+            ("model.init_checkpoint", m.init_checkpoint, bool, "a path to the reference's initial checkpoint"),
+            ("model.init_checkpoint_sha256", m.init_checkpoint_sha256, INIT_CHECKPOINT_SHA256,
+             "the reference's initial checkpoint"),
+        ])

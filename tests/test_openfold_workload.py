@@ -162,15 +162,20 @@ def test_a_closed_config_is_refused_where_it_leaves_the_references_training() ->
     global batch, Adam from the checkpoint's state, the drawn recycling iterations, the reference's warmup shape;
     the PQ loader's order is not reproduced in either division."""
     cls = registry.get("openfold")
-    with pytest.raises(ConfigError, match=r"train\.eval_every_samples.*40 x train\.global_batch_size = 5120 samples; got 10240"):
+    with pytest.raises(ConfigError, match=r"'train\.eval_every_samples' = 10240 \(closed: 5120, every 40 iterations"):
         cls.load_config("full", ["train.global_batch_size=128"])  # a rules-tunable batch with the preset's cadence
     assert cls.load_config("full", ["train.global_batch_size=128", "train.eval_every_samples=5120"])
     with pytest.raises(ConfigError, match=r"train\.eval_every_samples"):
         cls.load_config("full", ["train.eval_every_samples=20480"])  # every 80 iterations
     for key, bad in (("model.init_optimizer_state", "false"), ("data.random_recycling", "false"),
-                     ("optim.warmup_style", "harness")):
+                     ("optim.warmup_style", "harness"), ("model.dropout", "false")):
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             cls.load_config("full", [f"{key}={bad}"])
+    # every departure is named at once, each with its value and what the closed division requires
+    with pytest.raises(ConfigError) as err:
+        cls.load_config("full", ["model.dropout=false", "data.random_recycling=false"])
+    assert "'data.random_recycling' = False (closed: True" in str(err.value)
+    assert "'model.dropout' = False (closed: True" in str(err.value)
     for preset in ("full", "mini"):
         with pytest.raises(ConfigError, match=r"data\.loader_type.*PQ loader"):
             cls.load_config(preset, ["data.loader_type=InitialTrainingDataloaderPQ"])
