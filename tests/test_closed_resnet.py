@@ -1,4 +1,5 @@
-"""ResNet's closed evaluation cadence, from the cadence object (no training).
+"""ResNet's closed evaluation cadence, from the cadence object (no training), and the closed rows the checker
+does not test: the reference's initialisation and LARS's momentum and eta.
 
 training_rules.adoc (the ResNet-50 row of the evaluation-frequency table, last in v4.0): "Every 4 epochs
 with offset 0 or 1 or 2 or 3"; the reference's README: "We evaluate after every 4 epochs; the first
@@ -10,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from hpcbench.common.cadence import cadence_of
+from hpcbench.common.errors import ConfigError
 from hpcbench.workloads.mlperf_training.resnet import BENCHMARK
 from hpcbench.workloads.mlperf_training.resnet.workload import ResNetWorkload
 
@@ -40,3 +42,30 @@ def test_the_open_division_still_ends_with_a_metric() -> None:
     assert cadence_of(BENCHMARK, cfg.train, STEPS).epochs() == [4, 8, 12, 16, 20, 24, 28, 32, 36, 37]
     mini = ResNetWorkload.load_config("mini").train  # open, every epoch: unchanged
     assert cadence_of(BENCHMARK, mini, 46).epochs() == list(range(1, mini.max_epochs + 1))
+
+
+def test_closed_initialisation_is_the_references_every_gamma_one() -> None:
+    """training_rules.adoc, Weight and Bias Initialization: "CLOSED: ... the same constant or random value
+    distribution as the reference". The reference TF2 resnet_model.py leaves every BatchNorm gamma at Keras's
+    ones; NVIDIA's closed v4.0 logs initialise every bn3_gamma with MLPerfInit (--bn-gamma-init0 not passed)."""
+    full = ResNetWorkload.load_config("full")
+    assert full.model.zero_init_residual is False
+    assert ResNetWorkload(full).model_config().zero_init_residual is False
+    with pytest.raises(ConfigError, match=r"model\.zero_init_residual"):
+        ResNetWorkload.load_config("full", ["model.zero_init_residual=true"])
+    assert ResNetWorkload.load_config("full", ["model.zero_init_residual=true", "train.division=open"]).model \
+        .zero_init_residual
+    assert ResNetWorkload.load_config("mini").model.zero_init_residual  # open: allowed
+
+
+def test_closed_lars_momentum_is_0_9_below_32k_and_eta_is_the_references() -> None:
+    """training_rules.adoc, resnet lars_opt_momentum: "0.9 for batch<32k, otherwise arbitrary constant" (the
+    checker's closed_resnet_lars.yaml does not test it); eta: the reference LARSOptimizer's eeta = 0.001."""
+    full = ResNetWorkload.load_config("full")
+    assert (full.optim.name, full.optim.momentum, full.optim.trust_coefficient) == ("lars", 0.9, 0.001)
+    with pytest.raises(ConfigError, match=r"optim\.momentum"):
+        ResNetWorkload.load_config("full", ["optim.momentum=0.95"])
+    assert ResNetWorkload.load_config("full", ["optim.momentum=0.95", "train.global_batch_size=32768"]) \
+        .optim.momentum == 0.95
+    with pytest.raises(ConfigError, match=r"optim\.trust_coefficient"):
+        ResNetWorkload.load_config("full", ["optim.trust_coefficient=0.002"])

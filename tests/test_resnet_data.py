@@ -18,7 +18,7 @@ from hpcbench.common.data.sampler import EpochSampler
 from hpcbench.common.errors import ConfigError, DataError
 from hpcbench.workloads.mlperf_training.resnet.dataset import Cropped, Decoded, Encoded, ImageNetData
 from hpcbench.workloads.mlperf_training.resnet.synth import write_dataset
-from hpcbench.workloads.mlperf_training.resnet.transforms import MEAN, STD, crop_box
+from hpcbench.workloads.mlperf_training.resnet.transforms import MEAN, RATIO, SCALE, STD, crop_box
 
 CPU = torch.device("cpu")
 needs_dali = pytest.mark.skipif(not dali_available(), reason="NVIDIA DALI is not installed")
@@ -236,12 +236,18 @@ def test_generator_is_deterministic_and_leaves_only_complete_files(tmp_path: Pat
 
 
 def test_crop_box_follows_the_reference_ranges() -> None:
+    # the reference TF2 imagenet_preprocessing.py: area_range=[0.05, 1.0]; NVIDIA's closed ResNet (training_results
+    # v4.0 run_and_time.sh): --min-random-area 0.05 --max-random-area 1.0, DALI's aspect ratio 3/4..4/3
+    assert SCALE == (0.05, 1.0) and RATIO == (3.0 / 4.0, 4.0 / 3.0)
     rng = np.random.default_rng(0)
+    areas = []
     for _ in range(500):
         left, top, right, bottom = crop_box(120, 80, rng)
         w, h = right - left, bottom - top
         assert 0 <= left < right <= 120 and 0 <= top < bottom <= 80
-        assert 0.08 * 9600 * 0.9 <= w * h <= 9600
+        assert 0.05 * 9600 * 0.9 <= w * h <= 9600
+        areas.append(w * h / 9600)
+    assert min(areas) < 0.075  # below torchvision's 0.08: the reference's range is used
     assert crop_box(400, 10, rng)[2] - crop_box(400, 10, rng)[0] <= 14  # the fallback clamps the ratio
 
 

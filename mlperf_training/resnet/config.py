@@ -37,12 +37,17 @@ class ResNetModelConfig:
     depths: tuple[int, ...] = (3, 4, 6, 3)
     width: int = 64
     num_classes: int = 1000  # must equal the dataset's class folders
-    zero_init_residual: bool = True
+    # gamma 0 for the last BatchNorm of each bottleneck (NVIDIA's --bn-gamma-init0); the reference: all gammas 1
+    zero_init_residual: bool = False
 
     def validate(self) -> None:
         if not self.depths or min(self.depths) < 1 or self.width < 1 or self.num_classes < 2:
             raise ConfigError(f"config keys 'model.depths' (each >= 1), 'model.width' >= 1, 'model.num_classes' >= 2; "
                               f"got {list(self.depths)}, {self.width}, {self.num_classes}")
+
+
+#: training_rules.adoc, resnet ``lars_opt_momentum``: "0.9 for batch<32k, otherwise arbitrary constant"
+LARS_FREE_MOMENTUM_BATCH = 32_768
 
 
 def check_schedule(o: OptimConfig) -> None:
@@ -61,8 +66,16 @@ class ResNetConfig(RunConfig):
 
     def validate(self) -> None:
         check_schedule(self.optim)
-        t, d = self.train, self.data
+        t, d, o = self.train, self.data, self.optim
+        lars = o.name == "lars"
         self.require_closed([
+            ("model.zero_init_residual", self.model.zero_init_residual, False, "training_rules.adoc 'Weight and Bias "
+             "Initialization': the reference's initialisation; its BatchNorm gammas all start at 1"),
+            ("optim.momentum", o.momentum,
+             lambda m: not lars or t.global_batch_size >= LARS_FREE_MOMENTUM_BATCH or m == 0.9,
+             f"training_rules.adoc, resnet lars_opt_momentum: 0.9 for a global batch < {LARS_FREE_MOMENTUM_BATCH}"),
+            ("optim.trust_coefficient", o.trust_coefficient, lambda c: not lars or c == 0.001,
+             "LARS eta 0.001: the reference LARSOptimizer's eeta, not a tunable hyperparameter"),
             ("train.eval_every", t.eval_every, 4, "the rules: every 4 epochs, with offset 0-3 (train.eval_offset)"),
             ("train.eval_every_samples", t.eval_every_samples, 0, "the cadence is in whole epochs"),
             ("data.image_size", d.image_size, 224, "the reference's crop"),

@@ -2,7 +2,7 @@
 Pillow path (:mod:`.transforms`).
 
 Encoded input (no cache): training decodes only a random crop window
-(``fn.decoders.image_random_crop``: area (0.08, 1), aspect ratio (3/4, 4/3)) and resizes it to
+(``fn.decoders.image_random_crop``: area (0.05, 1), aspect ratio (3/4, 4/3)) and resizes it to
 ``size``; evaluation decodes the whole image, resizes the shorter side to ``resize`` and takes the
 centred crop. The decoder runs on the CPU here and as "mixed" (nvJPEG on the GPU) on a GPU, so the
 encoded bytes stay on the host until the decoder (``host_inputs``). Decoded input (``data.cache``):

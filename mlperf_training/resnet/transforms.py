@@ -1,7 +1,8 @@
 """The reference's image transforms in Pillow and numpy (torchvision does not load with CPU torch 2.13).
 
-Training: random-resized crop (area fraction in (0.08, 1), aspect ratio in (3/4, 4/3), 10 tries,
-then a centred crop of the clamped ratio, as torchvision's RandomResizedCrop), resized to ``size``
+Training: random-resized crop (area fraction in (0.05, 1): the reference's ``area_range`` and NVIDIA's
+closed ``--min-random-area 0.05``, not torchvision's 0.08; aspect ratio in (3/4, 4/3), 10 tries as
+DALI's default, then a centred crop of the clamped ratio, as torchvision's RandomResizedCrop), resized to ``size``
 (bilinear with antialiasing, Pillow's ``resize(box=...)`` crops and resizes in one pass), and a
 horizontal flip with probability 1/2. Evaluation: the shorter side resized to ``resize`` (256 for
 224 crops), then the centred ``size`` crop. Both give uint8 HWC; normalization with the ImageNet
@@ -20,7 +21,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 MEAN = (0.485, 0.456, 0.406)  # ImageNet RGB mean and std, on the 0..1 scale
 STD = (0.229, 0.224, 0.225)
-SCALE = (0.08, 1.0)
+#: the crop's area fraction: the reference TF2 imagenet_preprocessing.py ``area_range=[0.05, 1.0]``; NVIDIA's
+#: closed ResNet (training_results_v4.0, run_and_time.sh) ``--min-random-area 0.05 --max-random-area 1.0``
+SCALE = (0.05, 1.0)
 RATIO = (3.0 / 4.0, 4.0 / 3.0)
 
 
