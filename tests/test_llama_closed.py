@@ -40,7 +40,7 @@ def test_closed_config_is_refused_where_it_leaves_the_rules_or_the_reference() -
     end rate = 0.1 x base rate, decay over max_steps, NeMo's warmup, evaluation every 12,288 sequences, the
     index built for max_steps x global batch samples (the shuffled order depends on it)."""
     cls = registry.get("llama31_8b")
-    for over, match in ((["optim.lr=8e-4"], r"optim\.min_lr.*8e-05 for optim\.lr = 0\.0008; got 4e-05"),
+    for over, match in ((["optim.lr=8e-4"], r"'optim\.min_lr' = 4e-05 \(closed: .*8e-05 for optim\.lr = 0\.0008\)"),
                         (["optim.total=0"], r"optim\.total.*1200000"),
                         (["optim.warmup_style=harness"], r"optim\.warmup_style.*'nemo'"),
                         (["train.eval_every_samples=1024"], r"train\.eval_every_samples.*12288"),

@@ -256,3 +256,38 @@ def test_a_prefix_with_one_of_its_two_files_is_refused_by_name(tmp_path: Path, s
     (tmp_path / split / f"a_text_document{missing}").unlink()  # no complete pair left at all
     with pytest.raises(DataError, match=rf"a_text_document{re.escape(missing)} is missing"):
         indexed.list_prefixes(tmp_path / split)
+
+
+@pytest.mark.parametrize("ranks, local_batch", [(3, 4), (4, 3), (1, 96), (2, 5)])
+def test_evaluation_reads_exactly_eval_samples_once_in_document_order(tmp_path: Path, ranks: int,
+                                                                       local_batch: int) -> None:
+    """Shrunk: 40 evaluation samples of 9 tokens with global batches (12, 12, 96, 10) that mostly do not divide 40.
+    The instance's ranks together read exactly the first 40 samples of the validation prefix, each once: the
+    global batches in order, a last partial one split over the ranks, none dropped or padded, whatever the seed
+    (the order is the stored document order, not shuffled). The reference script evaluates ceil(1024 / gbs)
+    whole global batches (limit_val_batches); at the batch sizes it accepts with a whole-step val_check_interval
+    (ceil(12288 / gbs) / gbs: gbs 1, 2, 4, ..., 64, 37, 111) that is 1024 but at 37 and 111 (1036, 1110)."""
+    import torch
+
+    from hpcbench import registry
+    from hpcbench.common.workload import DataShard
+
+    docs = _docs(np.random.RandomState(11), 60, 1000)
+    for split in ("train", "validation"):
+        (tmp_path / split).mkdir()
+        independent_write(tmp_path / split / f"c4-{split}_text_document", docs, "int32")
+    seq, n = 8, 40
+    stream = np.concatenate([np.array(d, dtype=np.int64) for d in docs])
+    want = np.stack([stream[seq * i : seq * i + seq + 1] for i in range(n)])
+    cls = registry.get("llama31_8b")
+    for seed in (1, 7):
+        cfg = cls.load_config("mini", [f"data.root={tmp_path}", f"data.seq_len={seq}", f"data.eval_samples={n}",
+                                       "model.vocab_size=1000", "data.threads=0", f"train.seed={seed}"])
+        w = cls(cfg)
+        per_rank = [list(w.eval_loader(DataShard(rank=r, size=ranks, seed=seed, local_batch_size=local_batch,
+                                                 device=torch.device("cpu"))))
+                    for r in range(ranks)]
+        batches = -(-n // (ranks * local_batch))  # global batches, the last one partial unless gbs divides n
+        got = [b.numpy() for g in range(batches) for rank in per_rank if g < len(rank) for b in rank[g:g + 1]]
+        assert sum(len(b) for b in got) == n and w.dataset_sizes()[1] == n
+        assert np.array_equal(np.concatenate(got), want)

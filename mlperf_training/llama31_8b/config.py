@@ -65,33 +65,28 @@ class LlamaConfig(RunConfig):
             raise ConfigError(f"config keys 'optim.name', 'optim.schedule', 'optim.unit': llama31_8b trains with adamw "
                               f"and a cosine schedule with linear warmup in steps; got {o.name!r}, {o.schedule!r}, "
                               f"{o.unit!r}")
-        if self.train.division == "closed":
-            self._validate_closed()
+        self._validate_closed()
 
     def _validate_closed(self) -> None:
         """The rows of training_rules.adoc (llama31_8b) and the reference (pretrain_llama31.py) that the official
-        checker does not test, refused before a closed run starts."""
+        checker does not test, refused before a closed run starts (every row that fails, named with its key, its
+        value and what a closed run requires)."""
         o, t, m, d = self.optim, self.train, self.model, self.data
-        if not math.isclose(o.min_lr, 0.1 * o.lr, rel_tol=1e-9):
-            raise ConfigError(f"config key 'optim.min_lr': a closed run ends its cosine at opt_base_learning_rate x 0.1 "
-                              f"(training_rules.adoc: opt_end_learning_rate; the reference's min_lr = max_lr x 0.1), "
-                              f"i.e. {0.1 * o.lr:g} for optim.lr = {o.lr:g}; got {o.min_lr:g}")
-        if o.total != m.max_steps:
-            raise ConfigError(f"config keys 'optim.total' and 'model.max_steps': a closed run decays over max_steps "
-                              f"(opt_learning_rate_decay_steps = {m.max_steps} - warmup); set optim.total = "
-                              f"{m.max_steps}, got {o.total:g}")
-        if o.warmup_style != "nemo":
-            raise ConfigError(f"config key 'optim.warmup_style': a closed run warms up as the reference's NeMo "
-                              f"CosineAnnealing, lr (step + 1) / (warmup + 1); set it to 'nemo', got {o.warmup_style!r}")
-        if t.eval_every_samples != CLOSED_EVAL_EVERY_SAMPLES:
-            raise ConfigError(f"config key 'train.eval_every_samples': a closed run evaluates every "
-                              f"{CLOSED_EVAL_EVERY_SAMPLES} sequences (training_rules.adoc; CEIL(12288 / global batch) "
-                              f"steps); got {t.eval_every_samples}")
-        if t.eval_start or t.eval_offset:
-            raise ConfigError(f"config keys 'train.eval_start', 'train.eval_offset': a closed run evaluates from the "
-                              f"first interval on (start_eval_at 0); got {t.eval_start}, {t.eval_offset}")
-        want = m.max_steps * t.global_batch_size
-        if d.train_samples != want:
-            raise ConfigError(f"config key 'data.train_samples': a closed run builds its training index for max_steps "
-                              f"x global batch samples, as the reference's num_train_samples (Megatron shuffles that "
-                              f"many); set it to {m.max_steps} x {t.global_batch_size} = {want}, got {d.train_samples}")
+        end_lr, samples = 0.1 * o.lr, m.max_steps * t.global_batch_size
+        self.require_closed([
+            ("optim.min_lr", o.min_lr, lambda v: math.isclose(v, end_lr, rel_tol=1e-9),
+             f"the cosine ends at opt_base_learning_rate x 0.1 (training_rules.adoc: opt_end_learning_rate; the "
+             f"reference's min_lr = max_lr x 0.1), i.e. {end_lr:g} for optim.lr = {o.lr:g}"),
+            ("optim.total", o.total, m.max_steps,
+             f"the cosine decays over model.max_steps (opt_learning_rate_decay_steps = {m.max_steps} - warmup)"),
+            ("optim.warmup_style", o.warmup_style, "nemo",
+             "the reference's NeMo CosineAnnealing warmup, lr (step + 1) / (warmup + 1)"),
+            ("train.eval_every_samples", t.eval_every_samples, CLOSED_EVAL_EVERY_SAMPLES,
+             f"training_rules.adoc: every {CLOSED_EVAL_EVERY_SAMPLES} sequences, CEIL({CLOSED_EVAL_EVERY_SAMPLES} / "
+             f"global batch) steps"),
+            ("train.eval_start", t.eval_start, 0, "the reference's start_eval_at 0: from the first interval on"),
+            ("train.eval_offset", t.eval_offset, 0, "the reference's start_eval_at 0: from the first interval on"),
+            ("data.train_samples", d.train_samples, samples,
+             f"the training index is built for model.max_steps x train.global_batch_size = {m.max_steps} x "
+             f"{t.global_batch_size} = {samples} samples, the reference's num_train_samples (Megatron shuffles "
+             f"that many)")])

@@ -8,7 +8,9 @@ the samples are blended by weight as Megatron's ``BlendedDataset`` blends them (
 samples are built as Megatron's GPT dataset builds them, in the order its shuffle index fixes from the run's seed
 (:mod:`.gpt`), and read in that stored order (``order = "stored"``: contiguous global batches, as Megatron's
 sampler hands them out); the evaluation samples are the first ``data.eval_samples`` of the validation split in
-document order, unshuffled (the reference: "We do not shuffle the validation dataset"). A batch is
+document order, unshuffled (the reference's README: "We do not shuffle the validation dataset"; its code,
+NeMo 2.1.0 on Megatron-core core_r0.11.0, builds the validation GPTDataset like the training one, documents and
+samples shuffled with the run's seed over an index of NeMo's num_val_samples - not followed here). A batch is
 ``(B, seq_len + 1)`` int64 tokens. Light to import (``hpcbench pack``/``stage`` load :data:`LAYOUT`).
 """
 from __future__ import annotations
