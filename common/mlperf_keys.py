@@ -122,7 +122,7 @@ _VALUES: dict[str, Callable[[_Run], Any]] = {
                                                 else float(r.schedule(torch.zeros(()))) if r.schedule.warmup_steps > 0
                                                 else r.optim.lr),
     "num_warmup_steps": lambda r: r.steps(r.schedule.warmup_steps),
-    "start_warmup_step": lambda r: 0,  # the schedule counts from the first step
+    "start_warmup_step": lambda r: r.steps(r.schedule.warmup_start),  # optim.warmup_start (zero_start), else 0
     # decay
     "opt_learning_rate_decay_boundary_epochs": lambda r: [r.epochs(c, m) for c, m in
                                                           zip(r.optim.milestones, r.schedule.milestones)]

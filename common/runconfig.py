@@ -46,8 +46,12 @@ class OptimConfig:
     warmup_factor: float = 1.0  # lr at warmup start = lr * warmup_factor / ... see schedule docs
     # the per-step warmup's shape (common/schedule.py): "harness" (from warmup_factor), "nemo" (NeMo's
     # lr (s + 1) / (W + 1), peak at step W: the Llama 3.1 8B reference) or "linspace" (the W rates of
-    # torch.linspace(warmup_start_lr, lr, W): the OpenFold reference)
-    warmup_style: Literal["harness", "nemo", "linspace"] = "harness"
+    # torch.linspace(warmup_start_lr, lr, W): the OpenFold reference) or "zero_start" (lr (s - warmup_start) / W
+    # from rate 0, then the schedule at the global step: TF BERT's, the MLPerf BERT reference)
+    warmup_style: Literal["harness", "nemo", "linspace", "zero_start"] = "harness"
+    # zero_start: the step (in ``unit``, may be negative) the warmup counts from (the BERT reference's
+    # start_warmup_step); the decay after the warmup is not shifted by it
+    warmup_start: float = 0.0
     milestones: tuple[float, ...] = ()  # multistep boundaries in ``unit``
     decay_factor: float = 0.1  # multistep multiplier per boundary (cumulative: decay_factor ** boundaries passed)
     # multistep: absolute factors of the peak lr, one per milestone (the rate after milestone i is
@@ -127,9 +131,18 @@ class OptimConfig:
                               "optim.warmup_style = 'linspace' only")
         if self.momentum_form not in ("torch", "keras"):
             raise ConfigError(f"config key 'optim.momentum_form': expected 'torch' or 'keras', got {self.momentum_form!r}")
-        if self.warmup_style not in ("harness", "nemo", "linspace"):
-            raise ConfigError(f"config key 'optim.warmup_style': expected 'harness', 'nemo' or 'linspace', got "
-                              f"{self.warmup_style!r}")
+        if self.warmup_style not in ("harness", "nemo", "linspace", "zero_start"):
+            raise ConfigError(f"config key 'optim.warmup_style': expected 'harness', 'nemo', 'linspace' or "
+                              f"'zero_start', got {self.warmup_style!r}")
+        if self.warmup_start and (self.warmup_style != "zero_start" or self.schedule == "cosine"
+                                  or self.poly_from_warmup):
+            raise ConfigError(f"config key 'optim.warmup_start': applies to optim.warmup_style = 'zero_start' with a "
+                              f"schedule of the global step (constant, multistep, poly without poly_from_warmup); "
+                              f"got warmup_style {self.warmup_style!r}, schedule {self.schedule!r}, poly_from_warmup "
+                              f"{self.poly_from_warmup}")
+        if self.warmup_start > 0:
+            raise ConfigError(f"config key 'optim.warmup_start': must be <= 0 (a later start gives the steps before it "
+                              f"a negative rate), got {self.warmup_start:g}")
         if self.warmup_style != "harness" and (self.lr_per_epoch or self.warmup_factor != 1.0):
             raise ConfigError(f"config key 'optim.warmup_style': {self.warmup_style!r} is a per-step warmup with its "
                               f"own start; it does not combine with optim.lr_per_epoch or optim.warmup_factor "

@@ -12,6 +12,11 @@ steps once at build time (``unit = "epochs"`` multiplies by the steps per epoch)
 * ``warmup_style = "linspace"``: the ``W`` rates ``torch.linspace(warmup_start_lr, lr, W)``, i.e.
   ``start + (lr - start) * step / (W - 1)`` (``start`` alone when ``W = 1``), so step ``W - 1`` already has
   the peak (the OpenFold reference's ``OpenFoldBenchmarkLRScheduler``, called with the 1-based iteration);
+* ``warmup_style = "zero_start"``: ``lr * (step - S) / W`` while ``step - S < W``, ``S = warmup_start``
+  (in ``unit``, may be negative), so the warmup starts from rate 0 at step ``S`` and the rate after it is
+  the schedule's own at the global ``step``, not shifted by ``S`` (TF BERT's ``create_optimizer``, the
+  MLPerf BERT reference's warmup and ``start_warmup_step``: with ``S < 0`` the run starts part-way up the
+  ramp; a ``step < S`` has the formula's negative rate, as there);
 * ``constant``: ``lr`` after warmup;
 * ``multistep``: ``lr * decay_factor ** (number of milestones <= step)``; with ``decay_factors``
   (one per milestone) the factors are absolute, not multiplied together: ``lr * decay_factors[i]``
@@ -82,7 +87,8 @@ class Schedule:
     steps_per_epoch: float = 1.0
     warmup_start_lr: float = 0.0  # lr_per_epoch: an absolute start rate (0: from warmup_factor)
     warmup_first_epoch: int = 0  # lr_per_epoch: 1 counts the first epoch as 1 (the U-Net reference)
-    warmup_style: str = "harness"  # per step: harness | nemo | linspace (module doc)
+    warmup_style: str = "harness"  # per step: harness | nemo | linspace | zero_start (module doc)
+    warmup_start: float = 0.0  # zero_start: the step S the warmup counts from (module doc)
     semantics: str = "harness"  # harness | held_warmup (the DeepCAM reference's scheduler; module doc)
 
     @classmethod
@@ -92,10 +98,11 @@ class Schedule:
         if cfg.poly_from_warmup and cfg.schedule != "poly":
             raise ConfigError(f"config key 'optim.poly_from_warmup': applies to the poly schedule only, got schedule "
                               f"{cfg.schedule!r}")
-        if cfg.schedule in ("cosine", "poly") and cfg.total > 0 and total <= cfg.warmup * scale:
+        warmup_end = (cfg.warmup + (cfg.warmup_start if cfg.warmup > 0 else 0.0)) * scale  # first step past it
+        if cfg.schedule in ("cosine", "poly") and cfg.total > 0 and total <= warmup_end:
             raise ConfigError(
                 f"config key 'optim.total': the {cfg.schedule} length ({total:g} steps) must exceed the warmup "
-                f"({cfg.warmup * scale:g} steps)"
+                f"(to step {warmup_end:g})"
             )
         if cfg.schedule_semantics == "held_warmup":
             cls._check_held_warmup(cfg, scale, total)
@@ -116,6 +123,7 @@ class Schedule:
             warmup_start_lr=cfg.warmup_start_lr,
             warmup_first_epoch=cfg.warmup_first_epoch,
             warmup_style=cfg.warmup_style,
+            warmup_start=cfg.warmup_start * scale,
             semantics=cfg.schedule_semantics,
         )
 
@@ -153,6 +161,9 @@ class Schedule:
             return base
         w = self.warmup_steps
         f = self.warmup_factor
+        if self.warmup_style == "zero_start":
+            counted = step - self.warmup_start
+            return torch.where(counted < w, self.lr * counted / w, base)
         if self.warmup_style == "nemo":
             warm = self.lr * (step + 1.0) / (w + 1.0)
         elif self.warmup_style == "linspace":

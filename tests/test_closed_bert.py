@@ -147,3 +147,52 @@ def test_max_steps_with_the_target_met_there_is_success(env) -> None:  # noqa: A
 def test_max_steps_must_not_be_negative() -> None:
     with pytest.raises(ConfigError, match="'train.max_steps': must be >= 0"):
         ToyWorkload.load_config("mini", ["train.max_steps=-1"])
+
+
+# --- the learning-rate schedule: the reference's warmup from start_warmup_step, then poly of the global step ---
+def _reference_lr(g: int, lr: float, total: int, warmup: int, start: int, power: float = 1.0) -> float:
+    """mlcommons/training BERT optimization.py create_optimizer, at TF global step g (our 0-based step):
+    polynomial_decay(lr, g, total, end 0, power); while g - start < warmup (warmup > 0) the warmup
+    lr * (g - start) / warmup replaces it."""
+    if warmup and g - start < warmup:
+        return lr * (g - start) / warmup
+    return lr * (1.0 - min(g, total) / total) ** power
+
+
+@pytest.mark.parametrize("lr,total,warmup,start", [
+    (0.002, 1141, 100, 0),  # rcps_bert.json bert_ref_3072: warmup 100 from step 0 (rate 0 at the first step)
+    (0.00288293, 600, 287, -76),  # bert_ref_8192: starts part-way up the ramp, ends it at step 211
+    (0.0029293, 700, 0, -700),  # bert_ref_6144: no warmup, start_warmup_step logged only
+    (0.00301, 740, 200330, -200000),  # NVIDIA v3.1 DGXH100_8x8x36x1: a near-flat ramp to step 330, then the decay
+])
+def test_schedule_is_the_references_warmup_from_start_warmup_step_then_poly_of_the_global_step(
+        lr: float, total: int, warmup: int, start: int) -> None:
+    from hpcbench.common.schedule import Schedule
+    from hpcbench.common.workload import DataSizes
+
+    cfg = BertWorkload.load_config("full", [f"optim.lr={lr}", f"optim.total={total}", f"train.max_steps={total}",
+                                            f"optim.warmup={warmup}", f"optim.warmup_start={start}"])
+    s = Schedule.from_config(cfg.optim, 1, cfg.train.max_epochs)
+    end = warmup + start  # the first step past the warmup
+    steps = sorted(g for g in {0, 1, 2, end - 1, end, end + 1, total // 2, total - 1, total, total + 3} if g >= 0)
+    for g in steps:
+        assert s.value(g) == pytest.approx(_reference_lr(g, lr, total, warmup, start), rel=1e-12, abs=1e-18), g
+    wl = BertWorkload(cfg)
+    wl.sizes = DataSizes(train_samples=10**6, eval_samples=10000, steps_per_epoch=10**6 // 256)
+    hp = wl.hyperparameters()
+    assert (hp["num_warmup_steps"], hp["opt_learning_rate_warmup_steps"], hp["start_warmup_step"],
+            hp["opt_learning_rate_training_steps"]) == (warmup, warmup, start, total)
+
+
+def test_closed_schedule_is_refused_where_it_leaves_the_reference() -> None:
+    for override, key in (("optim.warmup_style=harness", "optim.warmup_style"), ("optim.power=2", "optim.power"),
+                          ("optim.min_lr=1e-6", "optim.min_lr"), ("optim.schedule=constant", "optim.schedule"),
+                          ("optim.poly_from_warmup=true", "optim.poly_from_warmup")):
+        with pytest.raises(ConfigError, match=rf"'{key}' = .*closed"):
+            BertWorkload.load_config("full", [override])
+        BertWorkload.load_config("full", [override, "train.division=open"])
+    with pytest.raises(ConfigError, match=r"optim\.warmup_start': applies to optim\.warmup_style = 'zero_start'"):
+        BertWorkload.load_config("full", ["optim.warmup_start=-76", "optim.warmup_style=harness",
+                                          "train.division=open"])
+    with pytest.raises(ConfigError, match=r"optim\.warmup_start': must be <= 0.*got 5"):
+        BertWorkload.load_config("full", ["optim.warmup_start=5"])

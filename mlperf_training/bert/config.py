@@ -68,6 +68,14 @@ class BertConfig(RunConfig):
                               f"(or 'constant'), got {o.schedule!r}")
         t, m = self.train, self.model
         self.require_closed([
+            # the reference's create_optimizer: lr (step - start_warmup_step) / num_warmup_steps from rate 0 while
+            # step - start_warmup_step < num_warmup_steps, then the polynomial decay of the global step
+            ("optim.warmup_style", o.warmup_style, "zero_start", "the reference's warmup and start_warmup_step"),
+            # not in the rules' table, so the reference's: polynomial_decay to end_learning_rate 0 with poly_power 1
+            ("optim.schedule", o.schedule, "poly", "the reference's polynomial decay"),
+            ("optim.poly_from_warmup", o.poly_from_warmup, False, "the reference decays over the global step"),
+            ("optim.power", o.power, 1.0, "the reference's poly_power"),
+            ("optim.min_lr", o.min_lr, 0.0, "the reference's end_learning_rate"),
             ("model.hidden_dropout", m.hidden_dropout, 0.1, "the reference's hidden_dropout_prob"),
             ("model.attention_dropout", m.attention_dropout, 0.1, "the reference's attention_probs_dropout_prob"),
             ("data.eval_samples", self.data.eval_samples, 10000, "the reference's eval_10k")])
