@@ -187,7 +187,8 @@ def test_schedule_is_the_references_warmup_from_start_warmup_step_then_poly_of_t
 def test_closed_schedule_is_refused_where_it_leaves_the_reference() -> None:
     for override, key in (("optim.warmup_style=harness", "optim.warmup_style"), ("optim.power=2", "optim.power"),
                           ("optim.min_lr=1e-6", "optim.min_lr"), ("optim.schedule=constant", "optim.schedule"),
-                          ("optim.poly_from_warmup=true", "optim.poly_from_warmup")):
+                          ("optim.poly_from_warmup=true", "optim.poly_from_warmup"),
+                          ("optim.max_grad_norm=0", "optim.max_grad_norm")):
         with pytest.raises(ConfigError, match=rf"'{key}' = .*closed"):
             BertWorkload.load_config("full", [override])
         BertWorkload.load_config("full", [override, "train.division=open"])

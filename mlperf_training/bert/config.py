@@ -76,6 +76,8 @@ class BertConfig(RunConfig):
             ("optim.poly_from_warmup", o.poly_from_warmup, False, "the reference decays over the global step"),
             ("optim.power", o.power, 1.0, "the reference's poly_power"),
             ("optim.min_lr", o.min_lr, 0.0, "the reference's end_learning_rate"),
+            ("optim.max_grad_norm", o.max_grad_norm, 1.0,
+             "the reference's clip_by_global_norm(grads, clip_norm=1.0) before LAMB"),
             ("model.hidden_dropout", m.hidden_dropout, 0.1, "the reference's hidden_dropout_prob"),
             ("model.attention_dropout", m.attention_dropout, 0.1, "the reference's attention_probs_dropout_prob"),
             ("data.eval_samples", self.data.eval_samples, 10000, "the reference's eval_10k")])
