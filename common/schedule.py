@@ -3,7 +3,7 @@
 ``lr(step)`` with ``step`` the 0-based optimizer step as a float tensor, all lengths converted to
 steps once at build time (``unit = "epochs"`` multiplies by the steps per epoch):
 
-* warmup over ``W`` steps (``W > 0``), always ending at the peak ``lr``: with ``warmup_factor = 1``
+* warmup over ``W`` steps (``W > 0``), ending at the peak ``lr`` (but ``zero_start``, below): with ``warmup_factor = 1``
   the rate rises linearly from ``lr/W`` (``lr * (step + 1) / W``); with ``f = warmup_factor > 1`` it
   rises linearly from ``lr / f`` (the MLPerf "scale the base rate up by f" style); with ``f < 1`` it
   rises linearly from ``lr * f``;
@@ -32,10 +32,11 @@ steps once at build time (``unit = "epochs"`` multiplies by the steps per epoch)
   ``lr_warmup(init_learning_rate, lr, epoch, W)`` called at the start of each 1-based epoch ``e + 1 <= W``;
 * ``cosine``: ``min_lr + (lr - min_lr) * (1 + cos(pi * (step - W) / (T - W))) / 2``, held at
   ``min_lr`` after ``T`` (``total``, or the run's length when 0; an explicit ``total`` must exceed
-  the warmup, a run shorter than its warmup just ends at ``min_lr``);
+  the warmup's end, ``S + W`` with ``zero_start``; a run shorter than its warmup just ends at ``min_lr``);
 * ``poly``: ``min_lr + (lr - min_lr) * (1 - min(step, T) / T) ** power`` (``T`` as for cosine),
   counted from step 0, not from the end of warmup: the reference BERT's ``polynomial_decay`` of the
-  global step, which warmup overrides while it lasts (MLPerf BERT trains with no warmup, power 1);
+  global step, which warmup overrides while it lasts (MLPerf BERT: power 1; the RCP at batch 256 has no
+  warmup, those from 3,072 up warm up with ``zero_start``);
 * ``poly`` with ``poly_from_warmup``: the MLPerf ResNet schedule (NVIDIA's ``PolySchedule``; the
   reference TF2 ``PolynomialDecayWithWarmup`` is the same up to one step): with the 1-based iteration
   ``i = step + 1``, ``lr * i / W`` while ``i <= W`` (the warmup above), then
@@ -98,6 +99,10 @@ class Schedule:
         if cfg.poly_from_warmup and cfg.schedule != "poly":
             raise ConfigError(f"config key 'optim.poly_from_warmup': applies to the poly schedule only, got schedule "
                               f"{cfg.schedule!r}")
+        if not float(cfg.warmup_start * scale).is_integer():
+            raise ConfigError(f"config key 'optim.warmup_start': the warmup's start step (the reference's integer "
+                              f"start_warmup_step) must be a whole step, got {cfg.warmup_start:g} {cfg.unit} = "
+                              f"{cfg.warmup_start * scale:g} steps")
         warmup_end = (cfg.warmup + (cfg.warmup_start if cfg.warmup > 0 else 0.0)) * scale  # first step past it
         if cfg.schedule in ("cosine", "poly") and cfg.total > 0 and total <= warmup_end:
             raise ConfigError(

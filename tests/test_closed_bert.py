@@ -197,3 +197,21 @@ def test_closed_schedule_is_refused_where_it_leaves_the_reference() -> None:
                                           "train.division=open"])
     with pytest.raises(ConfigError, match=r"optim\.warmup_start': must be <= 0.*got 5"):
         BertWorkload.load_config("full", ["optim.warmup_start=5"])
+
+
+def test_warmup_start_is_a_whole_step_in_either_unit() -> None:
+    """start_warmup_step is an integer flag of the reference and is logged as one: a fractional start (in steps,
+    or in epochs times the steps per epoch) is refused, not trained with one value and logged with another;
+    in epochs a whole number of steps is converted."""
+    from hpcbench.common.schedule import Schedule
+
+    cfg = BertWorkload.load_config("full", ["optim.warmup=10", "optim.warmup_start=-0.4"])
+    with pytest.raises(ConfigError, match=r"optim\.warmup_start': .*whole step, got -0\.4 steps"):
+        Schedule.from_config(cfg.optim, 1, cfg.train.max_epochs)
+    ep = BertWorkload.load_config("full", ["optim.unit=epochs", "optim.warmup=1", "optim.warmup_start=-0.5",
+                                           "optim.total=4", "train.division=open"])
+    with pytest.raises(ConfigError, match=r"whole step, got -0\.5 epochs = -2\.5 steps"):
+        Schedule.from_config(ep.optim, 5, ep.train.max_epochs)
+    s = Schedule.from_config(ep.optim, 4, ep.train.max_epochs)  # -0.5 epochs = -2 steps, warmup 4 steps
+    assert s.warmup_start == -2.0
+    assert s.value(0) == pytest.approx(ep.optim.lr * 2 / 4) and s.value(1) == pytest.approx(ep.optim.lr * 3 / 4)

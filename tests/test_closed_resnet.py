@@ -69,3 +69,12 @@ def test_closed_lars_momentum_is_0_9_below_32k_and_eta_is_the_references() -> No
         .optim.momentum == 0.95
     with pytest.raises(ConfigError, match=r"optim\.trust_coefficient"):
         ResNetWorkload.load_config("full", ["optim.trust_coefficient=0.002"])
+    with pytest.raises(ConfigError, match=r"optim\.momentum"):  # the boundary: 32,767 is below 32k
+        ResNetWorkload.load_config("full", ["optim.momentum=0.95", "train.global_batch_size=32767"])
+
+
+def test_closed_sgd_is_not_held_to_the_lars_rows() -> None:
+    """The momentum-below-32k and eta rows are LARS's (lars_opt_momentum, the LARS optimizer's eeta); a closed
+    SGD run is held to its own sgd_opt_* rows, which the checker tests, not to these."""
+    cfg = ResNetWorkload.load_config("full", ["optim.name=sgd", "optim.momentum=0.95", "optim.trust_coefficient=0.002"])
+    assert (cfg.train.division, cfg.optim.name, cfg.optim.momentum) == ("closed", "sgd", 0.95)

@@ -148,7 +148,7 @@ def test_a_closed_run_needs_the_pinned_checkpoint() -> None:
     cls = registry.get("openfold")
     with pytest.raises(ConfigError, match="model.init_checkpoint"):
         cls.load_config("full", ["model.init_checkpoint_sha256=" + "0" * 64])
-    with pytest.raises(ConfigError, match="model.init_checkpoint"):
+    with pytest.raises(ConfigError, match=r"'model\.init_checkpoint' = ''"):
         cls.load_config("full", ["model.init_checkpoint="])
     with pytest.raises(ConfigError, match="model.preset"):
         cls.load_config("full", ["model.preset=mini"])

@@ -17,7 +17,7 @@ class ResNetDataConfig(DataConfig):
     eval_resize: int = 256  # evaluation: the shorter side before the centre crop (the reference: 256 for 224)
     # training images: the shorter side bounded to this at decode time (libjpeg's reduced-scale decode,
     # then a resize); 0 keeps the full resolution. Makes the decoded cache smaller and the decode cheaper,
-    # at the price of detail in small crops (a crop of area 8% is upsampled from fewer pixels)
+    # at the price of detail in small crops (a crop of area 5% is upsampled from fewer pixels)
     decode_short_side: int = 0
 
     def validate(self) -> None:
