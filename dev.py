@@ -71,9 +71,7 @@ def test_workers(args: list[str]) -> list[str]:
               for a in args) or "no:xdist" in args
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     have = any(VENV.glob("lib/python3*/site-packages/xdist/__init__.py"))
-    # --no-loadscope-reorder: keep the files in the order tests/conftest.py gives them (the longest first);
-    # pytest-xdist's default re-sorts them by their number of tests
-    return [] if own or cores < 2 or not have else ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder"]
+    return [] if own or cores < 2 or not have else ["-n", "2", "--dist", "loadfile"]
 
 
 def main(argv: list[str]) -> int:

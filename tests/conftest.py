@@ -100,30 +100,18 @@ def log_records(path: Path) -> list[dict[str, object]]:
     return [json.loads(ln.split(":::MLLOG ", 1)[1]) for ln in path.read_text().splitlines() if ":::MLLOG " in ln]
 
 
-#: the suite's heaviest files, heaviest first: the summed --durations of their slowest tests in a full
-#: ``dev.py test`` run (2026-11-28, 2-core Intel Xeon, 1,658 s in all): test_run_embedded 747 s, staging_faults
-#: 211, benchmarks 133, checkpoint_resume 130, unet3d_train 127, report_runner 122, harness_compile_guards 86,
-#: dlrm_train 71, openfold_workload 63, llama_parallel 62, unet3d_spatial 56, oc20_original 53. An ordering hint
-#: only: a file missing here (renamed, new) runs after them, those with ``slow`` tests first.
-HEAVY_FIRST = ("test_run_embedded.py", "test_staging_faults.py", "test_benchmarks.py", "test_checkpoint_resume.py",
-               "test_unet3d_train.py", "test_report_runner.py", "test_harness_compile_guards.py",
-               "test_dlrm_train.py", "test_openfold_workload.py", "test_llama_parallel.py",
-               "test_unet3d_spatial.py", "test_oc20_original.py")
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The longest files first (longest-processing-time-first over the two workers): :data:`HEAVY_FIRST` in its
-    order, then files with tests marked ``slow``, those with the most such tests first; the collection order
-    otherwise, and a file's tests stay together. ``dev.py test`` hands whole files to two workers in this order
-    with ``--no-loadscope-reorder`` (pytest-xdist 3.8 added it; by default xdist re-sorts the files by their
-    number of tests, which put the few-test, minutes-long files last and made this ordering moot); run last,
-    one long file kept one worker busy for minutes while the other had nothing left."""
+    """Files with tests marked ``slow`` first, those with the most such tests before the others (the order is
+    kept otherwise, and a file's tests stay together). Under ``dev.py test`` (``--dist loadfile``) pytest-xdist
+    re-sorts the files by their number of tests, so this order only breaks its ties. Handing the heaviest
+    files out first (``--no-loadscope-reorder``) was measured slower on 2026-11-28 (1,981 s vs 1,658 s for the
+    suite on a 2-core Xeon): the multi-process tests (``hpcbench run``, ``gpu_check --smoke``, the staging
+    fault matrix) then ran at the same time on both workers and oversubscribed the two cores."""
     slow: dict[Path, int] = {}
     for item in items:
         if item.get_closest_marker("slow"):
             slow[item.path] = slow.get(item.path, 0) + 1
-    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
-    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), -slow.get(item.path, 0)))
+    items.sort(key=lambda item: -slow.get(item.path, 0))
 
 
 @pytest.fixture(scope="module")

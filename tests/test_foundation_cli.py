@@ -65,7 +65,7 @@ def test_dev_py_runs_the_tests_in_two_workers_unless_told_otherwise(monkeypatch:
     spec.loader.exec_module(dev)
     monkeypatch.setattr(dev, "VENV", Path(sys.prefix))  # the environment running these tests has pytest-xdist
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    assert dev.test_workers(["-q", "-ra"]) == ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder"]
+    assert dev.test_workers(["-q", "-ra"]) == ["-n", "2", "--dist", "loadfile"]
     for own in (["-n", "0"], ["-n4"], ["--numprocesses=3"], ["--dist", "load"], ["-p", "no:xdist"]):
         assert dev.test_workers(["-q", *own]) == [], own
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
