@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from .auto import Choice, autocast_loss, choose_channels_last, choose_precision, has_conv_weights, probe_channels_last
+from .checkpoint import recorded_settings
 from .data.instance import agree, reader_group
 from .errors import ConfigError, HpcbenchError
 from .evaluator import Evaluator
@@ -162,11 +163,21 @@ def choose_for_hardware(workload: Workload, model: nn.Module, parallel: Parallel
     inst = parallel.instance_env
     choices = None
     if inst.layout.instance_rank == 0:  # a training rank, also with evaluation ranks
-        prec = choose_precision(tc.precision, device)
+        # a resumed run takes the choices its checkpoint was trained with (a new timing probe on a busier box
+        # could pick the other layout and the resumed epochs would not be the uninterrupted run's numbers)
+        kept = recorded_settings(tc.checkpoint_dir, inst.layout.instance) if tc.resume and tc.checkpoint_dir else {}
+        prec = (Choice("train.precision", "auto", kept["train.precision"], "as the checkpoint it resumes from")
+                if tc.precision == "auto" and kept.get("train.precision") in ("fp32", "bf16", "fp16")
+                else choose_precision(tc.precision, device))
         probe = None
-        if tc.channels_last == "auto" and device.type == "cpu" and has_conv_weights(model):
-            probe = lambda: _probe_layouts(workload, model, prec.value, batch, device)  # noqa: E731
-        choices = [prec, choose_channels_last(tc.channels_last, device, model, prec.value, probe)]
+        if tc.channels_last == "auto" and isinstance(kept.get("train.channels_last"), bool):
+            layout = Choice("train.channels_last", "auto", kept["train.channels_last"],
+                            "as the checkpoint it resumes from")
+        else:
+            if tc.channels_last == "auto" and device.type == "cpu" and has_conv_weights(model):
+                probe = lambda: _probe_layouts(workload, model, prec.value, batch, device)  # noqa: E731
+            layout = choose_channels_last(tc.channels_last, device, model, prec.value, probe)
+        choices = [prec, layout]
     choices = inst.instance_comm.bcast(choices, root=0)
     tc.precision, tc.channels_last = choices[0].value, choices[1].value
     spec = dataset_spec(workload)

@@ -49,6 +49,18 @@ MANIFEST = "manifest.json"
 REPLICATED = "replicated.pt"
 
 
+def recorded_settings(root: str | Path, instance: int) -> dict[str, Any]:
+    """The settings the newest checkpoint of ``instance`` under ``root`` was trained with (its manifest's
+    ``settings``), or {} when there is none or it records none (a damaged one is refused later, by name)."""
+    folder = instance_dir(root, instance)
+    try:
+        latest = (folder / "latest").read_text().strip()
+        settings = json.loads((folder / latest / MANIFEST).read_text()).get("settings", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return settings if isinstance(settings, dict) else {}
+
+
 def instance_dir(root: str | Path, instance: int) -> Path:
     return Path(root) / f"instance_{instance}"
 
@@ -73,11 +85,15 @@ class CheckpointManager:
     """Saves and restores named parts at epoch ends. Collective over ``comm`` (every rank calls it)."""
 
     def __init__(self, root: Path, comm: Any, replicated: Mapping[str, Stateful],  # noqa: ANN401
-                 per_rank: Mapping[str, Stateful], sharded: Mapping[str, Stateful] | None = None) -> None:
+                 per_rank: Mapping[str, Stateful], sharded: Mapping[str, Stateful] | None = None,
+                 settings: Mapping[str, Any] | None = None) -> None:
         self.root, self.comm = Path(root), comm
         self.rank, self.world = comm.Get_rank(), comm.Get_size()
         self.replicated, self.per_rank = dict(replicated), dict(per_rank)
         self.sharded = dict(sharded or {})
+        # the run's settings resolved at start (``train.precision``/``train.channels_last`` = "auto"), kept in the
+        # manifest so that a resumed run takes the same ones (:func:`recorded_settings`) and trains the same numbers
+        self.settings = dict(settings or {})
 
     # saving -------------------------------------------------------------------------------------
     def save(self, epoch: int) -> Path:
@@ -146,6 +162,8 @@ class CheckpointManager:
                     "replicated": sorted(self.replicated), "per_rank": sorted(self.per_rank), "files": listed}
         if self.sharded:
             manifest["sharded"] = sorted(self.sharded)
+        if self.settings:
+            manifest["settings"] = self.settings
         _verify_files(tmp, manifest)
         atomic_write_text(tmp / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
         shutil.rmtree(final, ignore_errors=True)

@@ -93,7 +93,9 @@ class Trainer:
         if tc.checkpoint_dir:
             replicated, per_rank, sharded = parts.checkpointed()
             self.checkpoints = CheckpointManager(instance_dir(tc.checkpoint_dir, self.env.layout.instance),
-                                                 parts.parallel.comm, replicated, per_rank, sharded)
+                                                 parts.parallel.comm, replicated, per_rank, sharded,
+                                                 {"train.precision": tc.precision,
+                                                  "train.channels_last": tc.channels_last})
             if tc.resume:
                 self.checkpoints.load_latest()
         self.start_epoch = parts.position.epoch + 1

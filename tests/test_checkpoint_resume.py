@@ -70,9 +70,18 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_one(workload: str, tmp
     ck = ["train.checkpoint_every=1"]
     full = _train(workload, data, tmp_path / "full",
                   [*sets, *ck, "train.max_epochs=2", f"train.checkpoint_dir={tmp_path / 'ck_full'}"])
-    _train(workload, data, tmp_path / "first", [*sets, *ck, "train.max_epochs=1", f"train.checkpoint_dir={tmp_path / 'ck'}"])
+    first = _train(workload, data, tmp_path / "first",
+                   [*sets, *ck, "train.max_epochs=1", f"train.checkpoint_dir={tmp_path / 'ck'}"])
     resumed = _train(workload, data, tmp_path / "resumed",
                      [*sets, *ck, "train.max_epochs=2", f"train.checkpoint_dir={tmp_path / 'ck'}", "train.resume=true"])
+    # the settings chosen at start ("auto": a timing probe for the memory layout on a CPU) are the checkpoint's:
+    # a busier box once made the resumed run probe the other layout, and its epoch 2 was not the full run's
+    recorded = json.loads(next((tmp_path / "ck").rglob("epoch_0001/manifest.json")).read_text())["settings"]
+    for key in ("precision", "channels_last"):
+        was, now = (_values(log, f"hpcbench_{key}")[0] for log in (first, resumed))
+        assert now["value"] == was["value"] == recorded[f"train.{key}"], key  # type: ignore[index]
+        if now["requested"] == "auto":  # type: ignore[index]
+            assert now["reason"] == "as the checkpoint it resumes from", now
     # the logged losses and metrics of epoch 2 are the uninterrupted run's
     losses_full = [v["train_loss"] for v in _values(full, "tracked_stats")]  # type: ignore[index]
     losses_resumed = [v["train_loss"] for v in _values(resumed, "tracked_stats")]  # type: ignore[index]
