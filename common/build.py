@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -26,6 +27,7 @@ from .parallel import Parallel
 from .parts import DataPosition, DataState, RankWeights, RNGStreams, SharedWeights, Stateful, ToDevice
 from .precision import Precision, module_to_channels_last
 from .progress import Progress
+from .runconfig import TrainConfig
 from .schedule import Schedule
 from .sharded import ShardedAdamW, ShardedModel, ShardedParams
 from .step import TrainStep, prepare_batch
@@ -166,14 +168,11 @@ def choose_for_hardware(workload: Workload, model: nn.Module, parallel: Parallel
         # a resumed run takes the choices its checkpoint was trained with (a new timing probe on a busier box
         # could pick the other layout and the resumed epochs would not be the uninterrupted run's numbers)
         kept = recorded_settings(tc.checkpoint_dir, inst.layout.instance) if tc.resume and tc.checkpoint_dir else {}
-        prec = (Choice("train.precision", "auto", kept["train.precision"], "as the checkpoint it resumes from")
-                if tc.precision == "auto" and kept.get("train.precision") in ("fp32", "bf16", "fp16")
-                else choose_precision(tc.precision, device))
-        probe = None
-        if tc.channels_last == "auto" and isinstance(kept.get("train.channels_last"), bool):
-            layout = Choice("train.channels_last", "auto", kept["train.channels_last"],
-                            "as the checkpoint it resumes from")
-        else:
+        prec = (_kept_choice("train.precision", tc.precision, kept, lambda v: v in ("fp32", "bf16", "fp16"))
+                or choose_precision(tc.precision, device))
+        layout = _kept_choice("train.channels_last", tc.channels_last, kept, lambda v: isinstance(v, bool))
+        if layout is None:
+            probe = None
             if tc.channels_last == "auto" and device.type == "cpu" and has_conv_weights(model):
                 probe = lambda: _probe_layouts(workload, model, prec.value, batch, device)  # noqa: E731
             layout = choose_channels_last(tc.channels_last, device, model, prec.value, probe)
@@ -190,6 +189,19 @@ def choose_for_hardware(workload: Workload, model: nn.Module, parallel: Parallel
             elif "WARNING" in c.reason and inst.layout.instance == 0:
                 print(f"hpcbench: {c.describe()}", file=sys.stderr, flush=True)
     return choices
+
+
+def resolved_settings(train: TrainConfig) -> dict[str, Any]:
+    """The settings :func:`choose_for_hardware` resolved, as a checkpoint's manifest records them."""
+    return {"train.precision": train.precision, "train.channels_last": train.channels_last}
+
+
+def _kept_choice(key: str, requested: Any, kept: dict[str, Any], valid: Callable[[Any], bool]) -> Choice | None:
+    """For a setting left at "auto", the value the checkpoint being resumed recorded under ``key`` (see
+    :func:`resolved_settings`); None when the setting is explicit or nothing valid was recorded."""
+    if requested != "auto" or not valid(kept.get(key)):
+        return None
+    return Choice(key, "auto", kept[key], "as the checkpoint it resumes from")
 
 
 def _probe_layouts(workload: Workload, model: nn.Module, precision: str, batch: int,

@@ -37,7 +37,7 @@ import torch
 
 from .async_eval import EvalSide, TrainSide, send_stop
 from .benchmark import PARAMETERS_KEY
-from .build import RunParts, build_parallel, build_parts, parameter_count
+from .build import RunParts, build_parallel, build_parts, parameter_count, resolved_settings
 from .cadence import TrainPoint, cadence_of
 from .checkpoint import CheckpointManager, instance_dir
 from .dist import DistEnv
@@ -94,8 +94,7 @@ class Trainer:
             replicated, per_rank, sharded = parts.checkpointed()
             self.checkpoints = CheckpointManager(instance_dir(tc.checkpoint_dir, self.env.layout.instance),
                                                  parts.parallel.comm, replicated, per_rank, sharded,
-                                                 {"train.precision": tc.precision,
-                                                  "train.channels_last": tc.channels_last})
+                                                 resolved_settings(tc))
             if tc.resume:
                 self.checkpoints.load_latest()
         self.start_epoch = parts.position.epoch + 1
