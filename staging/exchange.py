@@ -139,14 +139,20 @@ def silent_ranks(wait_s: float = PING_WAIT_S) -> list[int] | None:
     return sorted(pongs)
 
 
-def abort(timeout_s: float, what: str, who: str | None = None) -> None:
+def abort(timeout_s: float, what: str, who: str | None = None, commit: Callable[[], bool] | None = None) -> None:
     """Print why (``who``: the ranks found missing; if not given, the ranks that do not answer a "who is
     alive?" within ``PING_WAIT_S``), give the launcher time to forward it, then end the whole job
     (MPI_Abort kills the stopped or hung peer too). Without the pause the message is often lost in the
-    abort's race."""
+    abort's race.
+
+    ``commit`` (a watchdog's abort, :func:`deadline`): asked once the peers were asked, before anything
+    is printed; False means the watched call returned meanwhile (it was late, not stuck), and this
+    returns without aborting."""
     MPI = mpi()
     rank = MPI.COMM_WORLD.Get_rank()
     if not _ABORTING.acquire(blocking=False):  # another thread of this rank is already aborting
+        if commit is not None:
+            return  # the other thread ends the job
         while True:
             time.sleep(60)
     with contextlib.suppress(Exception):
@@ -159,6 +165,9 @@ def abort(timeout_s: float, what: str, who: str | None = None) -> None:
         elif silent is not None:
             who = ("every rank answered: one is alive but its work is stuck (a hang in a thread, or I/O that "
                    "never returns), not a dead or stopped process")
+    if commit is not None and not commit():
+        _ABORTING.release()
+        return
     # every live rank times out at about the same moment: the lowest speaks first and its abort ends
     # the others before they print (ranks 0-3 stagger; from rank 4 on they share the last slot); they
     # keep answering "who is alive?" meanwhile
@@ -177,22 +186,55 @@ def abort(timeout_s: float, what: str, who: str | None = None) -> None:
     MPI.COMM_WORLD.Abort(3)
 
 
+class _Watch:
+    """The state a :func:`deadline` shares with its watchdog thread: whichever of "the call returned"
+    and "the watchdog commits to aborting" comes first wins, under one lock."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.returned = False
+        self.committed = False
+
+    def commit(self) -> bool:
+        with self.lock:
+            self.committed = not self.returned
+            return self.committed
+
+    def leave(self) -> bool:
+        """The call returned; False when the watchdog had already committed to ending the job."""
+        with self.lock:
+            self.returned = True
+            return not self.committed
+
+
 @contextlib.contextmanager
 def deadline(timeout_s: float, what: str) -> Iterator[None]:
     """Bound a blocking MPI call (bcast, gather, Split, the collectives of ``init_distributed``): if it
     has not returned after ``timeout_s`` seconds, a watchdog thread aborts the job. mpi4py releases the
     GIL inside blocking calls, so the watchdog runs. If MPI is not initialized yet (a peer stopped
-    during ``MPI_Init`` itself) nothing can end the other ranks from here: this rank exits with 3."""
-    fired = threading.Event()
+    during ``MPI_Init`` itself) nothing can end the other ranks from here: this rank exits with 3.
+
+    A call that returns while the watchdog still asks the peers who is alive (late, not stuck: a loaded
+    node) makes it stand down; once it has committed, the returning thread waits for the abort instead of
+    going on, so the job prints one error, not the abort's and whatever the work would have said next
+    (seen: a 3 s bound passed by a hair on a loaded box, then rank 0's own error about the manifest)."""
+    watch = _Watch()
 
     def fire() -> None:
-        fired.set()
         mod = sys.modules.get("mpi4py.MPI")
         if mod is not None and mod.Is_initialized() and not mod.Is_finalized():
-            abort(timeout_s, what)  # does not return (MPI_Abort ends this process too)
-        else:
-            sys.stderr.write(f"hpcbench stage: error: no progress for {timeout_s:g}s while {what}\n")
-            sys.stderr.flush()
+            try:
+                abort(timeout_s, what, commit=watch.commit)  # returns only when it stood down
+            except BaseException:  # noqa: BLE001 - an abort that failed still ends this rank
+                watch.commit()
+            else:
+                if not watch.committed:
+                    return
+            os._exit(3)
+        if not watch.commit():
+            return
+        sys.stderr.write(f"hpcbench stage: error: no progress for {timeout_s:g}s while {what}\n")
+        sys.stderr.flush()
         os._exit(3)
 
     timer = threading.Timer(timeout_s, fire)
@@ -202,6 +244,9 @@ def deadline(timeout_s: float, what: str) -> Iterator[None]:
         yield
     finally:
         timer.cancel()
+        if not watch.leave():
+            while True:  # the watchdog prints and ends the job (MPI_Abort, or exit 3)
+                time.sleep(60)
 
 
 def end_job(rc: int, timeout_s: float) -> None:
