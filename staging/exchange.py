@@ -157,6 +157,7 @@ def abort(timeout_s: float, what: str, who: str | None = None, commit: Callable[
             time.sleep(60)
     with contextlib.suppress(Exception):
         sys.stdout.flush()
+    silent: list[int] | None = None
     if who is None:
         silent = silent_ranks()
         if silent:
@@ -168,10 +169,12 @@ def abort(timeout_s: float, what: str, who: str | None = None, commit: Callable[
     if commit is not None and not commit():
         _ABORTING.release()
         return
-    # every live rank times out at about the same moment: the lowest speaks first and its abort ends
-    # the others before they print (ranks 0-3 stagger; from rank 4 on they share the last slot); they
-    # keep answering "who is alive?" meanwhile
-    t_end = time.monotonic() + min(rank, ABORT_STAGGER_RANKS) * ABORT_STAGGER_S
+    # every live rank times out at about the same moment: the lowest live one speaks first and its abort
+    # ends the others before they print (places 0-3 stagger; from 4 on they share the last slot); they keep
+    # answering "who is alive?" meanwhile. The place counts the live ranks below this one: with rank 0
+    # stopped, rank 1 speaks at once instead of waiting out rank 0's slot
+    place = rank - sum(r < rank for r in silent or ())
+    t_end = time.monotonic() + min(place, ABORT_STAGGER_RANKS) * ABORT_STAGGER_S
     while time.monotonic() < t_end:
         with contextlib.suppress(Exception):
             answer_pings(force=True)
