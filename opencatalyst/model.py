@@ -167,7 +167,9 @@ class DimeNetPP(nn.Module):
         self.sbf = SphericalBasis(c.num_spherical, c.num_radial)
         self.emb = nn.Embedding(95, c.hidden)
         nn.init.uniform_(self.emb.weight, -3 ** 0.5, 3 ** 0.5)
-        self.emb_rbf = _linear(c.num_radial, c.hidden)
+        # the reference's EmbeddingBlock (torch_geometric's) resets lin_rbf with torch's default Linear init
+        # (weight and bias U(-1/sqrt(R), 1/sqrt(R))), not glorot-orthogonal as its other blocks' layers
+        self.emb_rbf = nn.Linear(c.num_radial, c.hidden)
         self.emb_lin = nn.Linear(3 * c.hidden, c.hidden)  # columns: [x_i | x_j | rbf]
         nn.init.kaiming_uniform_(self.emb_lin.weight, a=5 ** 0.5)
         self.blocks = nn.ModuleList(Interaction(c) for _ in range(c.blocks))

@@ -166,3 +166,64 @@ def test_periodic_image_invariance() -> None:
     torch.testing.assert_close(e1, e0, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(f1, f0, rtol=1e-4, atol=1e-5)
     assert f0.abs().max() > 1e-4
+
+
+def test_initial_weights_follow_the_references_distributions() -> None:
+    """Closed rule "Weight and Bias Initialization": the same distributions as the reference's DimeNet++
+    (mlcommons/hpc open_catalyst dimenet_plus_plus.py with torch_geometric 1.7.2's EmbeddingBlock and
+    ResidualLayer), parameter by parameter: glorot-orthogonal (scale 2: variance 2 / (fan_in + fan_out))
+    with zero biases in the interaction and output blocks; the output blocks' last layer zero and their
+    lin_up bias torch's default U(+-1/sqrt(H)); the embedding U(+-sqrt 3); the embedding block's two Linear
+    layers torch's default init, weight and bias U(+-1/sqrt(fan_in)) (not glorot, not a zero bias);
+    the radial frequencies n * pi."""
+    torch.manual_seed(0)
+    c = DimeNetPPConfig()
+    m = DimeNetPP(c)
+    h, o, r = c.hidden, c.out_emb, c.num_radial
+    seen: set[str] = set()
+
+    def uniform(name: str, t: torch.Tensor, bound: float) -> None:
+        seen.add(name)
+        assert t.abs().max() <= bound and t.abs().max() > 0.9 * bound, name
+        if t.numel() >= 100:  # U(-b, b): std b / sqrt 3
+            assert t.std().item() == pytest.approx(bound / 3 ** 0.5, rel=0.1), name
+
+    def glorot(name: str, w: torch.Tensor) -> None:  # w as [out, in] or its transpose: the sum is the same
+        seen.add(name)
+        assert w.var().item() == pytest.approx(2.0 / (w.size(-2) + w.size(-1)), rel=1e-3), name
+
+    def zero(name: str, t: torch.Tensor) -> None:
+        seen.add(name)
+        assert not t.any(), name
+
+    p = dict(m.named_parameters())
+    torch.testing.assert_close(p["rbf.freq"], torch.arange(1, r + 1, dtype=torch.float32) * np.pi)
+    seen.add("rbf.freq")
+    uniform("emb.weight", p["emb.weight"], 3 ** 0.5)
+    uniform("emb_rbf.weight", p["emb_rbf.weight"], r ** -0.5)
+    uniform("emb_rbf.bias", p["emb_rbf.bias"], r ** -0.5)
+    uniform("emb_lin.weight", p["emb_lin.weight"], (3 * h) ** -0.5)
+    uniform("emb_lin.bias", p["emb_lin.bias"], (3 * h) ** -0.5)
+    for b in range(c.blocks):
+        q = f"blocks.{b}."
+        for name in ("rbf1", "rbf2", "sbf1", "sbf2.weight", "lin_down.weight", "lin_up.weight", "lin.weight"):
+            glorot(q + name, p[q + name])
+        kj_ji = p[q + "lin_kj_ji.weight"]
+        glorot(q + "lin_kj_ji.weight", kj_ji[:h]), glorot(q + "lin_kj_ji.weight", kj_ji[h:])
+        zero(q + "lin_kj_ji.bias", p[q + "lin_kj_ji.bias"])
+        zero(q + "lin.bias", p[q + "lin.bias"])
+        for part, n in (("before", c.num_before_skip), ("after", c.num_after_skip)):
+            for i in range(n):
+                for lin in ("lin1", "lin2"):
+                    glorot(f"{q}{part}.{i}.{lin}.weight", p[f"{q}{part}.{i}.{lin}.weight"])
+                    zero(f"{q}{part}.{i}.{lin}.bias", p[f"{q}{part}.{i}.{lin}.bias"])
+    for k in range(c.blocks + 1):
+        glorot("out.rbf", p["out.rbf"][k])
+        glorot("out.up", p["out.up"][k])
+        uniform("out.up_b", p["out.up_b"][k], h ** -0.5)
+        for layer in range(c.num_output_layers):
+            glorot("out.w", p["out.w"][layer, k])
+    zero("out.b", p["out.b"])
+    zero("out.final", p["out.final"])
+    assert seen == set(p), set(p) ^ seen  # every parameter has its rule
+    assert o == p["out.up_b"].size(-1)
