@@ -56,7 +56,8 @@ from .flat_optim import FlatOptimizer, _assign, _momentum_skipping  # noqa: F401
 
 class SGD(FlatOptimizer):
     """PyTorch SGD semantics (L2 weight decay, momentum buffer starting at the first gradient);
-    ``decay_exempt`` tensors get no weight decay. ``momentum_form = "keras"``: the rate inside the velocity,
+    ``decay_exempt`` tensors get no weight decay. ``weight_decay_form = "keras_l2"``: the decay term is
+    ``2 weight_decay p``, the gradient of Keras' ``regularizers.l2(weight_decay)`` loss term. ``momentum_form = "keras"``: the rate inside the velocity,
     ``v = m v + lr d``, ``p -= v`` (Nesterov: ``p -= m v + lr d``), as Keras' SGD (equal to torch's form while
     the rate is constant)."""
 
@@ -68,10 +69,12 @@ class SGD(FlatOptimizer):
         #: (offset, length) of the tensors kept out of the weight decay (only when there is decay)
         self.exempt = [(o, n) for o, n, e in zip(flat.offsets, flat.numels, decay_exempt) if e] \
             if cfg.weight_decay else []
+        #: the factor of p in the gradient's decay term
+        self.decay = cfg.weight_decay * (2.0 if cfg.weight_decay_form == "keras_l2" else 1.0)
 
     def _update(self, p, g, lr, skip) -> None:  # noqa: ANN001
         c = self.cfg
-        d = g.add(p, alpha=c.weight_decay) if c.weight_decay else g
+        d = g.add(p, alpha=self.decay) if self.decay else g
         if self.exempt:  # their plain gradient back in place of the decayed one
             torch._foreach_copy_([d[o : o + n] for o, n in self.exempt], [g[o : o + n] for o, n in self.exempt])
         if c.momentum and c.momentum_form == "keras":  # torch's momentum step on the rate-scaled gradient

@@ -29,6 +29,10 @@ class OptimConfig:
     betas: tuple[float, ...] = (0.9, 0.999)  # adam/adamw/lamb
     eps: float = 1e-8  # adam/adamw/lamb; lars: epsilon of the trust ratio (MLPerf ResNet closed: 0)
     weight_decay: float = 0.0
+    # sgd: "torch" (the gradient gains weight_decay x p, torch's L2) or "keras_l2" (it gains 2 x weight_decay x p:
+    # the gradient of the weight_decay x sum(p^2) that Keras' regularizers.l2(weight_decay) adds to the loss,
+    # the CosmoFlow reference's model.l2, logged as opt_weight_decay); the workload says which tensors decay
+    weight_decay_form: Literal["torch", "keras_l2"] = "torch"
     lr_decay: float = 0.0  # adagrad: lr / (1 + (step - 1) * lr_decay)
     initial_accumulator: float = 0.0  # adagrad: starting value of the squared-gradient sum
     bias_correction: bool = True  # lamb
@@ -129,6 +133,12 @@ class OptimConfig:
         if self.warmup_start_lr and not (self.lr_per_epoch or self.warmup_style == "linspace"):
             raise ConfigError("config key 'optim.warmup_start_lr': applies to optim.lr_per_epoch = true or "
                               "optim.warmup_style = 'linspace' only")
+        if self.weight_decay_form not in ("torch", "keras_l2"):
+            raise ConfigError(f"config key 'optim.weight_decay_form': expected 'torch' or 'keras_l2', got "
+                              f"{self.weight_decay_form!r}")
+        if self.weight_decay_form == "keras_l2" and self.name != "sgd":
+            raise ConfigError(f"config key 'optim.weight_decay_form': 'keras_l2' applies to optim.name = 'sgd' only, "
+                              f"got {self.name!r}")
         if self.momentum_form not in ("torch", "keras"):
             raise ConfigError(f"config key 'optim.momentum_form': expected 'torch' or 'keras', got {self.momentum_form!r}")
         if self.warmup_style not in ("harness", "nemo", "linspace", "zero_start"):

@@ -52,6 +52,14 @@ class CosmoFlowNet(nn.Module):
         return torch.tanh(self.head(h)) * self.output_scale
 
 
+def decayed_names(cfg: CosmoModelConfig) -> frozenset[str]:
+    """The parameters the reference's weight decay reaches: the kernels of the hidden Dense layers, which
+    alone carry ``kernel_regularizer=l2(l2)`` (mlcommons/hpc cosmoflow/models/cosmoflow.py); not the convolutions,
+    the biases or the output layer. Named as :class:`CosmoFlowNet` names them (``head.1.weight``, ``head.4.weight``:
+    after the flatten, each hidden layer is a Linear, a LeakyReLU and a Dropout)."""
+    return frozenset(f"head.{1 + 3 * i}.weight" for i in range(len(cfg.fc_sizes)))
+
+
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 

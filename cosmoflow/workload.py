@@ -71,6 +71,12 @@ class CosmoFlowWorkload(Workload[CosmoFlowConfig]):
 
         return CosmoFlowNet(self.cfg.model, self.cfg.data.size)
 
+    def no_weight_decay(self, name: str) -> bool:
+        """Every tensor but the hidden Dense kernels: the reference's l2 regularizer is on those alone."""
+        from .model import decayed_names
+
+        return name not in decayed_names(self.cfg.model)
+
     def forward(self, model: "nn.Module", batch: Batch) -> "torch.Tensor":
         return model(batch[0])
 

@@ -6,10 +6,12 @@ The reference's schedule, as its ``utils/optimizers.py`` defines it and its ``tr
 ``base_lr + epoch x (peak - base_lr) / n_warmup_epochs``; after it ``peak x d`` for the ``decay_schedule``
 entry ``e: d`` with the largest ``e < epoch`` (1 before the first). Its config (``configs/cosmo.yaml``):
 base_lr 0.001, base_batch_size 64, linear scaling, 4 warmup epochs, decay_schedule {32: 0.25, 64: 0.125},
-128 epochs, SGD momentum 0.9, dropout 0.5, no L2. docs/closed.md lists what each test here proves.
+128 epochs, SGD momentum 0.9, dropout 0.5, no L2 (its model's ``l2``, 0 there, is Keras' ``regularizers.l2`` on the
+two hidden Dense kernels; the RCPs at batch 64 and 512 set 0.01). docs/closed.md lists what each test here proves.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -126,3 +128,69 @@ def test_a_key_that_names_one_cumulative_rate_refuses_absolute_factors() -> None
     optim = OptimConfig(name="adam", schedule="multistep", unit="steps", milestones=(10, 20), decay_factors=(0.5, 0.1))
     with pytest.raises(ConfigError, match="optim.decay_factors"):
         optimizer_keys(DEEPCAM, optim, 7, 3)
+
+
+def test_weight_decay_is_the_references_keras_l2_on_the_hidden_dense_kernels() -> None:
+    """``optim.weight_decay`` with the closed ``weight_decay_form = "keras_l2"`` trains as the reference's ``l2``
+    (the RCP points at batch 64 and 512 use 0.01): the loss gains ``l2 x sum(k^2)`` over the two hidden Dense
+    kernels only (``kernel_regularizer=l2(l2)``), under Keras' SGD. Ours: the harness's flat SGD with the
+    workload's decay mask; the reference's maths written with autograd on a copy with the same weights."""
+    from hpcbench.common.flat import FlatParams
+    from hpcbench.common.optim import build_optimizer
+    from hpcbench.workloads.cosmoflow.model import CosmoFlowNet
+
+    l2, lr, m = 0.01, 0.05, 0.9
+    cfg = CosmoFlowWorkload.load_config("full", [f"optim.weight_decay={l2}", "model.conv_layers=2",
+                                                 "model.conv_channels=2", "data.size=8", "model.fc_sizes=[6, 5]"])
+    assert cfg.optim.weight_decay_form == "keras_l2"
+    wl = CosmoFlowWorkload(cfg)
+    torch.manual_seed(0)
+    ours = CosmoFlowNet(cfg.model, cfg.data.size).eval()  # eval: no dropout draw, the same forward in both
+    ref = CosmoFlowNet(cfg.model, cfg.data.size).eval()
+    start = {k: v.clone() for k, v in ours.state_dict().items()}
+    ref.load_state_dict(start)
+    names = [n for n, _ in ours.named_parameters()]
+    decayed = [n for n in names if not wl.no_weight_decay(n)]
+    assert decayed == ["head.1.weight", "head.4.weight"]  # the two hidden Dense kernels, not the output's
+    flat = FlatParams(ours)
+    opt = build_optimizer(flat, cfg.optim, decay_exempt=[wl.no_weight_decay(n) for n in names])
+    velocity = {n: torch.zeros_like(p) for n, p in ref.named_parameters()}
+
+    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(step)
+        return torch.randn(3, 4, 8, 8, 8, generator=g), torch.rand(3, 4, generator=g) - 0.5
+
+    for step in range(4):
+        x, y = batch(step)
+        loss = wl.loss(ours(x), (x, y)) / y.numel()
+        ours.zero_grad(set_to_none=False)
+        loss.backward()
+        opt.step(torch.tensor(lr))
+        # the reference: mse + the regularizer's loss term, Keras SGD (v = m v - lr g, w += v)
+        ref_loss = (ref(x) - y).square().mean() + l2 * sum(p.square().sum() for n, p in ref.named_parameters()
+                                                           if n in decayed)
+        grads = torch.autograd.grad(ref_loss, list(ref.parameters()))
+        with torch.no_grad():
+            for (n, p), g in zip(ref.named_parameters(), grads):
+                velocity[n] = m * velocity[n] - lr * g
+                p.add_(velocity[n])
+    for (n, a), b in zip(ours.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=n)
+    # the decay is really in it: torch's form (wd x w, half the regularizer's gradient) ends elsewhere
+    half = CosmoFlowNet(cfg.model, cfg.data.size).eval()
+    half.load_state_dict(start)
+    opt = build_optimizer(FlatParams(half), dataclasses.replace(cfg.optim, weight_decay_form="torch"),
+                          decay_exempt=[wl.no_weight_decay(n) for n in names])
+    for step in range(4):
+        x, y = batch(step)
+        half.zero_grad(set_to_none=False)
+        (wl.loss(half(x), (x, y)) / y.numel()).backward()
+        opt.step(torch.tensor(lr))
+    assert (half.state_dict()["head.1.weight"] - ours.state_dict()["head.1.weight"]).abs().max() > 1e-4
+
+
+def test_keras_l2_is_refused_outside_sgd_and_a_bad_form_is_named() -> None:
+    with pytest.raises(ConfigError, match="optim.weight_decay_form.*'keras_l2' applies to optim.name = 'sgd' only"):
+        CosmoFlowWorkload.load_config("full", ["optim.name=adamw", "train.division=open"])
+    with pytest.raises(ConfigError, match="optim.weight_decay_form': 'l2' is not allowed; expected one of 'torch', 'keras_l2'"):
+        CosmoFlowWorkload.load_config("mini", ["optim.weight_decay_form=l2"])

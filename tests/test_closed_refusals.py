@@ -14,7 +14,7 @@ from hpcbench.common.errors import ConfigError
     ("bert", "model.hidden_dropout=0", "model.hidden_dropout"),
     ("bert", "model.attention_dropout=0", "model.attention_dropout"),
     ("bert", "data.eval_samples=5000", "data.eval_samples"),
-    ("cosmoflow", "optim.weight_decay=0.01", "optim.weight_decay"),
+    ("cosmoflow", "optim.weight_decay_form=torch", "optim.weight_decay_form"),
     ("dlrm_dcnv2", "train.eval_every=0.01", "train.eval_every"),
     ("oc20", "optim.weight_decay=0", "optim.weight_decay"),
     ("oc20", "optim.eps=1e-6", "optim.eps"),
