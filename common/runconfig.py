@@ -191,7 +191,8 @@ class DataConfig:
     shuffle: Literal["global", "local"] = "global"
     # the training permutation's remainder that does not fill a global batch: "drop" it (a different one
     # each epoch) or "pad" the last batch with the permutation's first samples, so that every sample is read
-    # each epoch (the MLPerf training rules allow only DLRMv2 to drop it; common/data/sampler.py)
+    # each epoch (the MLPerf training rules name dropping for DLRMv2 only; DeepCAM's reference drops it too, and its
+    # full preset follows the reference: docs/closed.md; common/data/sampler.py)
     last_batch: Literal["drop", "pad"] = "drop"
     # train.loader = "dali": run the pipeline on super-batches of this many batches and cut them back
     # (the input batch multiplier; common/data/dali.py); 1 = off
