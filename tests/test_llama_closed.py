@@ -31,6 +31,7 @@ def test_full_preset_keys_pass_the_closed_yaml() -> None:
     checked = check_closed_yaml("training_6.0.0", "closed_llama31_8b.yaml", logged)
     assert len(checked) == 16  # every key of the YAML but eval_accuracy (the target, checked below)
     assert logged["opt_learning_rate_decay_steps"] == 1_200_000 - 16 and logged["max_sequence_length"] == 8192
+    assert logged["init_checkpoint_step"] == 0  # the reference logs it: random weights, no checkpoint
     t = w.target()
     assert (t.threshold, t.higher_is_better, t.reached(3.29), t.reached(3.31)) == (3.3, False, True, False)
 

@@ -16,8 +16,9 @@ arrays fix which tokens and in which order (Megatron ``megatron/core/datasets/gp
   helper walks the documents; the rows are the same, empty documents included);
 * the **shuffle index**: a permutation of the samples (the samples of a separate final epoch shuffled apart).
 
-``shuffle=False`` (the evaluation split: the reference reads its validation samples in the stored order)
-keeps the document order and the identity permutation. Memory is that of Megatron's arrays: O(documents x
+``shuffle=False`` (the evaluation split, as the reference's README states it: "the first 1024 sequences", "we
+do not shuffle the validation dataset"; its code builds the validation GPTDataset with the run's seed, which
+shuffles it, and docs/closed.md says which we follow) keeps the document order and the identity permutation. Memory is that of Megatron's arrays: O(documents x
 epochs) for the document index and its cumulative lengths, O(samples) for the sample and shuffle indices;
 nothing is per token, and a sample's tokens are read from the memory-mapped .bin when it is asked for.
 """

@@ -117,7 +117,8 @@ class LlamaWorkload(Workload[LlamaConfig]):
         return self.cfg.data.seq_len
 
     def hyperparameters(self) -> dict[str, Any]:
-        return {**super().hyperparameters(), "max_steps": self.cfg.model.max_steps}
+        # init_checkpoint_step: the reference logs 0 (it trains from random weights, no checkpoint)
+        return {**super().hyperparameters(), "max_steps": self.cfg.model.max_steps, "init_checkpoint_step": 0}
 
     # synthetic data -------------------------------------------------------------------------
     @classmethod
