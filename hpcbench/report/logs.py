@@ -15,6 +15,12 @@ PREFIX = ":::MLLOG "
 METRIC_KEYS = ("eval_error", "eval_accuracy")
 EVAL_KEYS = (*METRIC_KEYS, "eval_start", "eval_stop")
 MAX_RUN_S = 7 * 24 * 3600.0  # a timed run longer than a week is taken as a broken clock or an edited log
+#: records of the run itself: after the first, a setting logged again with another value is not a contradiction
+#: of the run's settings (tracked_stats and evaluations change by design)
+RUN_KEYS = frozenset({"run_start", "epoch_start", "block_start", "eval_start", "tracked_stats", *METRIC_KEYS})
+#: logged counts read as integers (a string such as "one" is named and not used)
+INTEGER_KEYS = frozenset({"seed", "number_of_nodes", "accelerators_per_node", "train_samples", "eval_samples",
+                          "global_batch_size"})
 MIN_UNIX_MS = 1e12  # time_ms is Unix time in milliseconds: below this (2001-09-09) a log was written in seconds
 
 
@@ -159,7 +165,7 @@ def _records(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], list[str]]:
     out, bad = [], []
     lines = text.splitlines()
     for lineno, line in enumerate(lines, 1):
-        pos = line.find(PREFIX)
+        pos = line.rfind(PREFIX)  # the last one: two writers interleaved on a line, as the official parser reads it
         if pos < 0:
             continue
         try:
@@ -173,11 +179,15 @@ def _records(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], list[str]]:
             bad.append(f"line {lineno}: MLLOG record needs 'key' and 'time_ms'")
             continue
         t = rec["time_ms"]
-        if isinstance(t, bool) or not isinstance(t, (int, float)):
+        # float(), as the official parser reads it: a number, or a string holding one ("1.7e12")
+        if isinstance(t, bool) or not isinstance(t, (int, float, str)):
             bad.append(f"line {lineno}: time_ms of {rec['key']!r} is not a number ({t!r})")
             continue
         try:
-            float(t)
+            rec["time_ms"] = float(t)
+        except ValueError:
+            bad.append(f"line {lineno}: time_ms of {rec['key']!r} is not a number ({t!r})")
+            continue
         except OverflowError:  # an integer beyond the float range (a crafted or corrupted log)
             bad.append(f"line {lineno}: time_ms of {rec['key']!r} is beyond the float range")
             continue
@@ -202,22 +212,35 @@ def parse_log(path: Path) -> RunLog:
     if not records:
         raise NotAResultLog(f"{path}: no readable ':::MLLOG' lines; is this an MLPerf result log?")
     evals: list[tuple[int, str, float]] = []
+    running = False  # a record of the run itself seen (its start, an epoch, an evaluation): settings come before
     for lineno, rec in records:
         key, value, t = rec["key"], rec.get("value"), float(rec["time_ms"])
-        meta = rec.get("metadata") or {}
+        if not isinstance(key, str):
+            log.problems.append(f"line {lineno}: key {key!r} is not a string (record ignored)")
+            continue
+        meta = rec.get("metadata")
+        if meta is None:
+            meta = {}
+        elif not isinstance(meta, dict):
+            log.problems.append(f"line {lineno}: metadata of {key!r} is {type(meta).__name__} {meta!r}, expected an "
+                                "object (its fields are not read)")
+            meta = {}
+        running = running or key in RUN_KEYS
         if not math.isfinite(t):
             log.rejections.append(f"line {lineno}: {key} at time_ms={t} (not a finite time)")
             continue  # a non-finite time is not used in any figure
         if key in EVAL_KEYS:
             evals.append((lineno, key, t))
         if rec.get("event_type") == "POINT_IN_TIME":
-            if (log.run_start_ms is None and key in log.values and key not in METRIC_KEYS
-                    and log.values[key] != value):  # the run's settings, logged twice with two values
+            if (not running and key in log.values and log.values[key] != value):  # the run's settings, twice
                 log.problems.append(f"line {lineno}: {key} logged again with another value ({log.values[key]!r}, "
                                     f"now {value!r}): the run's settings contradict themselves")
             log.values.setdefault(key, value)
         if key in scalar:
-            setattr(log, scalar[key], value)
+            if key in INTEGER_KEYS and not _is_integer(value):
+                log.problems.append(f"line {lineno}: {key} is {value!r}, expected an integer (not used)")
+            else:
+                setattr(log, scalar[key], int(value) if key in INTEGER_KEYS else value)
         elif key == "cache_clear":
             log.cache_clear = value is True
         elif key == "init_stop":
@@ -229,7 +252,8 @@ def parse_log(path: Path) -> RunLog:
         elif key == "run_stop":
             if log.run_stop_ms is not None:
                 log.rejections.append(f"line {lineno}: second run_stop (two runs in one file?)")
-            log.run_stop_ms, log.status = t, meta.get("status")
+            status = meta.get("status")  # the checker's rule compares it lower-cased ("SUCCESS" passes)
+            log.run_stop_ms, log.status = t, status.lower() if isinstance(status, str) else None
         elif key in ("epoch_start", "block_start"):
             open_epoch = t
         elif key in ("epoch_stop", "block_stop"):
@@ -281,7 +305,7 @@ def parse_log(path: Path) -> RunLog:
         best = [e.value for e in log.metrics if tgt is not None and e.key == tgt.key]
         log.problems.append(f"run_stop says success but no evaluation met the target {tgt.describe() if tgt else ''}"
                             + (f" (last {best[-1]:g})" if best else " (no evaluation logged)"))
-    if log.complete and log.status != "success" and log.target_met:
+    if log.complete and log.status is not None and log.status != "success" and log.target_met:
         log.problems.append(f"run_stop says {log.status or 'nothing'} but an evaluation met the target: counted, as the "
                             "official summarizer counts it (it does not read the status)")
     log.problems.extend(log.bad_lines)
@@ -294,6 +318,13 @@ def _outside_run(log: RunLog, found: list[tuple[int, str]], where: str) -> None:
         n, k = found[0]
         more = f" (and {len(found) - 1} more evaluation record(s))" if len(found) > 1 else ""
         log.rejections.append(f"line {n}: {k} is {where}{more}: evaluations belong to the timed run")
+
+
+def _is_integer(value: Any) -> bool:
+    """An integer as logged (a whole float such as 4.0 too), not a bool, a string or a fraction."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
 
 
 def _number(value: Any, default: float) -> float:

@@ -7,8 +7,10 @@ moves each failed instance's log to ``ROOT/hpcbench/<system>/weak/<benchmark>/pr
 job's own summary, outside what the official tools read): nothing is deleted, nothing is overwritten, and
 either every planned move happens or none does (a failed rename moves the earlier ones back).
 
-Rejected logs (a duplicated run, absurd times) are not failed instances but broken or edited files: they stay
-in place for the user to look at, and the report keeps calling the folder not valid.
+Rejected logs (a duplicated run, absurd times, or a log the official compliance checker rejects for more than a
+missed target, e.g. another benchmark's log) are not failed instances but broken or edited files: they stay in
+place for the user to look at, and the report keeps calling the folder not valid. The compliance checker is run
+here on each candidate, as the report runs it, so that the two agree on which logs are rejected.
 """
 from __future__ import annotations
 
@@ -51,9 +53,24 @@ def plan(results: Path) -> tuple[list[Move], list[tuple[Path, str]]]:
         if g.mode != "weak" or not g.official_layout:
             continue
         dest = extras_dir(root, g.system, "weak", g.benchmark) / PRUNED
+        _official_rejections(g)
         moves += [Move(path, dest / path.name, why) for path, why in failed_logs(g)]
-        kept += [(r.path, "; ".join(r.rejections)) for r in g.runs if r.rejections]
+        kept += [(r.path, "; ".join(r.rejections) or f"official compliance checker: {r.official_rejection}")
+                 for r in g.runs if r.rejected]
     return moves, kept
+
+
+def _official_rejections(group: Group) -> None:
+    """Set each not-converged run's ``official_rejection`` as the report sets it (the compliance checker with
+    the group's suite and ruleset); without mlperf-logging installed, only our own checks reject."""
+    from .official import available, check_compliance, rejection
+
+    if not available():
+        return
+    for run in group.runs:
+        if not run.converged and not run.rejected:
+            passed, output = check_compliance(run.path, group.suite, group.ruleset)
+            run.official_rejection = rejection(run, passed, output)
 
 
 def prune_failed(results: Path) -> tuple[list[Move], list[tuple[Path, str]]]:
