@@ -101,7 +101,7 @@ def test_full_preset_logs_the_boundaries_and_each_absolute_factor(tmp_path: Path
     cfg = CosmoFlowWorkload.load_config("full")
     keys = optimizer_keys(BENCHMARK, cfg.optim, TRAIN_SAMPLES // 512, cfg.train.max_epochs)
     hp = {**keys, "dropout": cfg.model.dropout}
-    want = {"opt_name": "sgd", "opt_base_learning_rate": 0.008, "opt_momentum": 0.9,
+    want = {"opt_name": "sgd", "opt_base_learning_rate": 0.008, "opt_momentum": 0.9, "sgd_opt_momentum": 0.9,
             "opt_learning_rate_warmup_epochs": 4, "opt_learning_rate_warmup_factor": 8.0,
             "opt_learning_rate_decay_boundary_epochs": [32, 64], "opt_learning_rate_decay_factor": [0.25, 0.125],
             "opt_weight_decay": 0.0, "dropout": 0.5}
