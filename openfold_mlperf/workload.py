@@ -191,6 +191,7 @@ class OpenFoldWorkload(Workload[OpenFoldConfig]):
         return {
             **super().hyperparameters(),
             "target_avg_lddt_ca_value": self.target().threshold,
+            "precision": self.cfg.train.precision,  # the reference logs its --precision (fp32 or tf32)
             "train_max_pdb_release_date": d.train_max_pdb_release_date,
             "val_min_cameo_submission_date": d.val_min_cameo_submission_date,
             "val_max_cameo_submission_date": d.val_max_cameo_submission_date,

@@ -137,6 +137,7 @@ def test_full_preset_keys_pass_the_closed_yaml() -> None:
               "train_samples": w.sizes.train_samples, "eval_samples": w.sizes.eval_samples}
     checked = check_closed_yaml("hpc_3.0.0", "closed_openfold.yaml", logged)
     assert len(checked) == 38  # every key of the YAML but eval_accuracy (the target, checked below)
+    assert logged["precision"] == "fp32"  # not in the YAML; the reference logs its --precision
     closed = cls.record.closed
     assert closed is not None and logged["model_parameters_count"] == closed.parameters[0] == 93_229_082
     assert all(logged[k] == v for k, v in closed.fixed.items())
