@@ -16,3 +16,9 @@ class DataError(HpcbenchError):
 
 class DistributedError(HpcbenchError):
     """A problem with the distributed layout (ranks, instances, rendezvous)."""
+
+
+#: what h5py raises for an HDF5 file that is truncated or corrupt: OSError (bad signature, truncated, unreadable
+#: chunk), RuntimeError (damaged metadata, e.g. "bad heap free list" when a membership test walks a group), and
+#: KeyError or ValueError from some damaged object headers. A reader turns these into a DataError naming the file.
+HDF5_ERRORS: tuple[type[Exception], ...] = (OSError, RuntimeError, KeyError, ValueError)

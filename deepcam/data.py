@@ -19,7 +19,7 @@ import h5py
 import numpy as np
 
 from hpcbench.common.data.values import all_finite
-from hpcbench.common.errors import DataError
+from hpcbench.common.errors import HDF5_ERRORS, DataError
 
 from .layout import LAYOUT
 
@@ -52,7 +52,7 @@ class Normalizer:
                 if missing:
                     raise DataError(f"'{path}': missing datasets {', '.join('climate/' + k for k in missing)}")
                 lo, hi = (np.asarray(f[f"climate/{k}"][...], dtype=np.float64) for k in ("minval", "maxval"))
-        except OSError as exc:
+        except HDF5_ERRORS as exc:
             raise DataError(f"cannot read DeepCAM statistics file '{path}': {exc}") from None
         if lo.ndim != 1 or hi.shape != lo.shape or max(channels) >= lo.shape[0]:
             raise DataError(f"'{path}': climate/minval and climate/maxval must be 1-D per-channel arrays "
@@ -116,7 +116,7 @@ def sample_shape(path: Path, multiple: int = 1) -> tuple[int, int]:
                 raise DataError(f"'{path}': climate/data has shape {f['climate/data'].shape}; expected (H, W, C)")
             _check_data_dtype(path, f["climate/data"])
             h, w = f["climate/data"].shape[:2]
-    except OSError as exc:
+    except HDF5_ERRORS as exc:
         raise DataError(f"cannot read DeepCAM sample '{path}': {exc}") from None
     if h % multiple or w % multiple:
         down = f"{max(multiple, h // multiple * multiple)}x{max(multiple, w // multiple * multiple)}"
@@ -170,7 +170,7 @@ def _read(path: Path, channels: Sequence[int], shape: tuple[int, ...] | None,
                 lset.read_direct(labels)
             else:
                 stored = lset[...]
-    except OSError as exc:
+    except HDF5_ERRORS as exc:
         raise DataError(f"cannot read DeepCAM sample '{path}': {exc}") from None
     _check_finite(path, channels, data)
     if check_labels:

@@ -111,6 +111,17 @@ def verify_shard(path: str | os.PathLike[str], expected: int) -> None:
         shard.close()
 
 
+def _check_length(path: Path, env: lmdb.Environment) -> None:
+    """A file cut short (an interrupted copy) holds fewer bytes than the pages its header says are in use: LMDB
+    maps the file and a read past its end kills the process with SIGBUS, so this is checked before any read."""
+    need = (int(env.info()["last_pgno"]) + 1) * int(env.stat()["psize"])
+    have = path.stat().st_size
+    if have < need:
+        raise DataError(f"{path}: truncated LMDB file: {have} bytes, but its header says pages up to "
+                        f"{env.info()['last_pgno']} of {env.stat()['psize']} bytes are in use ({need} bytes); "
+                        "copy or stage it again")
+
+
 class Shard:
     """One read-only LMDB file; values decoded lazily by index. ``stored_sizes`` is the validated
     ``"sizes"`` key, or None for a file without one (an original OC20 file)."""
@@ -136,6 +147,11 @@ class Shard:
                                 meminit=False, max_readers=64)
             except lmdb.Error as exc:
                 raise DataError(f"{self.path}: not a readable LMDB file ({exc})") from None
+            try:
+                _check_length(self.path, env)
+            except DataError:
+                env.close()
+                raise
             _OPEN[key] = env
         return env
 

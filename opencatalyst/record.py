@@ -30,6 +30,14 @@ MAGIC = b"HPCBOC20"
 VERSION = 1
 _ALLOWED = {"float32", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"}
 #: field -> (dtype, shape with "N" atoms / "E" edges); the S2EF fields of DESIGN.md section 4
+#: (field, lowest, highest, what the values mean) of the per-atom integer fields: an atomic number outside the
+#: model's embedding (rows 0..94, row 0 the padding atom of static shapes) would index past it or train on padding
+MAX_ATOMIC_NUMBER = 94
+INTEGER_RANGES: tuple[tuple[str, int, int, str], ...] = (
+    ("atomic_numbers", 1, MAX_ATOMIC_NUMBER, "elements; 0 is the padding atom and the embedding ends at 94"),
+    ("tags", 0, 2, "0 sub-surface, 1 surface, 2 adsorbate"),
+    ("fixed", 0, 1, "1 for an atom held fixed"),
+)
 ARRAY_FIELDS: dict[str, tuple[str, tuple[str | int, ...]]] = {
     "pos": ("float32", ("N", 3)),
     "atomic_numbers": ("int64", ("N",)),
@@ -172,6 +180,13 @@ def validate(sample: Mapping[str, Any], where: str, floats: np.ndarray | None = 
     ei = np.asarray(sample["edge_index"])
     if ei.size and (ei.min() < 0 or ei.max() >= n):
         raise DataError(f"{where}: edge_index refers to atoms outside 0..{n - 1}")
+    for name, lo, hi, meaning in INTEGER_RANGES:
+        arr = np.asarray(sample[name])
+        bad = (arr < lo) | (arr > hi) | (arr != np.round(arr)) if arr.dtype.kind == "f" else (arr < lo) | (arr > hi)
+        if arr.size and bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise DataError(f"{where}: field '{name}' is {arr[i].item()!r} at atom {i}; expected integers {lo}..{hi} "
+                            f"({meaning})")
     checked = floats is not None and all_finite(floats)
     for name in FLOAT_FIELDS:
         arr = np.asarray(sample[name])

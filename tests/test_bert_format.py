@@ -183,6 +183,26 @@ def test_truncated_and_missing_files_are_named(tmp_path: Path) -> None:
         open_shard(tmp_path / "nope.hdf5", **LIMITS)
 
 
+def test_corrupt_metadata_and_another_datasets_file_are_named(tmp_path: Path) -> None:
+    import random
+
+    path = tmp_path / "t.hdf5"
+    write_padded(path, _rows(20), **LIMITS)
+    raw = bytearray(path.read_bytes())
+    rng = random.Random(0)
+    raw[700:900] = bytes(rng.randrange(256) for _ in range(200))  # the root group's metadata
+    path.write_bytes(bytes(raw))
+    with pytest.raises(DataError, match=r"t.hdf5: cannot list its keys \(.*bad heap free list.*\); the file is truncated "
+                                        r"or corrupt"):
+        open_shard(path, **LIMITS)  # was: a bare RuntimeError from h5py and a traceback
+    other = tmp_path / "other.hdf5"
+    with h5py.File(other, "w") as f:
+        f["climate/data"] = np.zeros((2, 2, 2), np.float32)
+    with pytest.raises(DataError, match=r"other.hdf5: not a BERT pretraining shard: its top-level keys are \['climate'\]; "
+                                        r"a packed shard has .*packed_input_len.*, a padded one input_ids"):
+        open_shard(other, **LIMITS)
+
+
 def test_empty_split_folder_names_the_folder_and_the_pattern_once(tmp_path: Path) -> None:
     from hpcbench.workloads.mlperf_training.bert.dataset import BertData
 

@@ -12,7 +12,7 @@ import torch
 from hpcbench.common.data.sampler import EpochSampler
 from hpcbench.common.errors import DataError
 from hpcbench.common.workload import DataShard, EpochLoader
-from hpcbench.workloads.deepcam.data import Normalizer, list_samples, read_sample
+from hpcbench.workloads.deepcam.data import Normalizer, list_samples, read_sample, sample_shape
 from hpcbench.workloads.deepcam.datagen import write_dataset
 from hpcbench.workloads.deepcam.synth import CHANNELS
 from hpcbench.workloads.deepcam.workload import DeepCAMWorkload
@@ -111,6 +111,26 @@ def _write(path: Path, data: np.ndarray, labels: np.ndarray) -> Path:
         f["climate/data"] = data
         f["climate/labels_0"] = labels
     return path
+
+
+def _scramble_metadata(path: Path) -> None:
+    """200 seeded random bytes over the file's first group's metadata (offset 700): h5py then raises a
+    RuntimeError ("bad heap free list") from a membership test, not an OSError."""
+    import random
+
+    raw = bytearray(path.read_bytes())
+    rng = random.Random(0)
+    raw[700:900] = bytes(rng.randrange(256) for _ in range(200))
+    path.write_bytes(bytes(raw))
+
+
+def test_corrupt_hdf5_metadata_names_the_file(tmp_path: Path) -> None:
+    p = _write(tmp_path / "data-0.h5", np.zeros((H, W, 16), np.float32), np.zeros((H, W), np.uint8))
+    _scramble_metadata(p)
+    with pytest.raises(DataError, match=r"cannot read DeepCAM sample '.*data-0\.h5': .*bad heap free list"):
+        read_sample(p, ALL, (H, W))  # was: a bare RuntimeError and a traceback
+    with pytest.raises(DataError, match=r"cannot read DeepCAM sample '.*data-0\.h5'"):
+        sample_shape(p)
 
 
 def test_wrong_shape_names_the_file(tmp_path: Path) -> None:

@@ -190,6 +190,41 @@ def test_corrupt_and_inconsistent_lmdb(tmp_path: Path) -> None:
     assert not list(split.glob("*.tmp")) and not list(split.glob(".*"))  # no partial files left
 
 
+def test_a_truncated_lmdb_file_is_named_before_any_read(tmp_path: Path) -> None:
+    """LMDB maps the file: a read past the end of a file cut short (an interrupted copy) would kill the process
+    with SIGBUS and no message. The file's length is checked against its header's last page first."""
+    path = tmp_path / "data.0000.lmdb"
+    lmdbio.write_shard(path, [sample(i) for i in range(40)])
+    size = path.stat().st_size
+    with open(path, "r+b") as f:
+        f.truncate(size // 3)
+    lmdbio.close_all()
+    with pytest.raises(DataError, match=rf"data.0000.lmdb: truncated LMDB file: {size // 3} bytes, but its header "
+                                        rf"says pages up to \d+ of \d+ bytes are in use \({size} bytes\)"):
+        lmdbio.Shard(path)
+    assert not lmdbio._OPEN  # the refused environment is not kept open
+
+
+@pytest.mark.parametrize(("field", "value", "expected"), [
+    ("atomic_numbers", 120, "1..94"), ("atomic_numbers", 0, "1..94"), ("atomic_numbers", -3, "1..94"),
+    ("tags", 3, "0..2"), ("fixed", 2, "0..1"),
+])
+def test_per_atom_integers_outside_their_range_are_named(field: str, value: int, expected: str) -> None:
+    """An atomic number past the model's embedding (rows 0..94) failed inside the model with a bare IndexError;
+    0 (the padding atom of static shapes) trained silently."""
+    bad = dict(sample())
+    bad[field] = np.array(bad[field], copy=True)
+    bad[field][1] = value
+    with pytest.raises(DataError, match=rf"k: field '{field}' is {value} at atom 1; expected integers {expected}"):
+        record.decode(record.encode(bad), "k")
+    ok = dict(sample())
+    ok["atomic_numbers"] = np.asarray(ok["atomic_numbers"], np.float32)  # original OC20 files store them as floats
+    assert_same(ok, record.decode(record.encode(ok), "k"))
+    ok["atomic_numbers"][0] = 7.5
+    with pytest.raises(DataError, match="'atomic_numbers' is 7.5 at atom 0"):
+        record.decode(record.encode(ok), "k")
+
+
 def put(path: Path, key: bytes, value: bytes) -> None:
     lmdbio.close_all()  # LMDB allows one open environment per file and process
     with lmdb.open(str(path), subdir=False, lock=False) as env, env.begin(write=True) as txn:

@@ -54,7 +54,7 @@ import h5py
 import numpy as np
 
 from hpcbench.common.atomic import make_temp
-from hpcbench.common.errors import DataError
+from hpcbench.common.errors import HDF5_ERRORS, DataError
 
 from .facts import MAX_PRED, MAX_SEQ_LEN, VOCAB_SIZE
 
@@ -167,11 +167,18 @@ def _open_h5(path: Path) -> h5py.File:
         raise DataError(f"{path}: file not found (expected an HDF5 BERT pretraining shard)")
     try:
         return h5py.File(path, "r")
-    except OSError as exc:
+    except HDF5_ERRORS as exc:
         raise DataError(f"{path}: not a readable HDF5 file, truncated or corrupt ({exc})") from None
 
 
 def _dataset(f: h5py.File, path: Path, key: str, vlen: bool) -> h5py.Dataset:
+    try:
+        return _checked_dataset(f, path, key, vlen)
+    except HDF5_ERRORS as exc:
+        raise DataError(f"{path}: cannot open dataset '{key}' ({exc}); the file is truncated or corrupt") from None
+
+
+def _checked_dataset(f: h5py.File, path: Path, key: str, vlen: bool) -> h5py.Dataset:
     if key not in f:
         raise DataError(f"{path}: missing key '{key}' (a {'packed' if vlen else 'padded'} shard has "
                         f"{', '.join(PACKED_KEYS if vlen else PADDED_KEYS)})")
@@ -199,7 +206,7 @@ def _read(ds: h5py.Dataset, path: Path, index: np.ndarray) -> np.ndarray:
             got = ds[int(uniq[0]) : int(uniq[-1]) + 1]
         else:
             got = ds[uniq]
-    except (OSError, RuntimeError) as exc:
+    except HDF5_ERRORS as exc:
         raise DataError(f"{path}: '{ds.name.lstrip('/')}': cannot read rows ({exc}); the file is truncated "
                         f"or corrupt") from None
     return got[inverse]
@@ -247,7 +254,7 @@ class Shard:
                 stop = min(start + _CHUNK_ROWS, self.rows)
                 try:
                     chunk = ds[start:stop]
-                except (OSError, RuntimeError) as exc:
+                except HDF5_ERRORS as exc:
                     raise DataError(f"{self.path}: '{key}': cannot read rows {start}..{stop - 1} ({exc}); the file "
                                     "is truncated or corrupt") from None
                 if self.packed:  # vlen rows: one flat array and the row of each entry
@@ -279,7 +286,7 @@ class Shard:
             stop = min(start + _CHUNK_ROWS * 8, rows)
             try:
                 chunk = ds[start:stop]
-            except (OSError, RuntimeError) as exc:
+            except HDF5_ERRORS as exc:
                 raise DataError(f"{self.path}: 'packed_input_len': cannot read rows {start}..{stop - 1} ({exc}); "
                                 "the file is truncated or corrupt") from None
             total += sum(map(len, chunk))
@@ -389,7 +396,14 @@ def open_shard(path: str | Path, **limits: int | None) -> Shard:
     """A padded or packed shard, told apart by the packed layout's ``packed_input_len`` key."""
     path = Path(path)
     with _open_h5(path) as f:
-        packed = "packed_input_len" in f
+        try:
+            packed = "packed_input_len" in f
+            keys = sorted(f.keys())
+        except HDF5_ERRORS as exc:
+            raise DataError(f"{path}: cannot list its keys ({exc}); the file is truncated or corrupt") from None
+    if not packed and not set(keys) & set(PADDED_KEYS):  # neither layout: another dataset's file
+        raise DataError(f"{path}: not a BERT pretraining shard: its top-level keys are {keys[:8]}; a packed shard has "
+                        f"{', '.join(PACKED_KEYS)}, a padded one {', '.join(PADDED_KEYS)}")
     return (PackedShard if packed else PaddedShard)(path, **limits)
 
 
