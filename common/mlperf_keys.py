@@ -81,6 +81,7 @@ _VALUES: dict[str, Callable[[_Run], Any]] = {
     "opt_lr": lambda r: r.optim.lr,
     "opt_end_learning_rate": lambda r: r.optim.min_lr,
     "opt_momentum": lambda r: r.optim.momentum,
+    "sgd_opt_momentum": lambda r: r.optim.momentum,  # the HPC rules' CosmoFlow name, logged whatever the optimizer
     "opt_weight_decay": lambda r: r.optim.weight_decay,
     "opt_betas": lambda r: list(r.optim.betas),
     "opt_eps": lambda r: r.optim.eps,
