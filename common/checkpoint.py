@@ -169,8 +169,25 @@ class CheckpointManager:
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         atomic_write_text(self.root / "latest", final.name + "\n")
-        for old in sorted(self.root.glob("epoch_[0-9][0-9][0-9][0-9]"))[:-KEEP]:
+        # the newest KEEP up to this one stay: never the one just published, never one of a later epoch (not
+        # this run's: a fresh run into a used folder is refused, see :meth:`refuse_used`)
+        older = sorted(p for p in self.root.glob("epoch_[0-9][0-9][0-9][0-9]") if int(p.name[6:]) < epoch)
+        for old in older[:max(len(older) - (KEEP - 1), 0)]:
             shutil.rmtree(old, ignore_errors=True)
+
+    def refuse_used(self) -> None:
+        """A run that does not resume must not write into a folder holding this instance's checkpoints: its
+        epochs would mix with the older run's (``latest`` naming one, pruning the other). Collective."""
+        found = None
+        if self.rank == 0:
+            held = sorted(p.name for p in self.root.glob("epoch_[0-9][0-9][0-9][0-9]"))
+            if held or (self.root / "latest").exists():
+                found = (f"train.checkpoint_dir: {self.root} already holds checkpoints ({', '.join(held[-3:]) or 'latest'}) "
+                         "of an earlier run; set train.resume=true to continue it, or give another "
+                         "train.checkpoint_dir (or remove that one) to start afresh")
+        found = self.comm.bcast(found, root=0)
+        if found:
+            raise ConfigError(found)
 
     # loading ------------------------------------------------------------------------------------
     def latest(self) -> Path | None:
@@ -202,10 +219,13 @@ class CheckpointManager:
             raise (ConfigError if kind == "ConfigError" else DataError)(msg)
         assert state is not None
         replicated, mine, epoch = state
-        for name, part in self.replicated.items():
-            part.load_state_dict(replicated[name])
-        for name, part in self.per_rank.items():
-            part.load_state_dict(mine[name])
+        try:  # a part that does not fit (another model width, another workload) says so; this names the checkpoint
+            for name, part in self.replicated.items():
+                part.load_state_dict(replicated[name])
+            for name, part in self.per_rank.items():
+                part.load_state_dict(mine[name])
+        except ConfigError as exc:
+            raise ConfigError(f"checkpoint {path}: {exc}") from None
         if self.sharded:
             import torch.distributed.checkpoint as dcp
 
@@ -223,6 +243,7 @@ class CheckpointManager:
                             "checkpoint); remove it or change train.checkpoint_dir") from None
         except (OSError, ValueError) as exc:
             raise DataError(f"checkpoint manifest {path / MANIFEST} cannot be read: {exc}") from None
+        _check_manifest_shape(path / MANIFEST, manifest)
         if manifest.get("format") != FORMAT:
             raise ConfigError(f"checkpoint {path} has format {manifest.get('format')}, this version reads format "
                               f"{FORMAT}; remove it or change train.checkpoint_dir")
@@ -237,6 +258,22 @@ class CheckpointManager:
                 raise ConfigError(f"checkpoint {path} holds {kind} parts {manifest.get(kind)}, this run has "
                                   f"{sorted(have)}; it was written for a different model or setup")
         return manifest
+
+
+def _check_manifest_shape(path: Path, manifest: Any) -> None:  # noqa: ANN401
+    """The manifest's JSON has the fields :meth:`CheckpointManager._publish` writes, each of its type; else a
+    DataError naming the file and the field (not an AttributeError or KeyError from deep inside loading)."""
+    if not isinstance(manifest, dict):
+        raise DataError(f"checkpoint manifest {path} holds a JSON {type(manifest).__name__}, expected an object")
+    for key, kind in (("format", int), ("epoch", int), ("ranks", int), ("replicated", list), ("per_rank", list),
+                      ("files", dict)):
+        if not isinstance(manifest.get(key), kind) or isinstance(manifest.get(key), bool):
+            raise DataError(f"checkpoint manifest {path}: field '{key}' is {manifest.get(key)!r}, expected "
+                            f"{'an integer' if kind is int else 'a JSON ' + ('array' if kind is list else 'object')}")
+    for name, meta in manifest["files"].items():
+        if not (isinstance(meta, dict) and isinstance(meta.get("bytes"), int) and isinstance(meta.get("sha256"), str)):
+            raise DataError(f"checkpoint manifest {path}: entry '{name}' of 'files' is {meta!r}, expected "
+                            "{\"bytes\": <size>, \"sha256\": <hex digest>}")
 
 
 def _digest(f: Path) -> dict[str, Any]:

@@ -248,7 +248,9 @@ class TrainConfig:
     bn_group_size: int = 1  # >1: SyncBatchNorm over groups of this many ranks of the instance (CUDA)
     checkpoint_dir: str = ""
     checkpoint_every: int = 0  # epochs; 0 disables
-    resume: bool = False  # continue from the latest checkpoint in checkpoint_dir, if there is one
+    # continue from the latest checkpoint in checkpoint_dir, if there is one (none: a fresh start, said on the
+    # console); without it a checkpoint_dir that already holds checkpoints of the instance is refused
+    resume: bool = False
     log_every: int = 0  # steps between loss read-backs for the progress bar; 0 = per epoch
     # > 0: the instance's last eval_ranks ranks only evaluate, on weights the training ranks send them at
     # each evaluation point while training goes on (common/async_eval.py); 0: the training ranks evaluate
@@ -296,6 +298,13 @@ class TrainConfig:
                               f"got {self.eval_ranks}")
         if self.eval_timeout_s <= 0:
             raise ConfigError(f"config key 'train.eval_timeout_s': must be > 0 seconds, got {self.eval_timeout_s}")
+        if self.checkpoint_every < 0:
+            raise ConfigError(f"config key 'train.checkpoint_every': must be >= 0 epochs (0: no checkpoints), got "
+                              f"{self.checkpoint_every}")
+        if (self.checkpoint_every or self.resume) and not self.checkpoint_dir:
+            key = "train.checkpoint_every" if self.checkpoint_every else "train.resume"
+            raise ConfigError(f"config key '{key}' needs 'train.checkpoint_dir' (the folder checkpoints are written to "
+                              "and resumed from); none is set, so nothing would be written or resumed")
 
 
 @dataclass

@@ -95,8 +95,12 @@ class Trainer:
             self.checkpoints = CheckpointManager(instance_dir(tc.checkpoint_dir, self.env.layout.instance),
                                                  parts.parallel.comm, replicated, per_rank, sharded,
                                                  resolved_settings(tc))
-            if tc.resume:
-                self.checkpoints.load_latest()
+            if not tc.resume:
+                self.checkpoints.refuse_used()
+            elif self.checkpoints.load_latest() is None and self.env.layout.instance_rank == 0:
+                # said on every run (a misspelled folder would otherwise restart training without a word)
+                print(f"hpcbench [{self.workload.name} #{self.env.layout.instance}]: train.resume: no checkpoint in "
+                      f"{self.checkpoints.root}: starting from the beginning", file=sys.stderr, flush=True)
         self.start_epoch = parts.position.epoch + 1
         if parts.parallel.roles is not None:
             self.evals = TrainSide(parts, parts.parallel.roles, self.log)

@@ -123,3 +123,33 @@ def test_a_damaged_checkpoint_file_is_refused_by_name(tmp_path: Path) -> None:
     proc = run_mpi(2, args, timeout=300, check=False)
     assert proc.returncode != 0
     assert "rank_1.pt is damaged" in proc.stderr and "sha256" in proc.stderr, proc.stderr
+    # a run that does not resume is refused before it trains: its epochs would mix with the earlier run's (was: it
+    # published epoch_0001 over the old one and pruned it by name, leaving 'latest' pointing at nothing)
+    fresh = [a for a in args if a != "train.resume=true"]
+    fresh[fresh.index("--set", len(fresh) - 2):] = []  # drop the trailing "--set train.resume=true" pair
+    proc = run_mpi(2, fresh, timeout=300, check=False)
+    assert proc.returncode != 0 and "train.checkpoint_dir: " in proc.stderr, proc.stdout + proc.stderr
+    assert "already holds checkpoints (epoch_0001) of an earlier run; set train.resume=true" in proc.stderr
+    assert (ck / "instance_0" / "epoch_0001" / "manifest.json").is_file()  # nothing of the earlier run lost
+    # a manifest of the wrong shape is named with the field, not a traceback
+    manifest = ck / "instance_0" / "epoch_0001" / "manifest.json"
+    for text, said in (("[]", "holds a JSON list, expected an object"),
+                       ('{"format": 3, "epoch": 1, "ranks": 2, "replicated": [], "per_rank": []}',
+                        "field 'files' is None, expected a JSON object")):
+        manifest.write_text(text)
+        proc = run_mpi(2, args, timeout=300, check=False)
+        assert proc.returncode != 0 and f"checkpoint manifest {manifest}" in proc.stderr and said in proc.stderr, \
+            proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+def test_checkpoint_settings_that_would_do_nothing_are_refused() -> None:
+    from hpcbench import registry
+    from hpcbench.common.errors import ConfigError
+
+    cls = registry.get("cosmoflow")
+    with pytest.raises(ConfigError, match=r"'train.checkpoint_every': must be >= 0 epochs"):
+        cls.load_config("mini", ["train.checkpoint_every=-1", "train.checkpoint_dir=/tmp/x"])
+    for key in ("train.checkpoint_every=1", "train.resume=true"):
+        with pytest.raises(ConfigError, match=rf"'{key.split('=')[0]}' needs 'train.checkpoint_dir'"):
+            cls.load_config("mini", [key])
