@@ -17,6 +17,7 @@ from mlperf_logging.mllog.mllog import MLLogger
 from mlperf_logging.mllog import constants
 
 from .system import SystemDescription
+from .errors import DataError
 
 _ids = itertools.count()
 
@@ -67,8 +68,22 @@ def result_filename(instance: int) -> str:
     return f"result_{instance}.txt"
 
 
+class _LogFile(logging.FileHandler):
+    """The log file's handler: a failed write (a full disk, a lost mount) is an error of the run, raised to the
+    caller naming the file, not printed by logging's handleError while the run trains on without its log."""
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):
+            self.failed = True  # said once: closing the file later does not say it again
+            raise DataError(f"cannot write the MLPerf log {self.baseFilename}: {exc.strerror or exc}; the log is "
+                            "incomplete (no run_stop): free space and run again") from None
+        super().handleError(record)
+
+
 class MLPerfLogger:
-    """Writes ``:::MLLOG`` lines for one instance. Disabled loggers accept calls and write nothing."""
+    """Writes ``:::MLLOG`` lines for one instance. Disabled loggers accept calls and write nothing. A line that
+    cannot be written raises :class:`~hpcbench.common.errors.DataError` naming the file."""
 
     def __init__(self, path: Path | None, echo: bool = False, root_dir: str | None = None) -> None:
         self.path = Path(path) if path is not None else None
@@ -83,7 +98,7 @@ class MLPerfLogger:
         logger.propagate = False
         logger.setLevel(logging.INFO)
         logger.addFilter(_OwnLines())
-        fh = logging.FileHandler(self.path, mode="a")
+        fh = _LogFile(self.path, mode="a")
         fh.setLevel(logging.INFO)
         logger.addHandler(fh)
         self._handlers.append(fh)
@@ -123,12 +138,20 @@ class MLPerfLogger:
             self.event(key, value)
 
     def close(self) -> None:
+        failed: OSError | None = None
         for handler in self._handlers:
-            handler.flush()
-            handler.close()
+            try:
+                handler.flush()
+                handler.close()
+            except OSError as exc:  # the last buffered lines did not reach the disk
+                if not getattr(handler, "failed", False):
+                    failed = failed or exc
             self._ml_logger.removeHandler(handler)
         self._handlers.clear()
         self._logger = None
+        if failed is not None:
+            raise DataError(f"cannot write the MLPerf log {self.path}: {failed.strerror or failed}; the log is "
+                            "incomplete: free space and run again")
 
 
 def check_log(path: Path, ruleset: str = RULESET, usage: str = USAGE) -> tuple[bool, str]:

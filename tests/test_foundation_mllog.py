@@ -72,3 +72,19 @@ def test_system_description_json_round_trip(tmp_path: Path) -> None:
     raw = json.loads((tmp_path / "clusterA.json").read_text())
     assert raw["status"] == "Available on-premise" and "accelerator_on-chip_memories" in raw
     assert SystemDescription.load(tmp_path / "clusterA.json") == sd
+
+
+def test_a_log_that_cannot_be_written_is_an_error_naming_it() -> None:
+    """A full disk under --results: logging's FileHandler printed 'Logging error' and the run trained on without
+    its log, then died in close() with a bare OSError. /dev/full answers every write with ENOSPC."""
+    import pytest
+
+    from hpcbench.common.errors import DataError
+
+    if not Path("/dev/full").exists():
+        pytest.skip("needs /dev/full (Linux)")
+    log = MLPerfLogger(Path("/dev/full"))
+    with pytest.raises(DataError, match=r"cannot write the MLPerf log /dev/full: No space left on device; the log is "
+                                        r"incomplete \(no run_stop\)"):
+        log.event("seed", 1)
+    log.close()  # said once: closing does not raise it again
