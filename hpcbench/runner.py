@@ -206,8 +206,12 @@ def run_instances(env: DistEnv, benchmark: str, make_workload: Callable[[str | N
         outcome["result"] = result.to_dict() if hasattr(result, "to_dict") else None
     except Exception as exc:  # noqa: BLE001 - any failure of this instance is reported, never propagated
         outcome["status"], outcome["error"] = "failed", f"{type(exc).__name__}: {exc}"
+        if _timed_out(exc):
+            outcome["error"] = (f"a collective waited longer than the torch group's timeout ({env.torch_timeout_s:g} s, "
+                                f"hpcbench train --timeout) for a peer rank of instance {lay.instance}: one is stopped, "
+                                f"hung or dead ({str(exc).splitlines()[0][-120:]})")
         print(f"[rank {lay.world_rank}, instance {lay.instance}] failed: {outcome['error']}", file=sys.stderr)
-        if not isinstance(exc, HpcbenchError) and not _peer_gone(exc):  # those messages say it all
+        if not isinstance(exc, HpcbenchError) and not _peer_gone(exc) and not _timed_out(exc):  # those say it all
             traceback.print_exc(file=sys.stderr)
         env.close()  # drop the torch group: peers blocked in a collective get an error, not a hang
     if lay.is_instance_leader and outcome["status"] != "success":
@@ -225,6 +229,14 @@ def run_instances(env: DistEnv, benchmark: str, make_workload: Callable[[str | N
 
 
 PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "NCCL communicator was aborted")
+
+
+TIMED_OUT = ("Timed out waiting", "Watchdog caught collective operation timeout")  # gloo's and NCCL's words
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """A collective of the torch group that gave up after its timeout: a peer is stopped, hung or dead."""
+    return isinstance(exc, RuntimeError) and any(k in str(exc) for k in TIMED_OUT)
 
 
 def _peer_gone(exc: BaseException) -> bool:

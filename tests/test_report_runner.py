@@ -147,3 +147,55 @@ def test_one_launch_per_instance_fills_one_weak_folder(tmp_path: Path) -> None:
     assert g["score"]["flags"] == ["instances of this weak-scaling set do not overlap in time: result_1.txt started "
                                    "after another instance had stopped (separate jobs in one folder?)"]
     assert [r["seed"] for r in g["score"]["runs"]] == [1, 2]
+
+
+@pytest.mark.slow
+def test_a_stopped_rank_fails_its_instance_after_the_timeout_and_the_job_ends(tmp_path: Path) -> None:
+    """SIGSTOP on rank 1 of a 2-rank instance mid-training: rank 0's collective gives up after --timeout, the
+    instance is closed as aborted with a message that says what happened (no traceback), and the job ends after
+    the straggler grace (MPI_Abort ends the stopped rank too). Before --timeout the wait was torch's 600 s."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import mpiexec_path
+
+    cmd = [mpiexec_path(), "-n", "2", sys.executable, *TRAIN, "--results", str(tmp_path), "--set", "train.target=0",
+           "--set", "train.max_epochs=100000", "--timeout", "4", "--straggler-grace", "2"]
+    proc = subprocess.Popen(cmd, env=project_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    stopped: list[int] = []
+    try:
+        log = rl.benchmark_dir(tmp_path, "toybox", "strong", "cosmoflow") / "result_0.txt"
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not (log.exists() and "epoch_stop" in log.read_text()):
+            time.sleep(0.2)  # training has started: both ranks are in the step's collectives
+        assert log.exists(), "the run did not start training within 90 s"
+        for pid in os.listdir("/proc"):
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes()
+            except (OSError, ValueError):
+                continue
+            if str(tmp_path).encode() in Path(f"/proc/{pid}/cmdline").read_bytes() and b"PMI_RANK=1\0" in environ:
+                os.kill(int(pid), signal.SIGSTOP)
+                stopped.append(int(pid))
+        assert len(stopped) == 1, stopped
+        t0 = time.monotonic()
+        out, err = proc.communicate(timeout=90)
+        took = time.monotonic() - t0
+    finally:
+        for pid in stopped:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0 and took < 60, (took, err[-2000:])
+    assert ("a collective waited longer than the torch group's timeout (4 s, hpcbench train --timeout) for a peer rank "
+            "of instance 0: one is stopped, hung or dead") in err, err[-3000:]
+    assert "Traceback" not in err and "ranks [1] never finished" in err
+    assert '"status": "aborted"' in log.read_text().splitlines()[-1]

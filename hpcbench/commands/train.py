@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcbench import registry
+from hpcbench.common.errors import ConfigError
 
 from ._common import add_config_args, add_device_arg, add_layout_args
 
@@ -43,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="site settings jobs/systems/<NAME>.toml (or a .toml path) for --stage, as in "
                              "`hpcbench stage --system` (default: $HPCBENCH_SYSTEM)")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier weak-scaling job's logs")
+    parser.add_argument("--timeout", type=float, default=600.0, metavar="S",
+                        help="seconds a collective of the torch group may wait for a rank (a stopped or hung rank then "
+                             "fails its instance instead of holding the job until the allocation ends); default 600")
     parser.add_argument("--straggler-grace", type=float, default=120.0, metavar="S",
                         help="seconds to wait for the other ranks of a failed instance before ending the job")
     g = parser.add_argument_group("one srun per instance (weak scaling launched as K separate job steps)")
@@ -107,7 +111,9 @@ def train(args: argparse.Namespace, cls: Any, cfg: Any) -> int:
     system = SystemDescription.load(Path(args.system)) if args.system else SystemDescription()
     if args.system_name:
         system.system_name = args.system_name
-    env = init_distributed(args.instances, args.ranks_per_node, device=args.device)
+    if not (1.0 <= args.timeout <= 7 * 24 * 3600.0):  # nan fails too
+        raise ConfigError(f"--timeout must be between 1 s and a week, got {args.timeout:g}")
+    env = init_distributed(args.instances, args.ranks_per_node, device=args.device, timeout_s=args.timeout)
     opts = RunnerOptions(results=Path(args.results), system=system,
                          stage_from=Path(args.stage_from) if args.stage_from else None, stage_to=args.stage_to,
                          dataset=None if ":" in args.workload else registry.entry(args.workload).name,
