@@ -83,9 +83,15 @@ def get(name: str) -> "type[Workload]":
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
+        own = exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + "."))
+        if own and ":" in name:  # an out-of-tree workload named on the command line: its module is not there
+            raise ConfigError(f"workload '{name}': cannot import module '{module_name}' ({exc}); give "
+                              "package.module:Class of a module on PYTHONPATH, or a registered workload name") from None
         if exc.name == module_name:
             raise HpcbenchError(f"workload '{name}' is registered but not implemented yet ({module_name} is missing)") from None
         raise
+    if not hasattr(module, attr):
+        raise ConfigError(f"workload '{name}': module '{module_name}' has no '{attr}'")
     return getattr(module, attr)
 
 

@@ -64,3 +64,16 @@ def test_nothing_outside_the_package_names_it() -> None:
              for p in (ROOT / d).rglob("*") if p.is_file() and p.suffix in (".py", ".toml", ".md")
              and PACKAGE not in p.parents and p != here and "tiny_workload" in p.read_text(errors="replace")]
     assert named == [Path("docs/adding-a-workload.md")] or named == [], named
+
+
+def test_an_out_of_tree_name_that_does_not_import_is_a_clear_error() -> None:
+    """``hpcbench train package.module:Class`` with a missing module or class: a ConfigError naming it (was: a
+    ModuleNotFoundError traceback)."""
+    from hpcbench import registry
+    from hpcbench.common.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"workload 'nosuch.mod:Cls': cannot import module 'nosuch.mod' "
+                                          r"\(No module named 'nosuch'\)"):
+        registry.get("nosuch.mod:Cls")
+    with pytest.raises(ConfigError, match=r"workload 'tests.harness_toy:Nope': module 'tests.harness_toy' has no 'Nope'"):
+        registry.get("tests.harness_toy:Nope")
