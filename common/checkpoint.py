@@ -165,15 +165,38 @@ class CheckpointManager:
         if self.settings:
             manifest["settings"] = self.settings
         _verify_files(tmp, manifest)
-        atomic_write_text(tmp / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
-        atomic_write_text(self.root / "latest", final.name + "\n")
+        step = tmp / MANIFEST
+        try:  # each step names its file: a full disk here says which write failed
+            atomic_write_text(step, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+            shutil.rmtree(final, ignore_errors=True)
+            step = final
+            tmp.rename(final)
+            step = self.root / "latest"
+            atomic_write_text(step, final.name + "\n")
+        except OSError as exc:
+            raise DataError(f"{step}: {exc.strerror or exc}") from None
         # the newest KEEP up to this one stay: never the one just published, never one of a later epoch (not
         # this run's: a fresh run into a used folder is refused, see :meth:`refuse_used`)
         older = sorted(p for p in self.root.glob("epoch_[0-9][0-9][0-9][0-9]") if int(p.name[6:]) < epoch)
         for old in older[:max(len(older) - (KEEP - 1), 0)]:
             shutil.rmtree(old, ignore_errors=True)
+
+    def check_writable(self) -> None:
+        """Before the first epoch: the folder can be made and written (not a file, not a read-only mount), so that
+        a run that is to checkpoint learns it now rather than after its first epoch trained. Collective."""
+        why = None
+        if self.rank == 0:
+            probe = self.root / ".write_probe.tmp"
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+                probe.write_bytes(b"")
+                probe.unlink()
+            except OSError as exc:
+                why = (f"train.checkpoint_dir: cannot write checkpoints to {self.root}: {exc.strerror or exc}"
+                       f"{f' ({exc.filename})' if exc.filename else ''}")
+        why = self.comm.bcast(why, root=0)
+        if why:
+            raise ConfigError(why)
 
     def refuse_used(self) -> None:
         """A run that does not resume must not write into a folder holding this instance's checkpoints: its

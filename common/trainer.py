@@ -95,6 +95,8 @@ class Trainer:
             self.checkpoints = CheckpointManager(instance_dir(tc.checkpoint_dir, self.env.layout.instance),
                                                  parts.parallel.comm, replicated, per_rank, sharded,
                                                  resolved_settings(tc))
+            if tc.checkpoint_every:
+                self.checkpoints.check_writable()
             if not tc.resume:
                 self.checkpoints.refuse_used()
             elif self.checkpoints.load_latest() is None and self.env.layout.instance_rank == 0:

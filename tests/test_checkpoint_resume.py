@@ -153,3 +153,22 @@ def test_checkpoint_settings_that_would_do_nothing_are_refused() -> None:
     for key in ("train.checkpoint_every=1", "train.resume=true"):
         with pytest.raises(ConfigError, match=rf"'{key.split('=')[0]}' needs 'train.checkpoint_dir'"):
             cls.load_config("mini", [key])
+
+
+def test_an_unwritable_checkpoint_dir_is_refused_before_the_first_epoch(tmp_path: Path) -> None:
+    """A checkpoint_dir that is a file (or a read-only mount) was found only when the first epoch's checkpoint was
+    written; now at the start, naming the folder, before any training."""
+    gen, sets = CASES["cosmoflow"]
+    data = tmp_path / "data"
+    assert run_cli(["datagen", "cosmoflow", "--out", str(data), "--workers", "1", "--quiet", *gen]).returncode == 0
+    blocker = tmp_path / "ck"
+    blocker.write_text("a file where the checkpoint folder should be")
+    args = ["train", "cosmoflow", "--config", "mini", "--data", str(data), "--results", str(tmp_path / "r"),
+            "--no-progress", "--device", "cpu"]
+    for kv in [*sets, "train.max_epochs=1", "train.checkpoint_every=1", f"train.checkpoint_dir={blocker}"]:
+        args += ["--set", kv]
+    proc = run_cli(args, timeout=300)
+    assert proc.returncode != 0
+    assert f"train.checkpoint_dir: cannot write checkpoints to {blocker}/instance_0: Not a directory" in proc.stderr, \
+        proc.stderr
+    assert "epoch_start" not in (next((tmp_path / "r").rglob("result_0.txt"))).read_text()  # no epoch trained
