@@ -24,8 +24,11 @@ import datetime
 import os
 import socket
 import sys
+import threading
+import time
+from contextlib import contextmanager
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -426,6 +429,7 @@ def init_torch(env: DistEnv, backend: str = "auto", timeout_s: float = 600.0, de
     env.torch_threads = threads
 
     env.torch_timeout_s = timeout_s
+    _COLLECTIVE_TIMEOUT_S[0] = timeout_s
     init_group(env, env.instance_comm, backend)
 
 
@@ -472,3 +476,45 @@ def init_distributed(
 def launched_by_mpi() -> bool:
     """True when a launcher (mpiexec, mpirun, srun) started this process."""
     return any(v in os.environ for v in LAUNCHER_VARS)
+
+
+#: the bound of the training loop's MPI collectives: the torch group's timeout (``hpcbench train --timeout``)
+_COLLECTIVE_TIMEOUT_S = [600.0]
+
+
+@contextmanager
+def bounded(what: str, timeout_s: float | None = None) -> Iterator[None]:
+    """Bound a blocking MPI call of the training loop (the per-epoch sample count, the evaluation's keys, the
+    non-finite check, the barrier before run_start): MPI has no timeout of its own, so a stopped or hung peer held
+    the job until the allocation ended. After ``timeout_s`` (default: the torch group's, ``--timeout``) a watchdog
+    thread says which call starved and ends the job with ``MPI_Abort`` (which ends the stopped rank too); the
+    run's log then has no run_stop, so it never looks complete. mpi4py releases the GIL inside the call. A call
+    that returns as the watchdog fires wins under a lock; once the watchdog has committed, the caller waits."""
+    limit = _COLLECTIVE_TIMEOUT_S[0] if timeout_s is None else timeout_s
+    lock, state = threading.Lock(), {"returned": False, "committed": False}
+
+    def fire() -> None:
+        with lock:
+            if state["returned"]:
+                return
+            state["committed"] = True
+        MPI = mpi()
+        sys.stderr.write(f"hpcbench: rank {MPI.COMM_WORLD.Get_rank()}: {what} waited longer than the collective "
+                         f"timeout ({limit:g} s, hpcbench train --timeout) for a peer rank: one is stopped, hung or "
+                         "dead; ending the job (MPI_Abort)\n")
+        sys.stderr.flush()
+        time.sleep(1.0)  # the launcher forwards the message before the abort's teardown
+        MPI.COMM_WORLD.Abort(5)
+
+    timer = threading.Timer(limit, fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        with lock:
+            state["returned"] = True
+            committed = state["committed"]
+        while committed:  # the watchdog ends the job
+            time.sleep(60)

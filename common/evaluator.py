@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from .dist import bounded
 from .precision import Precision
 from .step import prepare_batch
 
@@ -62,7 +63,8 @@ class Evaluator:
             for k, v in stats.items():
                 v = torch.as_tensor(v).detach().to(self.device, torch.float64).sum()
                 sums[k] = sums[k] + v if k in sums else v
-        keys = sorted(set().union(*self.parallel.comm.allgather(sorted(sums))))
+        with bounded("the evaluation's metric keys (MPI allgather)"):
+            keys = sorted(set().union(*self.parallel.comm.allgather(sorted(sums))))
         packed = torch.stack([sums.get(k, torch.zeros((), dtype=torch.float64, device=self.device)) for k in keys])
         self.parallel.sum(packed)
         return float(self.workload.metric(dict(zip(keys, packed.tolist()))))

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from .dist import bounded
 from .errors import HpcbenchError
 
 
@@ -60,7 +61,8 @@ class LossWatch:
         first, value = int(self.first.item()), float(self.value.item())
         mine = (first, rank, value) if first != self.NONE else None
         if comm is not None and comm.Get_size() > 1:
-            seen = [s for s in comm.allgather(mine) if s is not None]
+            with bounded("the non-finite loss check (MPI allgather)"):
+                seen = [s for s in comm.allgather(mine) if s is not None]
             bad = min(seen, key=lambda s: (s[0], s[1])) if seen else None
         else:
             bad = mine

@@ -40,7 +40,7 @@ from .benchmark import PARAMETERS_KEY
 from .build import RunParts, build_parallel, build_parts, parameter_count, resolved_settings
 from .cadence import TrainPoint, cadence_of
 from .checkpoint import CheckpointManager, instance_dir
-from .dist import DistEnv
+from .dist import DistEnv, bounded
 from .errors import ConfigError
 from .finite import LossWatch
 from .mllog import MLPerfLogger
@@ -181,7 +181,8 @@ class Trainer:
                     self.evals.stop("aborted", self.cfg.train.eval_timeout_s)
             raise
         self.log.end("init_stop")
-        parts.parallel.comm.Barrier()  # the training ranks (evaluation ranks serve from here)
+        with bounded("the barrier before run_start"):
+            parts.parallel.comm.Barrier()  # the training ranks (evaluation ranks serve from here)
         run_start = now_ms()
         self.log.start("run_start", time_ms=run_start)
         with self.timer("data_start"):
@@ -332,7 +333,8 @@ class Trainer:
             pos.global_step += 1
             step_samples = 0
             if self.counted:  # this step's samples over the instance (ranks sharing samples count them once)
-                step_samples = int(par.comm.allreduce(in_batch)) * par.dp_size // par.size
+                with bounded("the step's sample count (MPI allreduce)"):
+                    step_samples = int(par.comm.allreduce(in_batch)) * par.dp_size // par.size
                 pos.samples += step_samples
             watch.observe(loss, steps)
             log_loss = tc.log_every and steps % tc.log_every == 0
@@ -355,7 +357,8 @@ class Trainer:
         if device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0 - eval_seconds
-        samples = int(par.comm.allreduce(local_samples)) * par.dp_size // par.size  # shared ones once
+        with bounded("the epoch's sample count (MPI allreduce)"):
+            samples = int(par.comm.allreduce(local_samples)) * par.dp_size // par.size  # shared ones once
         self.log.end("epoch_stop", metadata={"epoch_num": cad.epoch_marker(epoch, pos.global_step,
                                                                            self._counted(pos))})
         check_finite()  # before a NaN reaches tracked_stats, the checkpoint or the evaluation

@@ -164,7 +164,7 @@ def test_a_stopped_rank_fails_its_instance_after_the_timeout_and_the_job_ends(tm
     from conftest import mpiexec_path
 
     cmd = [mpiexec_path(), "-n", "2", sys.executable, *TRAIN, "--results", str(tmp_path), "--set", "train.target=0",
-           "--set", "train.max_epochs=100000", "--timeout", "4", "--straggler-grace", "2"]
+           "--set", "train.max_epochs=100000", "--timeout", "8", "--straggler-grace", "2"]
     proc = subprocess.Popen(cmd, env=project_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     stopped: list[int] = []
@@ -193,7 +193,13 @@ def test_a_stopped_rank_fails_its_instance_after_the_timeout_and_the_job_ends(tm
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode != 0 and took < 60, (took, err[-2000:])
-    assert ("a collective waited longer than the torch group's timeout (4 s, hpcbench train --timeout) for a peer rank "
-            "of instance 0: one is stopped, hung or dead") in err, err[-3000:]
-    assert "Traceback" not in err and "ranks [1] never finished" in err
-    assert '"status": "aborted"' in log.read_text().splitlines()[-1]
+    # rank 0 waits either in a torch collective (gloo's timeout: the instance fails, the runner closes its log as
+    # aborted and ends the job after the grace) or in an MPI one of the loop (the bounded() watchdog ends the job
+    # with MPI_Abort; the log keeps no run_stop): which one depends on where the stop lands
+    gloo = ("a collective waited longer than the torch group's timeout (8 s, hpcbench train --timeout) for a peer "
+            "rank of instance 0: one is stopped, hung or dead")
+    mpi = "waited longer than the collective timeout (8 s, hpcbench train --timeout) for a peer rank: one is stopped"
+    assert gloo in err or mpi in err, err[-3000:]
+    assert "Traceback" not in err
+    last = log.read_text().splitlines()[-1]
+    assert '"status": "aborted"' in last if gloo in err else '"run_stop"' not in log.read_text(), last
