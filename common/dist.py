@@ -26,9 +26,10 @@ import socket
 import sys
 import threading
 import time
+import contextlib
 from contextlib import contextmanager
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -482,22 +483,58 @@ def launched_by_mpi() -> bool:
 _COLLECTIVE_TIMEOUT_S = [600.0]
 
 
+class Watch:
+    """The state a :func:`watchdog` shares with its thread: whichever of "the call returned" and "the watchdog
+    commits to ending the job" comes first wins, under one lock."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.returned = False
+        self.committed = False
+
+    def commit(self) -> bool:
+        """The watchdog's claim; False when the call returned first (it was late, not stuck: stand down)."""
+        with self.lock:
+            self.committed = not self.returned
+            return self.committed
+
+    def leave(self) -> bool:
+        """The call returned; False when the watchdog had already committed to ending the job."""
+        with self.lock:
+            self.returned = True
+            return not self.committed
+
+
 @contextmanager
-def bounded(what: str, timeout_s: float | None = None) -> Iterator[None]:
+def watchdog(timeout_s: float, fire: "Callable[[Watch], None]") -> Iterator[None]:
+    """Run the block with ``fire(watch)`` called in a thread after ``timeout_s`` seconds unless the block returned
+    first. ``fire`` calls ``watch.commit()`` before it prints or ends anything and stands down when that is False;
+    once it has committed, the returning block waits for it to end the job instead of going on, so a job prints one
+    error. mpi4py releases the GIL inside blocking calls, so the thread runs while one waits."""
+    watch = Watch()
+    timer = threading.Timer(timeout_s, fire, (watch,))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        if not watch.leave():
+            while True:  # the watchdog ends the job
+                time.sleep(60)
+
+
+def bounded(what: str, timeout_s: float | None = None) -> "contextlib.AbstractContextManager[None]":
     """Bound a blocking MPI call of the training loop (the per-epoch sample count, the evaluation's keys, the
     non-finite check, the barrier before run_start): MPI has no timeout of its own, so a stopped or hung peer held
     the job until the allocation ended. After ``timeout_s`` (default: the torch group's, ``--timeout``) a watchdog
     thread says which call starved and ends the job with ``MPI_Abort`` (which ends the stopped rank too); the
-    run's log then has no run_stop, so it never looks complete. mpi4py releases the GIL inside the call. A call
-    that returns as the watchdog fires wins under a lock; once the watchdog has committed, the caller waits."""
+    run's log then has no run_stop, so it never looks complete."""
     limit = _COLLECTIVE_TIMEOUT_S[0] if timeout_s is None else timeout_s
-    lock, state = threading.Lock(), {"returned": False, "committed": False}
 
-    def fire() -> None:
-        with lock:
-            if state["returned"]:
-                return
-            state["committed"] = True
+    def fire(watch: Watch) -> None:
+        if not watch.commit():
+            return
         MPI = mpi()
         sys.stderr.write(f"hpcbench: rank {MPI.COMM_WORLD.Get_rank()}: {what} waited longer than the collective "
                          f"timeout ({limit:g} s, hpcbench train --timeout) for a peer rank: one is stopped, hung or "
@@ -506,15 +543,4 @@ def bounded(what: str, timeout_s: float | None = None) -> Iterator[None]:
         time.sleep(1.0)  # the launcher forwards the message before the abort's teardown
         MPI.COMM_WORLD.Abort(5)
 
-    timer = threading.Timer(limit, fire)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
-        with lock:
-            state["returned"] = True
-            committed = state["committed"]
-        while committed:  # the watchdog ends the job
-            time.sleep(60)
+    return watchdog(limit, fire)

@@ -15,13 +15,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
-from hpcbench.common.dist import mpi
+from hpcbench.common.dist import Watch, mpi, watchdog
 from hpcbench.common.errors import ConfigError, DataError, HpcbenchError
 
 T = TypeVar("T")
@@ -189,29 +189,7 @@ def abort(timeout_s: float, what: str, who: str | None = None, commit: Callable[
     MPI.COMM_WORLD.Abort(3)
 
 
-class _Watch:
-    """The state a :func:`deadline` shares with its watchdog thread: whichever of "the call returned"
-    and "the watchdog commits to aborting" comes first wins, under one lock."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.returned = False
-        self.committed = False
-
-    def commit(self) -> bool:
-        with self.lock:
-            self.committed = not self.returned
-            return self.committed
-
-    def leave(self) -> bool:
-        """The call returned; False when the watchdog had already committed to ending the job."""
-        with self.lock:
-            self.returned = True
-            return not self.committed
-
-
-@contextlib.contextmanager
-def deadline(timeout_s: float, what: str) -> Iterator[None]:
+def deadline(timeout_s: float, what: str) -> contextlib.AbstractContextManager[None]:
     """Bound a blocking MPI call (bcast, gather, Split, the collectives of ``init_distributed``): if it
     has not returned after ``timeout_s`` seconds, a watchdog thread aborts the job. mpi4py releases the
     GIL inside blocking calls, so the watchdog runs. If MPI is not initialized yet (a peer stopped
@@ -221,9 +199,7 @@ def deadline(timeout_s: float, what: str) -> Iterator[None]:
     node) makes it stand down; once it has committed, the returning thread waits for the abort instead of
     going on, so the job prints one error, not the abort's and whatever the work would have said next
     (seen: a 3 s bound passed by a hair on a loaded box, then rank 0's own error about the manifest)."""
-    watch = _Watch()
-
-    def fire() -> None:
+    def fire(watch: Watch) -> None:
         mod = sys.modules.get("mpi4py.MPI")
         if mod is not None and mod.Is_initialized() and not mod.Is_finalized():
             try:
@@ -240,16 +216,7 @@ def deadline(timeout_s: float, what: str) -> Iterator[None]:
         sys.stderr.flush()
         os._exit(3)
 
-    timer = threading.Timer(timeout_s, fire)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
-        if not watch.leave():
-            while True:  # the watchdog prints and ends the job (MPI_Abort, or exit 3)
-                time.sleep(60)
+    return watchdog(timeout_s, fire)  # common.dist's: the same stand-down / commit protocol
 
 
 def end_job(rc: int, timeout_s: float) -> None:

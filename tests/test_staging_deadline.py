@@ -21,7 +21,7 @@ from hpcbench.staging import exchange
 case = sys.argv[1]
 world = MPI.COMM_WORLD
 asked, committed = threading.Event(), threading.Event()
-real_silent, real_commit = exchange.silent_ranks, exchange._Watch.commit
+real_silent, real_commit = exchange.silent_ranks, exchange.Watch.commit
 
 def silent_ranks(*a, **kw):  # the watchdog asks who is alive: hold it there until the call returned
     asked.set()
@@ -35,7 +35,7 @@ def commit(self):
     return out
 
 exchange.silent_ranks = silent_ranks
-exchange._Watch.commit = commit
+exchange.Watch.commit = commit
 returned = threading.Event()
 if world.Get_rank() == 0:
     with exchange.deadline(1.0, "a call under test"):
