@@ -27,6 +27,7 @@ from hpcbench import registry
 from .closed import claims_closed, folder_division, readiness
 from .discover import Group
 from .logs import RunLog
+from .scaling import apply_scaling
 from .targets import target_for
 
 def olympic_mean(times: list[float], failed: int, max_dropped: int = 1) -> float | None:
@@ -95,6 +96,9 @@ class Score:
     closed: bool = False  # the logs, the system JSON or the folder claim the closed division: logs judged closed-ready
     # strong
     score_min: float | None = None
+    olympic_min: float | None = None  # the olympic mean; score_min is it x scaling_factor (hpcbench.report.scaling)
+    scaling_factor: float | None = None  # from the folder's shipped scaling.json; None: no file
+    scaling_file: str | None = None
     # weak
     T: int | None = None
     S: int | None = None
@@ -318,4 +322,6 @@ def score_weak(group: Group) -> Score:
 
 
 def score(group: Group) -> Score:
-    return score_strong(group) if group.mode == "strong" else score_weak(group)
+    s = score_strong(group) if group.mode == "strong" else score_weak(group)
+    apply_scaling(s, group)  # scaling.json's factor, as the official summarizer applies it
+    return s
