@@ -66,6 +66,23 @@ def test_a_weighted_blend_reads_each_prefix_as_its_own_gpt_dataset(tmp_path: Pat
     assert abs(len(one_pass) - tokens // 16) <= 2
 
 
+def test_a_blend_of_one_prefix_is_its_gpt_dataset_of_exactly_the_size(tmp_path: Path) -> None:
+    """Megatron-core's builder (core_r0.11.0, "Blend consists of a single prefix") returns the prefix's GPT dataset
+    built for exactly the blend's size: no surplus, no blending indices. The reference's default blend is one prefix,
+    so the size fixes the passes and with them the order: built with the 0.5% surplus it would be another order.
+    Here the size is exactly two passes' samples; with the surplus it would need a third pass, so another shuffle."""
+    _two_prefixes(tmp_path)
+    corpus = gpt.Corpus([IndexedDataset(tmp_path / "train" / "a_text_document", 100)])
+    per_pass = (int(corpus.lengths.sum()) - 1) // 16
+    n = 2 * per_pass
+    samples = LlamaData(16, 100, seed=5, train_samples=n, train_blend=["10", "a_text_document"]).open(tmp_path, "train")
+    exact = gpt.GPTSamples(corpus, 16, 5, n)
+    surplus = gpt.GPTSamples(corpus, 16, 5, blend.sizes_per_dataset([10], n)[0])
+    assert len(samples) == n and exact.epochs == 2 and surplus.epochs == 3
+    assert all(np.array_equal(samples[i], exact[i]) for i in range(n))
+    assert not all(np.array_equal(samples[i], surplus[i]) for i in range(n))
+
+
 @pytest.mark.parametrize("bad, expected", [
     (["3", "a_text_document", "1"], r"'data.train_blend': expected pairs of weight and prefix"),
     (["x", "a_text_document"], r"'data.train_blend\[0\]': weight 'x' of prefix 'a_text_document' is not a number"),

@@ -46,14 +46,30 @@ def test_closed_config_is_refused_where_it_leaves_the_rules_or_the_reference() -
                         (["optim.warmup_style=harness"], r"optim\.warmup_style.*'nemo'"),
                         (["train.eval_every_samples=1024"], r"train\.eval_every_samples.*12288"),
                         (["train.eval_every_samples=0", "train.eval_every=1"], r"train\.eval_every_samples"),
-                        (["train.global_batch_size=32"], r"data\.train_samples.*1200000 x 32 = 38400000")):
+                        (["train.global_batch_size=32"], r"data\.train_samples.*1200000 x 32 = 38400000"),
+                        (["data.eval_order=document"], r"data\.eval_order.*'reference'"),
+                        (["data.eval_index_samples=1600512"], r"data\.eval_index_samples.*25601024")):
         with pytest.raises(ConfigError, match=match):
             cls.load_config("full", over)
     ok = cls.load_config("full", ["optim.lr=8e-4", "optim.min_lr=8e-5", "train.global_batch_size=32",
-                                  "data.train_samples=38400000"])
+                                  "data.train_samples=38400000", "data.eval_index_samples=102401024"])
     assert ok.train.division == "closed" and ok.data.train_blend == ["10", "c4-train.en_6_text_document"]
+    full = cls.load_config("full")
+    assert (full.data.eval_order, full.data.eval_index_samples) == ("reference", 25_601_024)
     # the open division keeps its own choices
     assert cls.load_config("full", ["train.division=open", "optim.total=0", "train.eval_every_samples=1024"])
+
+
+def test_validation_index_size_is_nemos_num_val_samples_under_the_reference_script() -> None:
+    """NeMo 2.1.0 PreTrainingDataModule: num_val_samples = (max_steps // val_check_interval + 1) x limit_val_batches
+    x gbs, with pretrain_llama31.py's val_check_interval = ceil(12288 / gbs) / gbs and limit_val_batches =
+    ceil(1024 / gbs), worked by hand: batch 16: 768 / 16 = 48.0, 1,200,000 // 48 + 1 = 25,001, x 64 x 16;
+    batch 32: 384 / 32 = 12.0, 100,001 x 32 x 32; batch 1: 12,288.0, 98 x 1024 x 1."""
+    from hpcbench.workloads.mlperf_training.llama31_8b.config import reference_eval_index_samples as ref
+
+    assert ref(1_200_000, 16) == 25_001 * 64 * 16 == 25_601_024
+    assert ref(1_200_000, 32) == 100_001 * 32 * 32
+    assert ref(1_200_000, 1) == 98 * 1024
 
 
 def test_full_preset_warms_up_as_nemo_and_ends_at_a_tenth() -> None:
@@ -80,10 +96,12 @@ def checker_failures(output: str) -> list[str]:
 
 
 #: the full preset with only the sizes shrunk: the synthetic corpus's prefix in the reference's blend; global batch
-#: 1 so that the closed index size (max_steps x batch = 1,200,000 samples of 34 documents) builds in a second
+#: 1 so that the closed index size (max_steps x batch = 1,200,000 samples of 34 documents) builds in a second, and
+#: the validation index the reference builds at batch 1 (98 x 1024 samples over 17 documents) too
 SHRUNK = {"model.vocab_size": 64, "model.dim": 16, "model.layers": 1, "model.heads": 2, "model.kv_heads": 1,
           "model.ffn_dim": 32, "data.eval_samples": 16, "train.max_steps": 2, "train.global_batch_size": 1,
-          "data.train_samples": 1_200_000, "data.train_blend": '["10", "synth_train_text_document"]'}
+          "data.train_samples": 1_200_000, "data.train_blend": '["10", "synth_train_text_document"]',
+          "data.eval_index_samples": 100_352}
 
 
 @pytest.fixture(scope="module")

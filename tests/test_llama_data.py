@@ -216,6 +216,38 @@ def test_eval_samples_are_the_first_in_document_order(tmp_path: Path) -> None:
         gpt.GPTSamples(corpus, 10**6, seed=0)
 
 
+@pytest.mark.parametrize("empty", [False, True])
+@pytest.mark.parametrize("seq_len, num_samples, chunk", [(8, 0, 5), (16, 200, 7), (11, 17, 1 << 22), (5, -1, 3)])
+def test_a_set_cut_to_its_first_samples_equals_the_whole_index(tmp_path: Path, empty: bool, seq_len: int,
+                                                                num_samples: int, chunk: int) -> None:
+    """The evaluation set keeps only its first ``limit`` samples' rows (found streaming, ``chunk`` document entries
+    at a time): its samples are the whole index's first ``limit``, token for token, over several passes, a separate
+    final pass (-1: two passes and one sample) and empty documents; the rows equal the full sample index's."""
+    docs = _docs(np.random.RandomState(9), 30, 1000, empty=empty)
+    corpus = _corpus(tmp_path, docs)
+    final = num_samples < 0
+    if final:
+        num_samples = (2 * int(corpus.lengths.sum()) - 1) // seq_len + 1
+    for seed in (1, 4):
+        whole = gpt.GPTSamples(corpus, seq_len, seed, num_samples, shuffle=True)
+        limit = min(23, len(whole))
+        cut = gpt.GPTSamples(corpus, seq_len, seed, num_samples, shuffle=True, limit=limit)
+        assert (cut.epochs, cut.separate_final_epoch) == (whole.epochs, whole.separate_final_epoch)
+        assert len(cut) == limit and list(cut.chosen) == list(map(int, whole.shuffle_index[:limit]))
+        assert all(np.array_equal(cut[i], whole[i]) for i in range(limit))
+        every = np.arange(whole.sample_index.shape[0])
+        rows = gpt.sample_rows_at(corpus.lengths, whole.document_index, seq_len, every[::-1], chunk=chunk)
+        assert np.array_equal(rows[::-1], whole.sample_index)
+        assert cut.document_index.size < whole.document_index.size or whole.epochs == 1
+    assert whole.separate_final_epoch or not final
+
+
+def test_an_index_too_large_to_build_is_refused_by_key(tmp_path: Path) -> None:
+    corpus = _corpus(tmp_path, _docs(np.random.RandomState(2), 30, 1000))
+    with pytest.raises(DataError, match="data.eval_index_samples"):
+        gpt.GPTSamples(corpus, 8, 1, num_samples=10**12, limit=4)
+
+
 def test_synthetic_corpus_entropy_bounds_the_mini_target(tmp_path: Path) -> None:
     import tomllib
 
@@ -258,13 +290,15 @@ def test_a_prefix_with_one_of_its_two_files_is_refused_by_name(tmp_path: Path, s
         indexed.list_prefixes(tmp_path / split)
 
 
+@pytest.mark.parametrize("order", ["reference", "document"])
 @pytest.mark.parametrize("ranks, local_batch", [(3, 4), (4, 3), (1, 96), (2, 5)])
-def test_evaluation_reads_exactly_eval_samples_once_in_document_order(tmp_path: Path, ranks: int,
-                                                                       local_batch: int) -> None:
+def test_evaluation_reads_exactly_eval_samples_once(tmp_path: Path, ranks: int, local_batch: int, order: str) -> None:
     """Shrunk: 40 evaluation samples of 9 tokens with global batches (12, 12, 96, 10) that mostly do not divide 40.
-    The instance's ranks together read exactly the first 40 samples of the validation prefix, each once: the
-    global batches in order, a last partial one split over the ranks, none dropped or padded, whatever the seed
-    (the order is the stored document order, not shuffled). The reference script evaluates ceil(1024 / gbs)
+    The instance's ranks together read exactly the first 40 samples of the validation set, each once: the global
+    batches in order, a last partial one split over the ranks, none dropped or padded. ``reference`` (the reference's
+    code): the first 40 of the validation GPTDataset shuffled with the run's seed (its index: one pass here), so
+    another seed reads other windows; ``document`` (its README): the first 40 in document order, whatever the seed.
+    The reference script evaluates ceil(1024 / gbs)
     whole global batches (limit_val_batches); at the batch sizes it accepts with a whole-step val_check_interval
     (ceil(12288 / gbs) / gbs: gbs 1, 2, 4, ..., 64, 37, 111) that is 1024 but at 37 and 111 (1036, 1110)."""
     import torch
@@ -278,11 +312,20 @@ def test_evaluation_reads_exactly_eval_samples_once_in_document_order(tmp_path: 
         independent_write(tmp_path / split / f"c4-{split}_text_document", docs, "int32")
     seq, n = 8, 40
     stream = np.concatenate([np.array(d, dtype=np.int64) for d in docs])
-    want = np.stack([stream[seq * i : seq * i + seq + 1] for i in range(n)])
+    in_order = np.stack([stream[seq * i : seq * i + seq + 1] for i in range(n)])
     cls = registry.get("llama31_8b")
+    seen = []
     for seed in (1, 7):
+        if order == "document":
+            want = in_order
+        else:  # the whole seeded index (the training split's code path), its first n
+            whole = gpt.GPTSamples(gpt.Corpus.open([tmp_path / "validation" / "c4-validation_text_document"], 1000),
+                                   seq, seed, 0, shuffle=True)
+            want = np.stack([whole[i] for i in range(n)])
+        seen.append(want)
         cfg = cls.load_config("mini", [f"data.root={tmp_path}", f"data.seq_len={seq}", f"data.eval_samples={n}",
-                                       "model.vocab_size=1000", "data.threads=0", f"train.seed={seed}"])
+                                       "model.vocab_size=1000", "data.threads=0", f"train.seed={seed}",
+                                       f"data.eval_order={order}"])
         w = cls(cfg)
         per_rank = [list(w.eval_loader(DataShard(rank=r, size=ranks, seed=seed, local_batch_size=local_batch,
                                                  device=torch.device("cpu"))))
@@ -291,3 +334,4 @@ def test_evaluation_reads_exactly_eval_samples_once_in_document_order(tmp_path: 
         got = [b.numpy() for g in range(batches) for rank in per_rank if g < len(rank) for b in rank[g:g + 1]]
         assert sum(len(b) for b in got) == n and w.dataset_sizes()[1] == n
         assert np.array_equal(np.concatenate(got), want)
+    assert np.array_equal(seen[0], seen[1]) == (order == "document")

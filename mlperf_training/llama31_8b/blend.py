@@ -15,7 +15,12 @@ The reference names its training data as Megatron's ``data_prefix`` list, weight
   greedily where the blend lags its weight most: ``argmax_d (w_d x max(i, 1) - taken_d)``, the first on ties.
 
 ``size`` is ``data.train_samples`` (Megatron: iterations x global batch), or with 0 the samples of one pass over
-all the prefixes. Memory: 10 bytes per blended sample (int16 + int64), nothing per token.
+all the prefixes. A blend of one prefix (the reference's default, ``["10", "c4-train.en_6_text_document"]``) is no
+blend: Megatron-core's builder returns that prefix's GPT dataset built for exactly ``size`` samples, no surplus
+(``blended_megatron_dataset_builder.py``, core_r0.11.0: "Blend consists of a single prefix"), and so does
+:func:`open_blend` (the size fixes the passes, so the order: 19,200,000, not 19,296,000).
+
+Memory of a blend: 10 bytes per blended sample (int16 + int64), nothing per token.
 """
 from __future__ import annotations
 
@@ -115,11 +120,14 @@ class BlendedSamples(SampleRows):
 
 
 def open_blend(corpora: Sequence[object], weights: Sequence[float], seq_len: int, seed: int,
-               num_samples: int) -> BlendedSamples:
+               num_samples: int) -> SampleRows:
     """The blend of ``corpora`` (one :class:`~.gpt.Corpus` per prefix) of ``num_samples`` samples (0: one pass over
     all of them), each part a GPT dataset with the run's seed, built for its share plus the surplus."""
     if num_samples <= 0:
         num_samples = sum((int(c.lengths.sum(dtype=np.int64)) - 1) // seq_len for c in corpora)  # type: ignore[attr-defined]
+    if len(corpora) == 1:  # Megatron builds no BlendedDataset for one prefix: one GPT dataset of exactly the size
+        return GPTSamples(corpora[0], seq_len, seed, num_samples, shuffle=True, limit=num_samples,  # type: ignore[arg-type]
+                          compact=False)
     sizes = sizes_per_dataset(weights, num_samples)
     parts = [GPTSamples(c, seq_len, seed, n, shuffle=True) for c, n in zip(corpora, sizes)]  # type: ignore[arg-type]
     return BlendedSamples(parts, weights, num_samples)

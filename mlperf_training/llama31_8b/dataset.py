@@ -7,11 +7,13 @@ with ``data.train_blend`` (the reference's weighted prefix list), each named pre
 the samples are blended by weight as Megatron's ``BlendedDataset`` blends them (:mod:`.blend`); the training
 samples are built as Megatron's GPT dataset builds them, in the order its shuffle index fixes from the run's seed
 (:mod:`.gpt`), and read in that stored order (``order = "stored"``: contiguous global batches, as Megatron's
-sampler hands them out); the evaluation samples are the first ``data.eval_samples`` of the validation split in
-document order, unshuffled (the reference's README: "We do not shuffle the validation dataset"; its code,
-NeMo 2.1.0 on Megatron-core core_r0.11.0, builds the validation GPTDataset like the training one, documents and
-samples shuffled with the run's seed over an index of NeMo's num_val_samples - not followed here). A batch is
-``(B, seq_len + 1)`` int64 tokens. Light to import (``hpcbench pack``/``stage`` load :data:`LAYOUT`).
+sampler hands them out). The evaluation samples are the first ``data.eval_samples`` of the validation split
+built as the reference's code builds it (``data.eval_order = "reference"``: NeMo 2.1.0 on Megatron-core
+core_r0.11.0 builds the validation GPTDataset like the training one, documents and samples shuffled with the run's
+seed, over an index of ``data.eval_index_samples`` = NeMo's num_val_samples, and every evaluation reads the same
+first 1024 of it), or the first of the split in document order (``"document"``: the reference's README, "We do
+not shuffle the validation dataset"). A batch is ``(B, seq_len + 1)`` int64 tokens. Light to import
+(``hpcbench pack``/``stage`` load :data:`LAYOUT`).
 """
 from __future__ import annotations
 
@@ -31,7 +33,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 LAYOUT = FileLayout("llama31_8b", ("*.bin", "*.idx"), ("train", "validation"),
                     describe="Megatron indexed datasets (PREFIX.bin + PREFIX.idx)")
-EVAL_SEED = 0  # unused by an unshuffled split; fixed so that the evaluation set never depends on the run's seed
 
 
 class LlamaData(DatasetSpec):
@@ -42,10 +43,11 @@ class LlamaData(DatasetSpec):
     eval_split = "validation"
 
     def __init__(self, seq_len: int, vocab_size: int, seed: int, train_samples: int = 0, eval_samples: int = 0,
-                 train_blend: Sequence[str] = ()) -> None:
+                 train_blend: Sequence[str] = (), eval_order: str = "reference", eval_index_samples: int = 0) -> None:
         self.seq_len, self.vocab_size, self.seed = seq_len, vocab_size, seed
         self.train_samples, self.eval_samples = train_samples, eval_samples
         self.train_blend = list(train_blend)
+        self.eval_order, self.eval_index_samples = eval_order, eval_index_samples
 
     def open(self, root: Path, split: str) -> "GPTSamples":
         from .gpt import Corpus, GPTSamples
@@ -63,7 +65,10 @@ class LlamaData(DatasetSpec):
         corpus = Corpus.open(prefixes, self.vocab_size)
         if split == self.train_split:
             return GPTSamples(corpus, self.seq_len, self.seed, self.train_samples, shuffle=True)
-        return GPTSamples(corpus, self.seq_len, EVAL_SEED, self.eval_samples, shuffle=False, limit=self.eval_samples)
+        if self.eval_order == "document":  # the first samples in document order: the seed draws nothing
+            return GPTSamples(corpus, self.seq_len, 0, self.eval_samples, shuffle=False, limit=self.eval_samples)
+        return GPTSamples(corpus, self.seq_len, self.seed, self.eval_index_samples, shuffle=True,
+                          limit=self.eval_samples)
 
     def collate(self, samples: Sequence[np.ndarray]) -> "torch.Tensor":
         import torch

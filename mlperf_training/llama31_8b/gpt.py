@@ -16,11 +16,18 @@ arrays fix which tokens and in which order (Megatron ``megatron/core/datasets/gp
   helper walks the documents; the rows are the same, empty documents included);
 * the **shuffle index**: a permutation of the samples (the samples of a separate final epoch shuffled apart).
 
-``shuffle=False`` (the evaluation split, as the reference's README states it: "the first 1024 sequences", "we
-do not shuffle the validation dataset"; its code builds the validation GPTDataset with the run's seed, which
-shuffles it, and docs/closed.md says which we follow) keeps the document order and the identity permutation. Memory is that of Megatron's arrays: O(documents x
-epochs) for the document index and its cumulative lengths, O(samples) for the sample and shuffle indices;
-nothing is per token, and a sample's tokens are read from the memory-mapped .bin when it is asked for.
+``shuffle=False`` keeps the document order and the identity permutation (``data.eval_order = "document"``: the
+evaluation set as the reference's README states it, "the first 1024 sequences", "we do not shuffle the validation
+dataset"). The reference's code instead builds the validation GPTDataset as the training one, seeded with the run's
+seed, over an index of NeMo's ``num_val_samples`` (25,601,024 at batch 16), and every evaluation reads its first
+1024 samples (``data.eval_order = "reference"``, the closed default; docs/closed.md).
+
+Memory is that of Megatron's arrays: O(documents x epochs) for the document index, O(samples) for the shuffle
+index; nothing is per token, and a sample's tokens are read from the memory-mapped .bin when it is asked for. The
+full sample index (O(samples)) and the cumulative lengths (O(documents x epochs)) are built for a set read in
+full (the training split); a set cut to its first ``limit`` samples (the evaluation set) keeps only those samples'
+rows, found in one streaming pass over the document index, and the document ids they span (the reference's
+validation index: 405 M document entries, 1.6 GB while it is built, ~100 KB kept).
 """
 from __future__ import annotations
 
@@ -34,6 +41,7 @@ from hpcbench.common.errors import DataError
 from .indexed import IndexedDataset
 
 SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80  # Megatron's: a last epoch under 80% of one is shuffled on its own
+MAX_DOCUMENT_INDEX = 2**32  # int32 document-index entries built at most (16 GiB): beyond it a size is a mistake
 
 
 class Corpus:
@@ -101,6 +109,38 @@ def build_sample_index(lengths: np.ndarray, document_index: np.ndarray, seq_len:
     return out
 
 
+def sample_rows_at(lengths: np.ndarray, document_index: np.ndarray, seq_len: int, samples: np.ndarray,
+                   chunk: int = 1 << 22) -> np.ndarray:
+    """The rows of :func:`build_sample_index` at the given sample numbers (any order, repeats allowed), found in one
+    pass over the document index ``chunk`` entries at a time: memory O(chunk + len(samples)), not O(documents x
+    epochs). Row ``k`` is the (document-index position, offset) where sample ``k`` starts."""
+    samples = np.asarray(samples, dtype=np.int64)
+    positions = samples * seq_len
+    order = np.argsort(positions, kind="stable")
+    out = np.empty((samples.size, 2), dtype=np.int64)
+    q, base = 0, 0  # the next query (in position order); tokens before this chunk
+    for start in range(0, document_index.size, chunk):
+        if q == samples.size:
+            break
+        doc_lengths = lengths[document_index[start : start + chunk]].astype(np.int64)
+        cum = np.empty(doc_lengths.size + 1, dtype=np.int64)
+        cum[0] = base
+        np.cumsum(doc_lengths, out=cum[1:])
+        cum[1:] += base
+        end = int(np.searchsorted(positions[order[q:]], cum[-1], side="left")) + q  # queries inside this chunk
+        if end > q:
+            p = positions[order[q:end]]
+            where = np.searchsorted(cum, p, side="right") - 1  # the non-empty document holding each position
+            out[order[q:end], 0] = start + where
+            out[order[q:end], 1] = p - cum[where]
+            q = end
+        base = int(cum[-1])
+    if q != samples.size:
+        raise ValueError(f"sample {int(samples[order[q]])} starts past the document index's {base} tokens")
+    out[samples == 0] = (0, 0)  # the helper starts at the first document, empty or not (the same tokens)
+    return out
+
+
 def build_shuffle_index(num_samples: int, total: int, rng: np.random.RandomState | None) -> np.ndarray:
     """``[0, num_samples)`` shuffled, then ``[num_samples, total)`` shuffled apart (Megatron's ``_build_shuffle_index``)."""
     dtype = np.uint32 if total < np.iinfo(np.uint32).max - 1 else np.int64
@@ -141,10 +181,11 @@ class GPTSamples(SampleRows):
 
     ``num_samples``: the samples the run asks for (Megatron: training iterations x global batch); 0 = one pass
     over the documents. As in Megatron, the index holds every sample of the epochs it needed, at least
-    ``num_samples``; ``limit`` > 0 keeps the first ``limit`` of them (the evaluation set)."""
+    ``num_samples``; ``limit`` > 0 keeps the first ``limit`` of them: only their rows (``compact``, the evaluation
+    set), or the whole index read no further (the training split of a one-prefix blend)."""
 
     def __init__(self, corpus: Corpus, seq_len: int, seed: int, num_samples: int = 0, shuffle: bool = True,
-                 limit: int = 0) -> None:
+                 limit: int = 0, compact: bool = True) -> None:
         if seq_len < 1:
             raise ValueError(f"sequence length {seq_len}")
         self.corpus, self.seq_len = corpus, seq_len
@@ -156,6 +197,11 @@ class GPTSamples(SampleRows):
         if num_samples <= 0:
             num_samples = (tokens - 1) // seq_len
         epochs = num_epochs_for(tokens, num_samples, seq_len)
+        if epochs * len(corpus) > MAX_DOCUMENT_INDEX:
+            raise DataError(f"{corpus.where()}: an index of {num_samples} samples of {seq_len + 1} tokens takes {epochs} "
+                            f"passes over its {len(corpus)} documents, {epochs * len(corpus):,} document-index entries "
+                            f"(over {MAX_DOCUMENT_INDEX:,}, {epochs * len(corpus) * 4 / 2**30:.0f} GiB): too many to "
+                            "build (config keys 'data.train_samples' / 'data.eval_index_samples')")
         separate = False
         if epochs > 1:
             before_final = ((epochs - 1) * tokens - 1) // seq_len
@@ -163,17 +209,36 @@ class GPTSamples(SampleRows):
             separate = num_samples - before_final < int(SEPARATE_FINAL_EPOCH_THRESHOLD * per_epoch)
         rng = np.random.RandomState(seed) if shuffle else None
         self.epochs, self.separate_final_epoch = epochs, separate
-        self.document_index = build_document_index(documents, epochs, rng, separate)
-        self.sample_index = build_sample_index(corpus.lengths, self.document_index, seq_len, epochs, tokens)
-        total = self.sample_index.shape[0] - 1
+        self.num_samples = num_samples
+        document_index = build_document_index(documents, epochs, rng, separate)
+        total = (epochs * tokens - 1) // seq_len  # the sample index's samples (build_sample_index)
         first = before_final if separate else total
-        self.shuffle_index = build_shuffle_index(first, total, rng)
+        shuffle_index = build_shuffle_index(first, total, rng)
         self.size = total
         if limit:
             if limit > total:
                 raise DataError(f"{corpus.where()}: {limit} samples of {seq_len + 1} tokens asked for (config key "
                                 f"'data.eval_samples'), the split holds {total}")
             self.size = limit
+        if limit and compact:
+            self._keep_first(corpus.lengths, document_index, shuffle_index[:limit].astype(np.int64))
+        else:
+            self.document_index, self.shuffle_index = document_index, shuffle_index
+            self.sample_index = build_sample_index(corpus.lengths, document_index, seq_len, epochs, tokens)
+
+    def _keep_first(self, lengths: np.ndarray, document_index: np.ndarray, chosen: np.ndarray) -> None:
+        """Keep only what samples ``chosen`` (in this order) need: sample ``i`` becomes rows ``2i`` and ``2i + 1``
+        of a small sample index over a small document index holding the document ids each one spans."""
+        rows = sample_rows_at(lengths, document_index, self.seq_len, np.stack([chosen, chosen + 1], axis=1).ravel())
+        spans = [document_index[int(rows[2 * i, 0]) : int(rows[2 * i + 1, 0]) + 1] for i in range(chosen.size)]
+        starts = np.cumsum([0] + [s.size for s in spans[:-1]]).astype(np.int64)
+        self.document_index = np.concatenate(spans) if spans else np.empty(0, dtype=np.int32)
+        self.sample_index = np.empty_like(rows)
+        self.sample_index[0::2, 0] = starts
+        self.sample_index[1::2, 0] = starts + (rows[1::2, 0] - rows[0::2, 0])
+        self.sample_index[:, 1] = rows[:, 1]
+        self.shuffle_index = np.arange(0, 2 * chosen.size, 2, dtype=np.int64)
+        self.chosen = chosen  # the samples of the full index these are (tests; nothing reads it)
 
     def __len__(self) -> int:
         return self.size

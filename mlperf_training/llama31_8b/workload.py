@@ -43,7 +43,7 @@ class LlamaWorkload(Workload[LlamaConfig]):
         self._init_rng = torch.random.get_rng_state()  # replaced by build_model's (the harness seeds before it)
         d = cfg.data
         self._spec = LlamaData(d.seq_len, cfg.model.vocab_size, cfg.train.seed, d.train_samples, d.eval_samples,
-                               d.train_blend)
+                               d.train_blend, d.eval_order, d.eval_index_samples)
 
     def dataset(self) -> LlamaData:
         return self._spec
@@ -51,6 +51,10 @@ class LlamaWorkload(Workload[LlamaConfig]):
     def train_loader(self, shard: DataShard) -> EpochLoader:
         self._spec.seed = shard.seed  # the instance's seed fixes the Megatron order (set before the split opens)
         return super().train_loader(shard)
+
+    def eval_loader(self, shard: DataShard) -> EpochLoader:
+        self._spec.seed = shard.seed  # and the evaluation set's (data.eval_order = "reference"), also on an
+        return super().eval_loader(shard)  # evaluation rank, which opens no training split
 
     # model ----------------------------------------------------------------------------------
     def model_config(self) -> Any:
