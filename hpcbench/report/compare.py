@@ -46,7 +46,7 @@ def compare(score: Score, off: Official) -> list[Check]:
     official_scored = off.produced if off.summarizer_ran and not (off.crashed and not off.produced) else None
     ours_scored = score.score_min is not None if score.mode == "strong" else score.scored
     if score.mode == "strong":
-        checks.append(_figure("olympic mean (min)", score.score_min, off))
+        checks.extend(_strong_figures(score, off))
     else:
         checks.append(_count("M' (converged models)", score.M_prime, off.number_of_models, off))
         checks.append(_count("S (instance scale)", score.S, off.instance_scale, off))
@@ -54,6 +54,32 @@ def compare(score: Score, off: Official) -> list[Check]:
     checks.append(Check("scored by the summarizer" if score.mode == "weak" else "olympic mean produced",
                         ours_scored, official_scored,
                         None if official_scored is None else ours_scored == official_scored))
+    return checks
+
+
+SCORE = "score = olympic mean x scaling_factor (min)"
+
+
+def _strong_figures(score: Score, off: Official) -> list[Check]:
+    """The olympic mean; where the folder ships a scaling.json (or the summarizer applied a factor other than 1),
+    the raw mean, the factor and the normalized score, which is what the summarizer writes out. Where the package
+    checker's RCP check would leave another scaling.json than the shipped one, that factor is shown (not used)."""
+    factor = score.scaling_factor
+    theirs = off.scaling_factor
+    if factor is None and (theirs is None or theirs == 1.0) and not score.scaling_file:
+        checks = [_figure("olympic mean (min)", score.score_min, off)]
+    else:
+        src = "the folder's scaling.json, as shipped" if score.scaling_file else "no scaling.json shipped: 1"
+        checks = [Check("olympic mean before scaling (min)", score.olympic_min, None, None),
+                  Check(f"scaling_factor ({src})", factor,
+                        theirs if off.produced else NOT_PRODUCED,
+                        None if not off.produced or theirs is None
+                        else abs((factor if factor is not None else 1.0) - theirs) <= 1e-12 * max(1.0, abs(theirs))),
+                  _figure(SCORE, score.score_min, off)]
+    if off.rcp_rewrote:
+        checks.append(Check("scaling_factor the package checker's RCP check writes to scaling.json (on a copy; "
+                            "not used: the figures use the shipped file)", factor if factor is not None else "none",
+                            "file removed" if off.rcp_factor is None else off.rcp_factor, None))
     return checks
 
 

@@ -4,10 +4,17 @@
   calls its command line makes, with the log's suite and ruleset: hpc 3.0.0 or e.g. training 5.1.0),
   with its messages captured;
 * the result summarizer, the package checker and the system-description checker, each run as the
-  command-line tool (``python -m mlperf_logging.<tool>``) on the submission folder, once per
-  (usage, ruleset) of the folder's benchmarks. The "official"
-  figures of the report are only what the summarizer wrote out; when it produced nothing for a
-  folder the report says so, with what it printed.
+  command-line tool (``python -m mlperf_logging.<tool>``) once per (usage, ruleset) of the folder's
+  benchmarks, on a temporary copy of the submission folder's ``results/`` and ``systems/`` (the summarizer
+  and the package checker each on its own copy, so they can run at once): in a closed folder both run the
+  RCP checker with ``set_scaling=True``, which deletes and rewrites ``scaling.json`` in each benchmark
+  folder, so on the input itself they would change the results and each other's figures (the summarizer
+  reads the file before its own RCP check rewrites it, so on a fresh copy it uses the shipped one). The
+  input is left byte-identical; paths in the tools' output are mapped back to the input's. The "official"
+  figures of the report are only what the summarizer wrote out, taken from the row whose ``details_url``
+  names the benchmark's system file (``.../systems/<system folder>.json``, unique per system folder;
+  ``system_name`` is not: NVIDIA's four HPC v3.0 system files all say "eos"); when it produced nothing for
+  a folder the report says so, with what it printed.
 """
 from __future__ import annotations
 
@@ -16,6 +23,7 @@ import csv
 import io
 import logging
 import math
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,6 +34,7 @@ from typing import Any
 from hpcbench.common.mllog import RULESET, USAGE
 
 from .discover import Group
+from .scaling import ScalingError, read_scaling
 
 PACKAGE_OK = "PACKAGE CHECKER FOUND NO ERRORS"
 SYSTEM_OK = "System description checker passed"
@@ -45,6 +54,11 @@ class Official:
     messages: str = ""  # the summarizer's lines about this folder
     why_none: str = ""  # why the summarizer produced nothing, in its words where it gave any
     crashed: bool = False  # the summarizer exited non-zero or was stopped: it judged nothing
+    scaling_factor: float | None = None  # strong: the factor the summarizer applied (its detailed CSV's rcp_scaling_factor)
+    # strong, closed: what the package checker's RCP check left in its copy of the folder, where that differs from
+    # what was shipped (rcp_rewrote): the factor it wrote, or None when it removed the file
+    rcp_rewrote: bool = False
+    rcp_factor: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"compliance": {k: v[0] for k, v in self.compliance.items()},
@@ -52,7 +66,8 @@ class Official:
                 "summarizer_ran": self.summarizer_ran, "produced": self.produced,
                 "score_min": self.score_min, "number_of_models": self.number_of_models,
                 "instance_scale": self.instance_scale, "messages": self.messages, "why_none": self.why_none,
-                "crashed": self.crashed}
+                "crashed": self.crashed, "scaling_factor": self.scaling_factor,
+                "rcp_check_rewrote_scaling_json": self.rcp_rewrote, "rcp_check_scaling_factor": self.rcp_factor}
 
 
 @dataclass
@@ -81,8 +96,15 @@ class SubmissionChecks:
     systems: dict[str, ToolRun] = field(default_factory=dict)  # systems/<name>.json -> run
 
     def to_dict(self) -> dict[str, Any]:
-        return {"root": str(self.root), "package_checker": None if self.package is None else self.package.to_dict(),
+        return {"root": str(self.root), "ran_on": COPY_NOTE,
+                "package_checker": None if self.package is None else self.package.to_dict(),
                 "system_desc_checker": {k: v.to_dict() for k, v in self.systems.items()}}
+
+
+COPY_NOTE = ("a temporary copy of the submission folder's results/ and systems/ (one for the summarizer, one for the "
+             "package checker): their RCP check deletes and rewrites scaling.json in closed benchmark folders; "
+             "the input is not changed, the figures use the scaling.json it ships, and paths in the tools' output "
+             "name the input's files")
 
 
 @contextlib.contextmanager
@@ -219,25 +241,53 @@ def run_tools(root: Path, groups: list[Group]) -> tuple[dict[int, Official], Sub
     return offs, checks
 
 
+def _copy_submission(root: Path, dest: Path) -> Path:
+    """What the official tools read of ``root`` (``results/`` and ``systems/``) copied under ``dest/<root name>``,
+    links followed (a linked log becomes a file: nothing the tools write can reach the input)."""
+    copy = dest / root.name
+    copy.mkdir(parents=True)
+    for sub in ("results", "systems"):
+        if (root / sub).is_dir():
+            shutil.copytree(root / sub, copy / sub, symlinks=False)
+    return copy
+
+
+def _unmap(text: str, copies: list[Path], root: Path) -> str:
+    for copy in copies:
+        text = text.replace(str(copy), str(root))
+    return text
+
+
 def _run_tools(root: Path, groups: list[Group], usage: str, ruleset: str) -> tuple[dict[int, Official], SubmissionChecks]:
     checks = SubmissionChecks(root)
     offs = {id(g): Official() for g in groups}
     with tempfile.TemporaryDirectory(prefix="hpcbench-official-") as tmp_name:
         tmp = Path(tmp_name)
         summary_csv = tmp / "summary.csv"
-        procs = {"summarizer": _start(["mlperf_logging.result_summarizer", str(root), usage, ruleset,
+        try:  # the summarizer and the package checker each on its own copy: both rewrite scaling.json
+            sum_root, pkg_root = _copy_submission(root, tmp / "summarizer"), _copy_submission(root, tmp / "package")
+        except (OSError, shutil.Error) as exc:
+            why = f"could not copy {root}/results and systems to run the official tools on (the input is never " \
+                  f"given to them: they rewrite scaling.json): {exc}"
+            checks.package = ToolRun(["mlperf_logging.package_checker", str(root), usage, ruleset], None, why)
+            for g in groups:
+                _fill(offs[id(g)], g, [], None, why)
+            return offs, checks
+        copies = [sum_root, pkg_root]
+        procs = {"summarizer": _start(["mlperf_logging.result_summarizer", str(sum_root), usage, ruleset,
                                        "--csv", str(summary_csv)], tmp),
-                 "package": _start(["mlperf_logging.package_checker", str(root), usage, ruleset,
+                 "package": _start(["mlperf_logging.package_checker", str(pkg_root), usage, ruleset,
                                     "--log_output", str(tmp / "package_checker.log")], tmp)}
-        for k, sysfile in enumerate(sorted((root / "systems").glob("*.json"))):
+        for k, sysfile in enumerate(sorted((sum_root / "systems").glob("*.json"))):
             procs[f"system:{sysfile.name}"] = _start(["mlperf_logging.system_desc_checker", str(sysfile), usage,
                                                       ruleset, "--log_output", str(tmp / f"system_{k}.log")], tmp)
-        for g in groups:  # in process, while the tools run
+        for g in groups:  # in process, on the input (read only), while the tools run
             for run in g.runs:
                 offs[id(g)].compliance[run.name] = check_compliance(run.path, usage, ruleset)
             for path, _ in g.skipped:
                 offs[id(g)].compliance[path.name] = check_compliance(path, usage, ruleset)
-        done = {name: (cmd, *_finish(cmd, proc)) for name, (cmd, proc) in procs.items()}
+        done = {name: ([_unmap(a, copies, root) for a in cmd], rc, _unmap(out, copies, root))
+                for name, (cmd, proc) in procs.items() for rc, out in [_finish(cmd, proc)]}
         cmd, rc, out = done.pop("package")
         checks.package = ToolRun(cmd, rc == 0 and PACKAGE_OK in out, out)
         for name, (cmd, rc, out) in done.items():
@@ -245,13 +295,76 @@ def _run_tools(root: Path, groups: list[Group], usage: str, ruleset: str) -> tup
                 checks.systems[name.split(":", 1)[1]] = ToolRun(cmd, rc == 0 and SYSTEM_OK in out, out)
         cmd, rc, out = done["summarizer"]
         csv_text = summary_csv.read_text() if summary_csv.exists() else ""
+        detailed = tmp / "summary_detailed.csv"
+        detailed_text = detailed.read_text() if detailed.exists() else ""
+        for g in groups:  # what the package checker's RCP check left in its copy, against what was shipped
+            if g.mode == "strong" and Path(g.folder).is_relative_to(root):
+                _rcp_scaling(offs[id(g)], Path(g.folder), pkg_root / Path(g.folder).relative_to(root))
     strong, weak = _summary_rows(csv_text)
+    details = _summary_rows(detailed_text)[0]
     for g in groups:
-        _fill(offs[id(g)], g, strong if g.mode == "strong" else weak, rc, out)
+        _fill(offs[id(g)], g, strong if g.mode == "strong" else weak, rc, out, details)
     return offs, checks
 
 
-def _fill(off: Official, g: Group, rows: list[dict[str, str]], rc: int | None, out: str) -> None:
+def _scaling_bytes(folder: Path) -> bytes | None:
+    f = folder / "scaling.json"
+    try:
+        return f.read_bytes() if f.is_file() else None
+    except OSError:
+        return None
+
+
+def _factor(folder: Path) -> float | None:
+    try:
+        return read_scaling(folder)
+    except ScalingError:
+        return None
+
+
+def _rcp_scaling(off: Official, shipped: Path, copy: Path) -> None:
+    """Whether the package checker's RCP check (``set_scaling=True``) left another scaling.json in its copy of
+    the benchmark folder than the one shipped, and the factor it wrote (None: it removed the file)."""
+    before, after = _scaling_bytes(shipped), _scaling_bytes(copy)
+    if before == after:
+        return
+    if before is not None and after is not None and _factor(shipped) is not None \
+            and _factor(shipped) == _factor(copy):
+        return  # the same factor, written out again
+    off.rcp_rewrote = True
+    off.rcp_factor = None if after is None else _factor(copy)
+
+
+def _row_for(g: Group, rows: list[dict[str, str]]) -> tuple[dict[str, str] | None, str]:
+    """The summarizer's row for ``g``'s system folder, or None and why. A row's ``details_url`` ends in
+    ``/systems/<system folder>.json`` (``result_summarizer._details_url``), one per system folder, and its division
+    is that system file's; ``system_name`` may be shared (NVIDIA's HPC v3.0 "eos" x4, Fujitsu's closed and open
+    "fugaku_A64FX_tensorflow"), so it is used only where a summarizer writes no details_url, and then only if
+    one row is left."""
+    desc = g.system_desc or {}
+    division = desc.get("division") if isinstance(desc.get("division"), str) else None
+    suffix = f"/systems/{g.system}.json"
+    if any(r.get("details_url") for r in rows):
+        mine = [r for r in rows if (r.get("details_url") or "").endswith(suffix)]
+        how = f"whose details_url names systems/{g.system}.json"
+    else:
+        name = str(desc.get("system_name", g.system))
+        mine = [r for r in rows if r.get("system") == name]
+        how = f"for system {name!r} (it wrote no details_url)"
+        if len(mine) > 1 and desc.get("number_of_nodes") is not None:
+            mine = [r for r in mine if r.get("number_of_nodes") == str(desc["number_of_nodes"])] or mine
+    if division is not None:
+        mine = [r for r in mine if r.get("division") == division]
+        how += f" in the {division} division"
+    if not mine:
+        return None, f"no row {how} in its output"
+    if len(mine) > 1 and any(r.get(g.benchmark) != mine[0].get(g.benchmark) for r in mine[1:]):
+        return None, f"{len(mine)} rows {how} in its output, with different figures: none taken"
+    return mine[0], ""
+
+
+def _fill(off: Official, g: Group, rows: list[dict[str, str]], rc: int | None, out: str,
+          details: list[dict[str, str]] | None = None) -> None:
     off.summarizer_ran = True
     off.crashed = rc != 0
     folder = str(g.folder)
@@ -259,10 +372,11 @@ def _fill(off: Official, g: Group, rows: list[dict[str, str]], rc: int | None, o
     mine = [ln for ln in out.splitlines()
             if folder + "/" in ln or (tag in ln and ("weak scaling" in ln) == (g.mode == "weak"))]
     off.messages = "\n".join(mine)
-    name = str((g.system_desc or {}).get("system_name", g.system))
-    row = next((r for r in rows if r.get("system") == name), None)
+    row, no_row = _row_for(g, rows)
     if g.mode == "strong":
         off.score_min = _num(row.get(g.benchmark)) if row else None
+        detail = _row_for(g, details or [])[0] if off.score_min is not None else None
+        off.scaling_factor = _num(detail.get(f"{g.benchmark}:rcp_scaling_factor")) if detail else None
     elif row:
         off.score_min = _num(row.get(f"{g.benchmark}:time_to_train_all"))
         models, scale = _num(row.get(f"{g.benchmark}:number_of_models")), _num(row.get(f"{g.benchmark}:instance_scale"))
@@ -272,7 +386,8 @@ def _fill(off: Official, g: Group, rows: list[dict[str, str]], rc: int | None, o
     if not off.produced:
         said = [ln for ln in mine if "CRITICAL" in ln or "ERROR" in ln]
         if rc != 0:
-            said.append(f"the summarizer exited with status {rc}: " + (out.strip().splitlines() or ["no output"])[-1])
+            how = f"exited with status {rc}" if rc is not None else "was stopped or could not be run"
+            said.append(f"the summarizer {how}: " + (out.strip().splitlines() or ["no output"])[-1])
         elif row is None:
-            said.append(f"no row for system {name!r} in its output")
+            said.append(no_row)
         off.why_none = "; ".join(dict.fromkeys(said)) or "it printed nothing for this folder"
