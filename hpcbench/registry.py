@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from hpcbench.common.benchmark import Benchmark
 from hpcbench.common.errors import ConfigError, HpcbenchError
-from hpcbench.report.unimplemented import UNIMPLEMENTED_BENCHMARKS
+from hpcbench.report import unimplemented
 
 if TYPE_CHECKING:  # pragma: no cover
     from hpcbench.common.data.layout import FileLayout
@@ -45,11 +45,21 @@ def _record(name: str, package: str) -> Benchmark:
 RECORDS: dict[str, Benchmark] = {name: _record(name, package) for name, package in WORKLOADS.items()}
 _BY_BENCHMARK: dict[str, Benchmark] = {r.benchmark: r for r in RECORDS.values()}
 
-#: runs per benchmark key demanded by the rules (same table as mlperf_logging.benchmark_meta)
-REQUIRED_RUNS: dict[str, int] = {**{b: r.required_runs for b, r in _BY_BENCHMARK.items()},
-                                 **{b: f.required_runs for b, f in UNIMPLEMENTED_BENCHMARKS.items()}}
+#: runs per benchmark key of the workloads here (same table as mlperf_logging.benchmark_meta); another
+#: benchmark's come from the installed mlperf-logging (:mod:`hpcbench.report.unimplemented`)
+REQUIRED_RUNS: dict[str, int] = {b: r.required_runs for b, r in _BY_BENCHMARK.items()}
 #: for a benchmark the rules do not list (an out-of-tree workload)
-DEFAULT_REQUIRED_RUNS = 5
+DEFAULT_REQUIRED_RUNS = unimplemented.DEFAULT_REQUIRED_RUNS
+
+
+class UnknownBenchmark(HpcbenchError):
+    """A benchmark no workload here implements and no ruleset of the installed mlperf-logging defines."""
+
+    def __init__(self, benchmark: str) -> None:
+        self.benchmark = benchmark
+        super().__init__(f"benchmark {benchmark!r} is known to no suite: no workload here implements it and no "
+                         f"ruleset of the installed mlperf-logging ({unimplemented.describe_installed()}) defines "
+                         "it, so no MLPerf rules check or score its logs")
 
 
 def names() -> list[str]:
@@ -97,16 +107,35 @@ def get(name: str) -> "type[Workload]":
 
 def required_runs(benchmark: str) -> int:
     """Runs (strong) or converged models (weak) the rules require for a result of ``benchmark``."""
-    return REQUIRED_RUNS.get(benchmark, DEFAULT_REQUIRED_RUNS)
+    if benchmark in REQUIRED_RUNS:
+        return REQUIRED_RUNS[benchmark]
+    facts = unimplemented.rule_facts(benchmark)
+    return facts.required_runs if facts is not None else DEFAULT_REQUIRED_RUNS
+
+
+def known_suite(benchmark: str) -> str | None:
+    """The suite whose rules define ``benchmark``: its workload's record, else the installed mlperf-logging's
+    rule files (every benchmark of every round it knows); None when neither does."""
+    record = record_of(benchmark)
+    if record is not None:
+        return record.suite
+    facts = unimplemented.rule_facts(benchmark)
+    return facts.suite if facts is not None else None
 
 
 def suite_of(benchmark: str) -> tuple[str, str]:
-    """(suite, ruleset) of a benchmark key; an unregistered one is taken as hpc 3.0.0."""
+    """(suite, default ruleset) of a benchmark key: its workload's record, else the installed mlperf-logging's
+    rules (the suite's default ruleset where it defines the benchmark, else the newest that does). Raises
+    :class:`UnknownBenchmark` for a benchmark neither knows (never a guessed suite). The report checks a
+    folder under one ruleset per suite, chosen from these defaults, ``--ruleset`` and the folder's
+    benchmarks (:mod:`hpcbench.report.discover`)."""
     record = record_of(benchmark)
     if record is not None:
         return record.suite, record.ruleset
-    facts = UNIMPLEMENTED_BENCHMARKS.get(benchmark)
-    return (facts.suite, facts.ruleset) if facts else ("hpc", "3.0.0")
+    facts = unimplemented.rule_facts(benchmark)
+    if facts is None:
+        raise UnknownBenchmark(benchmark)
+    return facts.suite, facts.ruleset
 
 
 def epoch_reporting(benchmark: str) -> str:

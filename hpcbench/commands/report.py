@@ -14,6 +14,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR", help="where report.json, report.csv and plots go "
                                                      "(default: RESULTS_DIR/report)")
     parser.add_argument("--no-official", action="store_true", help="skip the official checker and summarizer")
+    parser.add_argument("--ruleset", action="append", metavar="[SUITE=]X.Y.Z",
+                        help="check and score the folder under this ruleset of the installed mlperf-logging (e.g. "
+                             "4.0.0 for a training v4.0 submission; SUITE=X.Y.Z for one suite, repeatable); it wins "
+                             "over what the logs name, hpcbench's default and what the folder's benchmarks imply "
+                             "(the 'rules:' line under each folder's table says which set it)")
     parser.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
     parser.add_argument("--prune-failed", action="store_true",
                         help="first move the logs of failed weak-scaling instances (not converged, not rejected; "
@@ -32,14 +37,17 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from hpcbench.report.build import write_report
+    from hpcbench.report.discover import parse_rulesets
     from hpcbench.report.tables import print_group, print_submission
 
     out = Path(args.out) if args.out else Path(args.results) / "report"
+    rulesets = parse_rulesets(args.ruleset)
     console = Console(width=None if Console().is_terminal else 120)
     if args.prune_failed:
         _prune(console, Path(args.results))
     try:
-        rep = write_report(Path(args.results), out, official=not args.no_official, make_plots=not args.no_plots)
+        rep = write_report(Path(args.results), out, official=not args.no_official, make_plots=not args.no_plots,
+                           rulesets=rulesets)
     except Exception:
         from hpcbench.report.build import stale_path
 
@@ -50,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"[bold red]no report was produced; {out} holds none{moved}[/]")
         raise
     for g in rep.groups:
-        print_group(console, g.score, g.official, g.checks, g.verdict)
+        print_group(console, g.score, g.official, g.checks, g.verdict, group=g.group)
         console.print()
     if rep.submission is not None:
         print_submission(console, rep.submission)

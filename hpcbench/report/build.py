@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from hpcbench.common.errors import ConfigError, DataError, HpcbenchError
 
 from . import plots
+from .closed import closed_not_checked
 from .compare import Check, Verdict, compare, disagreements, verdict
 from .discover import Group, discover, submission_root
 from .official import Official, SubmissionChecks, available, rejection, run_tools
@@ -42,7 +44,10 @@ class GroupReport:
         return {"score": self.score.to_dict(), "official": None if self.official is None else self.official.to_dict(),
                 "checks": [c.to_dict() for c in self.checks], "verdict": self.verdict.to_dict(),
                 "plots": [str(p) for p in self.plots],
-                "folder": str(self.group.folder)}
+                "folder": str(self.group.folder),
+                "rules": {"suite": self.group.suite, "ruleset": self.group.ruleset,
+                          "source": self.group.ruleset_source},
+                "closed_not_checked": closed_not_checked(self.group, self.score)}
 
 
 @dataclass
@@ -57,10 +62,12 @@ class Report:
                 "official_note": self.official_note}
 
 
-def build(results: Path, plot_dir: Path | None, official: bool = True, plots_as: Path | None = None) -> Report:
+def build(results: Path, plot_dir: Path | None, official: bool = True, plots_as: Path | None = None,
+          rulesets: Mapping[str, str] | None = None) -> Report:
     """Score every benchmark folder under ``results``; plots go to ``plot_dir`` (None: no plots) and
-    are recorded under the name they will have in ``plots_as`` (default ``plot_dir``)."""
-    groups = discover(results)
+    are recorded under the name they will have in ``plots_as`` (default ``plot_dir``); ``rulesets``:
+    ``--ruleset`` (:func:`.discover.parse_rulesets`)."""
+    groups = discover(results, rulesets)
     root = submission_root(Path(results))
     offs: dict[int, Official] = {}
     checks_root: SubmissionChecks | None = None
@@ -114,7 +121,8 @@ def _is_ours(folder: Path) -> bool:
     return folder.is_dir() and ((folder / MARKER).is_file() or not any(folder.iterdir()))
 
 
-def write_report(results: Path, out: Path, official: bool = True, make_plots: bool = True) -> Report:
+def write_report(results: Path, out: Path, official: bool = True, make_plots: bool = True,
+                 rulesets: Mapping[str, str] | None = None) -> Report:
     """Build the report into a temporary sibling of ``out``, verify it and rename it into place."""
     from .tables import write_csv, write_json
 
@@ -128,7 +136,7 @@ def write_report(results: Path, out: Path, official: bool = True, make_plots: bo
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        rep = build(results, tmp if make_plots else None, official, plots_as=out)
+        rep = build(results, tmp if make_plots else None, official, plots_as=out, rulesets=rulesets)
         write_json(tmp / MARKER, rep.to_dict())
         write_csv(tmp / "report.csv", [(g.score, g.official, g.verdict) for g in rep.groups])
         _verify(tmp, rep)

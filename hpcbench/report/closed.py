@@ -10,22 +10,90 @@ ClosedDefinition` (declared once, in the benchmark record):
   say closed;
 * the model: the parameter count the harness logs (``hpcbench_model_parameters``) is one of the definition's;
 * the dataset: ``train_samples`` / ``eval_samples`` are the real dataset's counts;
-* the hyperparameters the closed rules fix have their fixed values.
+* the hyperparameters the closed rules fix have their fixed values (or a value the rules allow besides it:
+  :data:`ALSO_ALLOWED`).
 
 Every failed comparison is one reason, naming the key, what the log says and what the definition wants.
+
+hpcbench's own logs are held to all of it: its harness logs every one of those keys. A log hpcbench did not
+write (another submitter's, the references') is compared on what it logs: a wrong value is a reason, but a key
+it does not log is "not checked" (:func:`not_checked`), not a failure, since the official closed YAML decides
+which keys a log must carry and its checker already fails a log without them; so are the parameter count
+(``hpcbench_model_parameters``, which only hpcbench logs) and a benchmark hpcbench has no closed definition of.
+A log is hpcbench's when it carries hpcbench's own ``hpcbench_*`` records (the harness always logs
+``hpcbench_target``, ``hpcbench_eval_ranks`` and the parameter count) or its ``submission_*`` records were
+written by hpcbench's logger (their ``metadata.file`` is ``.../common/mllog.py``: ``MLPerfLogger.submission``).
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcbench import registry
 from hpcbench.common.benchmark import PARAMETERS_KEY, same_value
 
 from .logs import RunLog
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .discover import Group
+    from .scoring import Score
+
 DIVISIONS = ("closed", "open")
-__all__ = ["claims_closed", "folder_division", "readiness", "same_value"]
+__all__ = ["ALSO_ALLOWED", "cache_clear_problem", "claims_closed", "closed_not_checked", "folder_division",
+           "is_hpcbench_log", "not_checked", "readiness", "same_value"]
+
+#: (benchmark, key) -> values the closed rules allow besides the one the benchmark's closed definition fixes.
+#: training_rules.adoc, "Appendix: Examples of Compliant Optimizers": image segmentation (medical), SGD with
+#: momentum, lists MXNet's mx.optimizer.NAG (Nesterov momentum) beside torch.optim.SGD; NVIDIA's MXNet unet3d
+#: (training v4.0) logs it as opt_name 'nag'. The official closed_unet3d.yaml requires opt_name, any value.
+ALSO_ALLOWED: dict[tuple[str, str], tuple[object, ...]] = {("unet3d", "opt_name"): ("nag",)}
+
+#: where hpcbench's logger writes the submission_* records from (``MLPerfLogger.submission``)
+_OWN_LOGGER = "common/mllog.py"
+_SUBMISSION_KEYS = ("submission_benchmark", "submission_org", "submission_division")
+
+
+def is_hpcbench_log(run: RunLog) -> bool:
+    """Written by hpcbench: it carries hpcbench's ``hpcbench_*`` records, or its submission_* records name
+    hpcbench's logger (common/mllog.py) as their source."""
+    if any(k.startswith("hpcbench_") for k in run.values) or run.settings:
+        return True
+    try:
+        with open(run.path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if ":::MLLOG" not in line or not any(f'"{k}"' in line for k in _SUBMISSION_KEYS):
+                    continue
+                try:
+                    rec = json.loads(line.split(":::MLLOG", 1)[1])
+                except ValueError:
+                    continue
+                if not isinstance(rec, dict):
+                    continue
+                meta = rec.get("metadata")
+                if rec.get("key") in _SUBMISSION_KEYS and isinstance(meta, dict):
+                    return str(meta.get("file", "")).replace("\\", "/").endswith(_OWN_LOGGER)
+    except OSError:
+        return False
+    return False
+
+
+def cache_clear_problem(run: RunLog) -> str | None:
+    """What is wrong with a closed log's ``cache_clear`` record, or None. The rules (training_rules.adoc, "Data
+    State at Start of Run", which the HPC rules follow) say "You must flush the cache or restart the system
+    prior to benchmarking"; the official checker (hpc 3.0.0 and training common.yaml) requires at least one
+    cache_clear record with a value field, any value. The HPC references log the event without a value
+    (``log_event(key="cache_clear")``: null), the training ones ``true``: both state that the cache was
+    cleared. ``false`` says it was not; no record says nothing. hpcbench's own logs say ``true`` or ``false``
+    (``false`` when the job did not drop the cache), so for them anything but ``true`` is a problem."""
+    if "cache_clear" not in run.values:
+        return "logged no cache_clear record: the page cache is not known to have been dropped before the run"
+    value = run.values["cache_clear"]
+    if value is False:
+        return "logged cache_clear false: the page cache was not dropped before the run"
+    if value is not True and (value is not None or is_hpcbench_log(run)):
+        return f"logged cache_clear {value!r}, not true: the page cache is not known to have been dropped"
+    return None
 
 
 def folder_division(folder: Path) -> str | None:
@@ -52,9 +120,20 @@ def _show(x: Any) -> str:
     return repr(x)
 
 
-def readiness(run: RunLog, system_division: str | None, folder_div: str | None) -> list[str]:
-    """Why ``run`` is not a closed-ready log (empty: it is), one reason per failed comparison."""
+def _allowed(benchmark: str, key: str, want: Any) -> list[Any]:
+    return [want, *ALSO_ALLOWED.get((benchmark, key), ())]
+
+
+def _show_allowed(values: list[Any]) -> str:
+    return " or ".join(_show(v) for v in values)
+
+
+def _judge(run: RunLog, system_division: str | None, folder_div: str | None) -> tuple[list[str], list[str]]:
+    """(why ``run`` is not closed-ready, what was not checked and why)."""
     why: list[str] = []
+    unchecked: list[str] = []
+    ours = is_hpcbench_log(run)
+    foreign = "not an hpcbench log"
     if run.division != "closed":
         why.append(f"division: the log's submission_division is {run.division!r}, not 'closed'")
     if system_division is None:
@@ -65,14 +144,21 @@ def readiness(run: RunLog, system_division: str | None, folder_div: str | None) 
         why.append(f"division: the submission folder is under {folder_div}/, not closed/")
     record = registry.record_of(run.benchmark or "")
     if record is None or record.closed is None:
-        why.append(f"no closed definition of benchmark {run.benchmark!r} is known to hpcbench: its model, dataset "
-                   "and hyperparameters cannot be compared")
-        return why
+        if ours:
+            why.append(f"no closed definition of benchmark {run.benchmark!r} is known to hpcbench: its model, dataset "
+                       "and hyperparameters cannot be compared")
+        else:
+            unchecked.append(f"model, dataset and hyperparameters: not checked (hpcbench has no closed definition of "
+                             f"{run.benchmark!r}; {foreign})")
+        return why, unchecked
     c = record.closed
     if c.parameters:
         want = " or ".join(f"{n:,}" for n in c.parameters)
         n = run.settings.get(PARAMETERS_KEY.removeprefix("hpcbench_"))
-        if n is None:
+        if n is None and not ours:
+            unchecked.append(f"model: parameter count not checked ({foreign}: only hpcbench logs {PARAMETERS_KEY}; "
+                             f"the closed {record.benchmark} model has {want})")
+        elif n is None:
             why.append(f"model: no parameter count logged ({PARAMETERS_KEY}); the closed {record.benchmark} model "
                        f"has {want}")
         elif n not in c.parameters:
@@ -81,15 +167,46 @@ def readiness(run: RunLog, system_division: str | None, folder_div: str | None) 
     for key, want_n in (("train_samples", c.train_samples), ("eval_samples", c.eval_samples)):
         if want_n is None:
             continue
-        if key not in run.values:
+        if key not in run.values and not ours:
+            unchecked.append(f"dataset: {key} not checked: not logged ({foreign}); the real {record.benchmark} "
+                             f"dataset has {want_n:,}")
+        elif key not in run.values:
             why.append(f"dataset: {key} is not logged; the real {record.benchmark} dataset has {want_n:,}")
         elif not same_value(run.values[key], want_n):
             why.append(f"dataset: {key} is {_show(run.values[key])}; the real {record.benchmark} dataset has "
                        f"{want_n:,} (a subset, another data.size or synthetic data?)")
     for key, want_v in c.fixed_for(run.values.get("opt_name")).items():
-        if key not in run.values:
-            why.append(f"hyperparameter: {key} is not logged; the closed rules fix it to {_show(want_v)}")
-        elif not same_value(run.values[key], want_v):
+        allowed = _allowed(record.benchmark, key, want_v)
+        if key not in run.values and not ours:
+            unchecked.append(f"hyperparameter: {key} not checked: not logged ({foreign}); the closed rules fix it "
+                             f"to {_show_allowed(allowed)}")
+        elif key not in run.values:
+            why.append(f"hyperparameter: {key} is not logged; the closed rules fix it to {_show_allowed(allowed)}")
+        elif not any(same_value(run.values[key], v) for v in allowed):
             why.append(f"hyperparameter: {key} is {_show(run.values[key])}; the closed rules fix it to "
-                       f"{_show(want_v)}")
-    return why
+                       f"{_show_allowed(allowed)}")
+    return why, unchecked
+
+
+def readiness(run: RunLog, system_division: str | None, folder_div: str | None) -> list[str]:
+    """Why ``run`` is not a closed-ready log (empty: it is), one reason per failed comparison."""
+    return _judge(run, system_division, folder_div)[0]
+
+
+def not_checked(run: RunLog, system_division: str | None, folder_div: str | None) -> list[str]:
+    """What of the closed definition was not compared for ``run`` and why (a log not written by hpcbench:
+    the keys it does not log, the parameter count, a benchmark hpcbench has no definition of); empty for
+    hpcbench's own logs, which are held to all of it."""
+    return _judge(run, system_division, folder_div)[1]
+
+
+def closed_not_checked(group: "Group", score: "Score") -> dict[str, list[str]]:
+    """log -> what was not checked, for every log of a folder judged closed (empty when nothing was left out)."""
+    if not score.closed:
+        return {}
+    out = {}
+    for run in group.runs:
+        items = not_checked(run, score.system_division, score.folder_division)
+        if items:
+            out[run.name] = items
+    return out

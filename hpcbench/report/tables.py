@@ -9,7 +9,9 @@ from typing import Any
 
 from hpcbench.common.atomic import atomic_write_text
 
+from .closed import closed_not_checked
 from .compare import Check, Verdict
+from .discover import Group
 from .official import Official, SubmissionChecks, compliance_reasons
 from .scoring import Score
 
@@ -18,7 +20,10 @@ def _f(x: float | None, fmt: str = ".3f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
-def print_group(console: Any, score: Score, off: Official | None, checks: list[Check], verdict: Verdict) -> None:
+def print_group(console: Any, score: Score, off: Official | None, checks: list[Check], verdict: Verdict,
+                group: Group | None = None) -> None:
+    """One folder's tables and lines; ``group`` (its logs) adds the rules line and what closed-readiness did
+    not check."""
     from rich.table import Table
     from rich.text import Text
 
@@ -38,6 +43,8 @@ def print_group(console: Any, score: Score, off: Official | None, checks: list[C
     for name, _ in score.skipped:
         t.add_row(name.removesuffix(".txt"), "-", "unreadable", *["-"] * 6, "-" if off is None else "FAIL")
     console.print(t)
+    if group is not None:
+        console.print(Text("rules: ", style="bold") + Text(group.rules))
     s = Table(show_header=True, title="score", title_justify="left")
     s.add_column("")
     s.add_column("hpcbench", justify="right")
@@ -73,10 +80,20 @@ def print_group(console: Any, score: Score, off: Official | None, checks: list[C
     for r in score.runs:
         for why in r.closed_reasons or []:
             console.print(Text("NOT CLOSED-READY ", style="bold red") + Text(f"{r.name}: {why}"))
+    unchecked = closed_not_checked(group, score) if group is not None else {}
     if score.closed and not score.not_closed_ready and score.runs:
         console.print(Text("closed-ready: ", style="green") + Text(
             f"every log ({len(score.runs)}) has the {score.benchmark} closed definition's parameter count, dataset "
-            "sample counts and fixed hyperparameters, and says closed as the system JSON does"))
+            "sample counts and fixed hyperparameters, and says closed as the system JSON does" if not unchecked else
+            f"every log ({len(score.runs)}) says closed as the system JSON does and has no value the {score.benchmark} "
+            "closed definition contradicts; what was not checked is on the 'closed, not checked' lines"))
+    by_items: dict[tuple[str, ...], list[str]] = {}
+    for name, items in unchecked.items():
+        by_items.setdefault(tuple(items), []).append(name)
+    for items, names in by_items.items():
+        who = ", ".join(names[:5]) + (f", ... ({len(names)} logs)" if len(names) > 5 else "")
+        for item in items:
+            console.print(Text("closed, not checked ", style="yellow") + Text(f"{who}: {item}"))
     for note in score.notes:
         console.print(Text("note ", style="yellow") + Text(note))
     for r in score.runs:
