@@ -18,6 +18,11 @@ MAX_RUN_S = 7 * 24 * 3600.0  # a timed run longer than a week is taken as a brok
 #: records of the run itself: after the first, a setting logged again with another value is not a contradiction
 #: of the run's settings (tracked_stats and evaluations change by design)
 RUN_KEYS = frozenset({"run_start", "epoch_start", "block_start", "eval_start", "tracked_stats", *METRIC_KEYS})
+#: records of training and evaluation: logged after run_stop (NVIDIA's and HPE's HPC v3.0 CosmoFlow keep training
+#: after it) they are not part of the timed run and are not used (the rules time the run from run_start to run_stop)
+#: (tracked_stats after run_stop is used when it follows an epoch that ended by run_stop and none is open:
+#: dlrm_dcnv2 logs it 1 ms after run_stop)
+TIMED_KEYS = frozenset({"epoch_start", "epoch_stop", "block_start", "block_stop", "tracked_stats", *EVAL_KEYS})
 #: logged counts read as integers (a string such as "one" is named and not used)
 INTEGER_KEYS = frozenset({"seed", "number_of_nodes", "accelerators_per_node", "train_samples", "eval_samples",
                           "global_batch_size"})
@@ -49,9 +54,10 @@ class RunLog:
     train_samples: int | None = None
     eval_samples: int | None = None
     global_batch_size: int | None = None
-    epochs: int = 0  # epoch_stop events, or epochs covered by block_stop events
+    epochs: int = 0  # epoch_stop events, or (a log without them) epochs covered by block_stop events
     train_ms: float = 0.0  # time inside epochs/blocks (training only)
-    epoch_ms: list[float] = field(default_factory=list)  # duration of each epoch/block
+    epoch_ms: list[float] = field(default_factory=list)  # duration of each epoch (each block when no epoch is logged)
+    after_stop: int = 0  # training/evaluation records logged after run_stop: not used (see TIMED_KEYS)
     staging_ms: float | None = None
     cache_clear: bool | None = None  # MLPerf cache_clear as logged (None: not logged)
     staging_start_ms: float | None = None
@@ -212,6 +218,17 @@ def parse_log(path: Path) -> RunLog:
     if not records:
         raise NotAResultLog(f"{path}: no readable ':::MLLOG' lines; is this an MLPerf result log?")
     evals: list[tuple[int, str, float]] = []
+    late: list[tuple[int, str, float]] = []  # training/evaluation records after run_stop: not used
+    late_metrics: list[tuple[int, Eval]] = []  # the evaluations among them, to tell whether one met the target
+    # what counts is the log up to run_stop (the last one logged with a finite time, as run_stop_ms ends up)
+    stop_ms = next((float(rec["time_ms"]) for _, rec in reversed(records)
+                    if rec["key"] == "run_stop" and math.isfinite(float(rec["time_ms"]))), math.inf)
+    epoch_runs: list[float] = []  # epoch_start/epoch_stop intervals
+    block_runs: list[float] = []  # block_start/block_stop intervals
+    block_epochs = 0  # epochs that block_stop records cover: counted only in a log that logs no epoch_stop
+    epoch_stops = 0
+    open_block: float | None = None
+    late_interval = False  # the last epoch_stop/block_stop seen was after run_stop (its tracked_stats too)
     running = False  # a record of the run itself seen (its start, an epoch, an evaluation): settings come before
     for lineno, rec in records:
         key, value, t = rec["key"], rec.get("value"), float(rec["time_ms"])
@@ -229,6 +246,14 @@ def parse_log(path: Path) -> RunLog:
         if not math.isfinite(t):
             log.rejections.append(f"line {lineno}: {key} at time_ms={t} (not a finite time)")
             continue  # a non-finite time is not used in any figure
+        if key in ("epoch_stop", "block_stop"):
+            late_interval = t > stop_ms
+        closed = not late_interval and open_epoch is None and (open_block is None or epoch_stops > 0)
+        if key in TIMED_KEYS and t > stop_ms and (key != "tracked_stats" or not closed):
+            late.append((lineno, key, t))
+            if key in METRIC_KEYS and isinstance(value, (int, float)) and not isinstance(value, bool):
+                late_metrics.append((lineno, Eval(key, _number(meta.get("epoch_num"), -1.0), float(value), t)))
+            continue
         if key in EVAL_KEYS:
             evals.append((lineno, key, t))
         if rec.get("event_type") == "POINT_IN_TIME":
@@ -236,7 +261,10 @@ def parse_log(path: Path) -> RunLog:
                 log.problems.append(f"line {lineno}: {key} logged again with another value ({log.values[key]!r}, "
                                     f"now {value!r}): the run's settings contradict themselves")
             log.values.setdefault(key, value)
-        if key in scalar:
+        seed = _int_string(value) if key == "seed" and isinstance(value, str) else None
+        if seed is not None:  # "1696481967" (NVIDIA openfold): the official seed checker reads it with int()
+            log.seed = seed
+        elif key in scalar:
             if key in INTEGER_KEYS and not _is_integer(value):
                 log.problems.append(f"line {lineno}: {key} is {value!r}, expected an integer (not used)")
             else:
@@ -254,14 +282,20 @@ def parse_log(path: Path) -> RunLog:
                 log.rejections.append(f"line {lineno}: second run_stop (two runs in one file?)")
             status = meta.get("status")  # the checker's rule compares it lower-cased ("SUCCESS" passes)
             log.run_stop_ms, log.status = t, status.lower() if isinstance(status, str) else None
-        elif key in ("epoch_start", "block_start"):
+        elif key == "epoch_start":
             open_epoch = t
-        elif key in ("epoch_stop", "block_stop"):
+        elif key == "block_start":
+            open_block = t
+        elif key == "epoch_stop":  # epochs nested in blocks (NVIDIA resnet) are counted once, as epochs
+            epoch_stops += 1
             if open_epoch is not None:
-                log.train_ms += t - open_epoch
-                log.epoch_ms.append(t - open_epoch)
+                epoch_runs.append(t - open_epoch)
                 open_epoch = None
-            log.epochs += int(meta.get("epoch_count", 1)) if key == "block_stop" else 1
+        elif key == "block_stop":
+            block_epochs += int(_number(meta.get("epoch_count"), 1.0))
+            if open_block is not None:
+                block_runs.append(t - open_block)
+                open_block = None
         elif key == "staging_start":
             open_staging = log.staging_start_ms = t
         elif key == "staging_stop" and open_staging is not None:
@@ -273,8 +307,14 @@ def parse_log(path: Path) -> RunLog:
             log.settings[key.removeprefix("hpcbench_")] = value["value"]
         elif key == "tracked_stats" and isinstance(value, dict):
             tp = value.get("throughput", value.get("samples_per_second"))
-            if isinstance(tp, (int, float)):  # logged after the epoch_stop it describes
-                log.tracked_throughput.append((float(tp), log.epoch_ms[-1] if log.epoch_ms else 0.0))
+            if isinstance(tp, (int, float)):  # logged after the epoch_stop (block_stop) it describes
+                last = epoch_runs or block_runs
+                log.tracked_throughput.append((float(tp), last[-1] if last else 0.0))
+    # a log that logs epochs counts them; blocks (bert, dlrm_dcnv2: evaluation intervals) only when it logs none
+    log.epoch_ms = epoch_runs if epoch_stops else block_runs
+    log.epochs = epoch_stops if epoch_stops else block_epochs
+    log.train_ms = sum(log.epoch_ms)
+    log.after_stop = len(late)
     if log.run_start_ms is None:
         log.problems.append("no run_start")
     if log.run_stop_ms is None:
@@ -298,8 +338,8 @@ def parse_log(path: Path) -> RunLog:
         if log.run_start_ms < MIN_UNIX_MS:
             log.rejections.append(f"run_start at time_ms={log.run_start_ms:.0f} is not a Unix time in milliseconds "
                                   f"(before {MIN_UNIX_MS:.0f}, 2001-09-09): times logged in seconds?")
-    if log.run_stop_ms is not None:
-        _outside_run(log, [(n, k) for n, k, t in evals if t > log.run_stop_ms], "after run_stop")
+    if late:
+        _after_stop(log, late, late_metrics)
     if log.status == "success" and log.target_met is False:
         tgt = log.target
         best = [e.value for e in log.metrics if tgt is not None and e.key == tgt.key]
@@ -318,6 +358,47 @@ def _outside_run(log: RunLog, found: list[tuple[int, str]], where: str) -> None:
         n, k = found[0]
         more = f" (and {len(found) - 1} more evaluation record(s))" if len(found) > 1 else ""
         log.rejections.append(f"line {n}: {k} is {where}{more}: evaluations belong to the timed run")
+
+
+def _after_stop(log: RunLog, late: list[tuple[int, str, float]], late_metrics: list[tuple[int, Eval]]) -> None:
+    """Records of training and evaluation after run_stop are not part of the timed run: they were left out of
+    every figure; noted, and the log rejected when the evaluation that met the target is among them (none
+    inside the run did), or when run_stop says success with evaluations after it and none inside that met the
+    target. The official checker reads evaluations wherever they are; the rules time the run to run_stop."""
+    tgt = log.target
+
+    def qualifies(e: Eval) -> bool:
+        return tgt.met(e.value) if tgt is not None else True  # no known target: any evaluation stands for it
+
+    def ok(e: Eval) -> bool:
+        return tgt is None or e.key == tgt.key
+
+    inside = any(qualifies(e) for e in log.metrics if ok(e))
+    late_evals = [(n, k) for n, k, _ in late if k in EVAL_KEYS]
+    met_late = [(n, e) for n, e in late_metrics if ok(e) and qualifies(e)]
+    keys = sorted({k for _, k, _ in late})
+    log.problems.append(f"{len(late)} record(s) after run_stop not used (line {late[0][0]} on: {', '.join(keys)}): "
+                        "the timed run ends at run_stop")
+    if inside:
+        return
+    if met_late:
+        n, e = met_late[0]
+        log.rejections.append(f"line {n}: {e.key} {e.value:g}, the first evaluation that meets the target, is after "
+                              "run_stop and none inside the timed run met it: the evaluation that met the target "
+                              "must lie inside the timed run")
+    elif late_evals and log.status == "success":
+        n, k = late_evals[0]
+        more = f" (and {len(late_evals) - 1} more evaluation record(s))" if len(late_evals) > 1 else ""
+        log.rejections.append(f"line {n}: {k} is after run_stop{more}, which says success with no evaluation "
+                              "inside the timed run that met the target")
+
+
+def _int_string(value: str) -> int | None:
+    """A seed logged as a string that Python's int() reads ("1696481967"), as the official seed checker reads it."""
+    try:
+        return int(value)
+    except ValueError:
+        return None
 
 
 def _is_integer(value: Any) -> bool:

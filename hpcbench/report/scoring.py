@@ -202,6 +202,11 @@ def _start(group: Group, mode: str, t0_ms: float | None) -> Score:
             by = ", ".join(f"{r.name}={r.settings[key]}" for r in having[:6]) + (", ..." if len(having) > 6 else "")
             s.notes.append(f"the runs used different {key} settings ({by}): times compare different settings; "
                            f"set train.{key} explicitly for a uniform set")
+    late = [r for r in runs if r.after_stop]
+    if late:  # NVIDIA's and HPE's HPC v3.0 CosmoFlow keep training after run_stop
+        names = ", ".join(r.name for r in late[:5]) + (", ..." if len(late) > 5 else "")
+        s.notes.append(f"{len(late)} log(s) keep training or evaluating after run_stop ({names}): those records are "
+                       "not used; epochs, evaluations and throughput count up to run_stop, as the rules time the run")
     for name, why in s.skipped:
         s.notes.append(f"{name} left out: {why}")
     return s
