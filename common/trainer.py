@@ -128,6 +128,9 @@ class Trainer:
             self.log.event("hpcbench_" + c.key.split(".")[-1], c.log_value())
         # the preset's own target (train.target), which an open-division log's official rules do not set
         self.log.event("hpcbench_target", {"value": self.workload.target().describe()})
+        # the suite and ruleset the log is written for (no official key says it; hpcbench report reads it)
+        record = self.workload.record
+        self.log.event("hpcbench_ruleset", {"value": f"{record.suite} {record.ruleset}"})
         e = tc.eval_ranks
         why = (f"the instance's last {e} rank(s) evaluate while {parts.parallel.size} train" if e
                else "the training ranks evaluate")

@@ -138,3 +138,21 @@ def test_prune_leaves_a_log_the_official_checker_rejects_in_place(tmp_path: Path
     moves, kept = plan(tmp_path / "results")
     assert stranger not in [m.source for m in moves]
     assert [p for p, _ in kept] == [stranger] and kept[0][1].startswith("official compliance checker:")
+
+
+def test_prune_checks_the_logs_under_the_ruleset_the_report_uses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``hpcbench report --prune-failed --ruleset hpc=2.0.0``: the failed instances are judged under the ruleset the
+    report then scores with (was: the logs' default, whatever --ruleset said)."""
+    from hpcbench.report import official
+
+    folder = write_benchmark(tmp_path, "weak", [SynthRun(0.1 * i, 60.0 + i, seed=i) for i in range(4)])
+    write_log(folder / "result_4.txt", SynthRun(0.5, 61.0, seed=4, status="aborted", final_error=0.5))
+    seen: list[tuple[str, str]] = []
+
+    def spy(path: Path, usage: str, ruleset: str) -> tuple[bool, str]:
+        seen.append((usage, ruleset))
+        return True, ""
+
+    monkeypatch.setattr(official, "check_compliance", spy)
+    plan(tmp_path / "results", {"hpc": "2.0.0"})
+    assert seen and set(seen) == {("hpc", "2.0.0")}

@@ -28,6 +28,11 @@ def test_closed_run_system_file_and_rcp_check(tmp_path: Path) -> None:
     log = folder / "result_0.txt"
     text = log.read_text()
     assert '"key": "hpcbench_target"' in text
+    # the log says the ruleset it is written for, and the report takes it from there
+    assert '"key": "hpcbench_ruleset", "value": {"value": "hpc 3.0.0"}' in text
+    rep = run_cli(["report", str(tmp_path), "--no-official", "--no-plots", "--out", str(tmp_path.parent / "rep")])
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    assert "named by the logs (hpcbench_ruleset)" in " ".join(rep.stdout.split()), rep.stdout
     # what the package checker runs on a closed folder: it reads every line by substring and must not crash
     not_converged, epochs, bs, benchmark = rcp_checker.read_submission_file(str(log), "3.0.0", False)
     assert (bs, benchmark) == (16, "cosmoflow") and not_converged == 0 and epochs > 0

@@ -4,6 +4,7 @@ summarizer side by side, JSON/CSV files and PNG plots."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     rulesets = parse_rulesets(args.ruleset)
     console = Console(width=None if Console().is_terminal else 120)
     if args.prune_failed:
-        _prune(console, Path(args.results))
+        _prune(console, Path(args.results), rulesets)
     try:
         rep = write_report(Path(args.results), out, official=not args.no_official, make_plots=not args.no_plots,
                            rulesets=rulesets)
@@ -88,12 +89,12 @@ def run(args: argparse.Namespace) -> int:
     return 1 if ((n_bad or n_flags or n_rejected or n_not_ready) and args.strict) else 0
 
 
-def _prune(console: "object", results: Path) -> None:
+def _prune(console: "object", results: Path, rulesets: Mapping[str, str]) -> None:
     from rich.text import Text
 
     from hpcbench.report.prune import prune_failed
 
-    moved, kept = prune_failed(results)
+    moved, kept = prune_failed(results, rulesets)
     for m in moved:
         console.print(Text("pruned ", style="bold") + Text(f"{m.source} -> {m.dest} ({m.why})"),  # type: ignore[attr-defined]
                       soft_wrap=True)  # whole paths, copyable

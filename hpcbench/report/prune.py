@@ -15,6 +15,7 @@ here on each candidate, as the report runs it, so that the two agree on which lo
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,15 +42,16 @@ def failed_logs(group: Group) -> list[tuple[Path, str]]:
             + [(path, "unreadable") for path, _ in group.skipped])
 
 
-def plan(results: Path) -> tuple[list[Move], list[tuple[Path, str]]]:
-    """(the moves, the rejected logs left in place with why) for every weak-scaling folder under ``results``."""
+def plan(results: Path, rulesets: Mapping[str, str] | None = None) -> tuple[list[Move], list[tuple[Path, str]]]:
+    """(the moves, the rejected logs left in place with why) for every weak-scaling folder under ``results``, its logs
+    checked under the rulesets the report uses (``rulesets``: ``--ruleset``, as :func:`.discover.discover` takes it)."""
     root = submission_root(Path(results))
     if root is None:
         raise ConfigError(f"--prune-failed: {results} is not a submission folder (results/<system>/weak/<benchmark>/ "
                           "and systems/<system>.json); nothing was moved")
     moves: list[Move] = []
     kept: list[tuple[Path, str]] = []
-    for g in discover(Path(results)):
+    for g in discover(Path(results), rulesets):
         if g.mode != "weak" or not g.official_layout:
             continue
         dest = extras_dir(root, g.system, "weak", g.benchmark) / PRUNED
@@ -73,10 +75,10 @@ def _official_rejections(group: Group) -> None:
             run.official_rejection = rejection(run, passed, output)
 
 
-def prune_failed(results: Path) -> tuple[list[Move], list[tuple[Path, str]]]:
+def prune_failed(results: Path, rulesets: Mapping[str, str] | None = None) -> tuple[list[Move], list[tuple[Path, str]]]:
     """Move every failed weak-scaling instance's log aside; (what moved, the rejected logs left in place).
     Refuses before moving anything when a destination exists (an earlier prune of a log of the same name)."""
-    moves, kept = plan(results)
+    moves, kept = plan(results, rulesets)
     taken = [m.dest for m in moves if m.dest.exists() or m.dest.is_symlink()]
     if taken:
         raise ConfigError("--prune-failed: " + ", ".join(str(p) for p in taken) + " already exist(s) (pruned "
