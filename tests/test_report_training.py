@@ -159,3 +159,17 @@ def test_a_null_cache_clear_counts_as_cleared_in_a_reference_log_not_in_an_hpcbe
     (g,) = build(tmp_path, None, official=False).groups
     assert [f for f in g.score.flags if "cache_clear" in f][0].startswith(f"closed division: 1 run(s) did not log "
                                                                           f"cache_clear true ({logs[0].name})")
+
+
+def test_a_cache_clear_logged_as_an_interval_start_is_a_record(tmp_path: Path) -> None:
+    """Fujitsu's HPC CosmoFlow logs cache_clear as INTERVAL_START with value null (its logger's start()); it is a
+    cache_clear record like the point-in-time one (was: 'did not log cache_clear true' on every such log)."""
+    write_training_benchmark(tmp_path, _times(10), [0.8030] * 10, division="closed")
+    logs = sorted(tmp_path.glob("results/*/*/result_*.txt"))
+    for log in logs:
+        text = log.read_text().replace('"event_type": "POINT_IN_TIME", "key": "cache_clear", "value": true',
+                                       '"event_type": "INTERVAL_START", "key": "cache_clear", "value": null')
+        assert '"INTERVAL_START", "key": "cache_clear"' in text
+        log.write_text(text.replace("common/mllog.py", "mlperf_utils/logger.py"))
+    (g,) = build(tmp_path, None, official=False).groups
+    assert [f for f in g.score.flags if "cache_clear" in f] == []

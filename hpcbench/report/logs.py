@@ -271,6 +271,7 @@ def parse_log(path: Path) -> RunLog:
                 setattr(log, scalar[key], int(value) if key in INTEGER_KEYS else value)
         elif key == "cache_clear":
             log.cache_clear = value is True
+            log.values.setdefault(key, value)  # also as an interval start (Fujitsu's HPC CosmoFlow logs it so)
         elif key == "init_stop":
             log.init_stop_ms = t
         elif key == "run_start":
