@@ -131,18 +131,22 @@ class ClosedDefinition:
     ``eval_samples``: the real dataset's counts as the ``train_samples``/``eval_samples`` keys log them (None:
     the key is not a dataset count, e.g. BERT's reference logs the samples trained). ``fixed``: MLPerf keys whose
     logged value the closed rules fix (strings compare case-insensitively, numbers to 1e-9 relative, lists
-    element by element); ``fixed_by_optimizer``: more of them for the ``opt_name`` a log states.
-    ``source``: where the numbers come from, for the report and the docs."""
+    element by element); ``fixed_by_optimizer``: more of them for the ``opt_name`` a log states;
+    ``also_allowed``: values the closed rules allow besides a fixed one (e.g. an optimizer the rules' list of
+    compliant optimizers names for another framework). ``source``: where the numbers come from, for the report
+    and the docs."""
 
     parameters: tuple[int, ...] = ()
     train_samples: int | None = None
     eval_samples: int | None = None
     fixed: Mapping[str, object] = field(default_factory=dict)
     fixed_by_optimizer: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    also_allowed: Mapping[str, tuple[object, ...]] = field(default_factory=dict)
     source: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fixed", MappingProxyType(dict(self.fixed)))
+        object.__setattr__(self, "also_allowed", MappingProxyType({k: tuple(v) for k, v in self.also_allowed.items()}))
         object.__setattr__(self, "fixed_by_optimizer", MappingProxyType(
             {k: MappingProxyType(dict(v)) for k, v in self.fixed_by_optimizer.items()}))
         if any(isinstance(n, bool) or not isinstance(n, int) or n <= 0 for n in self.parameters):

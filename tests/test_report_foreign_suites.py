@@ -304,3 +304,25 @@ def test_real_shaped_foreign_closed_folder_is_valid(tmp_path: Path) -> None:
     missing = closed_not_checked(g.group, g.score)
     assert sorted(missing) == [f"result_{k}.txt" for k in range(10)]
     assert all(items[0].startswith("model: parameter count not checked") for items in missing.values())
+
+
+def test_the_valid_label_of_a_foreign_closed_folder_says_what_was_not_checked() -> None:
+    """A closed folder judged valid whose logs hpcbench did not write: the label says some closed items were not
+    checked in them (was: it claimed every log's parameter count, sample counts and fixed values were compared)."""
+    from hpcbench.report.compare import verdict
+    from hpcbench.report.scoring import Score
+
+    score = Score(system="box", mode="strong", benchmark="cosmoflow", suite="hpc", ruleset="3.0.0", division="closed",
+                  required_runs=0, runs=[])
+    score.closed, score.score_min = True, 1.0
+    ok = verdict(score, None, None, [], unchecked=0)
+    assert not ok.valid  # no official tools: the label is the failing list; the scope is built for valid ones only
+    from hpcbench.report.official import Official, SubmissionChecks, ToolRun
+
+    off = Official(produced=True, score_min=1.0)
+    sub = SubmissionChecks(Path("."))
+    sub.package = ToolRun(["package_checker"], True, "PACKAGE CHECKER FOUND NO ERRORS")
+    full = verdict(score, off, sub, [], unchecked=0)
+    part = verdict(score, off, sub, [], unchecked=10)
+    assert full.valid and part.valid, (full.label, part.label)
+    assert "not checked" not in full.label and "in 10 log(s) hpcbench did not write" in part.label

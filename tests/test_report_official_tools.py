@@ -186,3 +186,28 @@ def test_the_official_tools_leave_the_input_byte_identical_and_the_verdict_stabl
     assert not g.disagreements, g.disagreements
     rcp = [c for c in g.checks if "RCP check writes" in c.what]
     assert len(rcp) == 1 and rcp[0].ours == 1.1 and rcp[0].agree is None
+
+
+def test_without_the_official_tools_the_table_and_csv_show_the_factor_and_the_raw_mean(tmp_path: Path) -> None:
+    """``report --no-official`` on a folder shipping scaling.json: the table names the raw olympic mean, the factor and
+    the normalized score (was: the normalized score labelled 'olympic mean (min)'); report.csv has both figures."""
+    import csv
+
+    from hpcbench.report.build import write_report
+    from hpcbench.report.tables import print_group
+
+    folder = _strong(tmp_path, "box", 300.0)
+    (folder / "scaling.json").write_text(json.dumps({"scaling_factor": 1.25}))
+    rep = write_report(tmp_path, tmp_path / "out", official=False, make_plots=False)
+    raw = _olympic([300.0 + 7.0 * i for i in range(5)])
+    (row, *_) = list(csv.DictReader((tmp_path / "out" / "report.csv").open()))
+    assert float(row["olympic_min"]) == pytest.approx(raw) and float(row["scaling_factor"]) == 1.25
+    assert float(row["score_min"]) == pytest.approx(raw * 1.25)
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    g = rep.groups[0]
+    print_group(console, g.score, g.official, g.checks, g.verdict, g.group)
+    text = console.export_text()
+    assert "olympic mean before scaling (min)" in text and "scaling_factor (the folder's scaling.json)" in text
+    assert f"{raw:.4f}" in text and f"{raw * 1.25:.4f}" in text

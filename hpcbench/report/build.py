@@ -90,7 +90,8 @@ def build(results: Path, plot_dir: Path | None, official: bool = True, plots_as:
                 run.official_rejection = rejection(run, passed, output)
         sc = score(group)
         checks = compare(sc, off) if off is not None else []
-        reports.append(GroupReport(group, sc, off, checks, verdict(sc, off, checks_root, checks, note)))
+        unchecked = len(closed_not_checked(group, sc))
+        reports.append(GroupReport(group, sc, off, checks, verdict(sc, off, checks_root, checks, note, unchecked)))
     if plot_dir is not None:
         _plots(reports, plot_dir, plots_as or plot_dir)
     return Report(reports, checks_root, note)

@@ -11,7 +11,7 @@ ClosedDefinition` (declared once, in the benchmark record):
 * the model: the parameter count the harness logs (``hpcbench_model_parameters``) is one of the definition's;
 * the dataset: ``train_samples`` / ``eval_samples`` are the real dataset's counts;
 * the hyperparameters the closed rules fix have their fixed values (or a value the rules allow besides it:
-  :data:`ALSO_ALLOWED`).
+  its ``also_allowed``).
 
 Every failed comparison is one reason, naming the key, what the log says and what the definition wants.
 
@@ -40,14 +40,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .scoring import Score
 
 DIVISIONS = ("closed", "open")
-__all__ = ["ALSO_ALLOWED", "cache_clear_problem", "claims_closed", "closed_not_checked", "folder_division",
+__all__ = ["cache_clear_problem", "claims_closed", "closed_not_checked", "folder_division",
            "is_hpcbench_log", "not_checked", "readiness", "same_value"]
-
-#: (benchmark, key) -> values the closed rules allow besides the one the benchmark's closed definition fixes.
-#: training_rules.adoc, "Appendix: Examples of Compliant Optimizers": image segmentation (medical), SGD with
-#: momentum, lists MXNet's mx.optimizer.NAG (Nesterov momentum) beside torch.optim.SGD; NVIDIA's MXNet unet3d
-#: (training v4.0) logs it as opt_name 'nag'. The official closed_unet3d.yaml requires opt_name, any value.
-ALSO_ALLOWED: dict[tuple[str, str], tuple[object, ...]] = {("unet3d", "opt_name"): ("nag",)}
 
 #: where hpcbench's logger writes the submission_* records from (``MLPerfLogger.submission``)
 _OWN_LOGGER = "common/mllog.py"
@@ -120,8 +114,8 @@ def _show(x: Any) -> str:
     return repr(x)
 
 
-def _allowed(benchmark: str, key: str, want: Any) -> list[Any]:
-    return [want, *ALSO_ALLOWED.get((benchmark, key), ())]
+def _allowed(closed: Any, key: str, want: Any) -> list[Any]:
+    return [want, *closed.also_allowed.get(key, ())]
 
 
 def _show_allowed(values: list[Any]) -> str:
@@ -176,7 +170,7 @@ def _judge(run: RunLog, system_division: str | None, folder_div: str | None) -> 
             why.append(f"dataset: {key} is {_show(run.values[key])}; the real {record.benchmark} dataset has "
                        f"{want_n:,} (a subset, another data.size or synthetic data?)")
     for key, want_v in c.fixed_for(run.values.get("opt_name")).items():
-        allowed = _allowed(record.benchmark, key, want_v)
+        allowed = _allowed(c, key, want_v)
         if key not in run.values and not ours:
             unchecked.append(f"hyperparameter: {key} not checked: not logged ({foreign}); the closed rules fix it "
                              f"to {_show_allowed(allowed)}")

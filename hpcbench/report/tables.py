@@ -63,6 +63,10 @@ def print_group(console: Any, score: Score, off: Official | None, checks: list[C
         s.add_row("T (system scale, from systems/<system>.json)", str(score.T), "-", "")
         s.add_row("models / min (M'/TTTa)", _f(score.models_per_min, ".4f"), "-", "")
         s.add_row("job span, every instance (min) (ours)", _f(score.job_span_min, ".4f"), "-", "")
+    elif not checks and score.scaling_file:  # the shipped scaling.json's factor applied, as the summarizer does
+        s.add_row("olympic mean before scaling (min)", _f(score.olympic_min, ".4f"), "-", "")
+        s.add_row("scaling_factor (the folder's scaling.json)", _f(score.scaling_factor, ".6f"), "-", "")
+        s.add_row("score = olympic mean x scaling_factor (min)", _f(score.score_min, ".4f"), "-", "")
     elif not checks:
         s.add_row("olympic mean (min)", _f(score.score_min, ".4f"), "-", "")
     s.add_row("valid MLPerf result", verdict.label, "-", "")
@@ -157,7 +161,7 @@ def write_json(path: Path, entries: dict[str, Any]) -> None:
 CSV_COLUMNS = ("system", "mode", "benchmark", "division", "run", "seed", "status", "converged", "start_offset_s",
                "time_to_solution_s", "epochs", "samples_per_s", "staging_s", "final_metric", "official_compliance",
                "score_min", "official_score_min", "T", "S", "M", "M_prime", "ttta_min", "models_per_min",
-               "job_span_min_ours", "valid", "closed_ready")
+               "job_span_min_ours", "valid", "closed_ready", "olympic_min", "scaling_factor")
 
 
 def write_csv(path: Path, pairs: list[tuple[Score, Official | None, Verdict]]) -> None:
@@ -171,5 +175,5 @@ def write_csv(path: Path, pairs: list[tuple[Score, Official | None, Verdict]]) -
                         r.final_metric, None if off is None else off.compliance.get(r.name, (False, ""))[0],
                         score.score_min, None if off is None else off.score_min, score.T, score.S, score.M,
                         score.M_prime, score.ttta_min, score.models_per_min, score.job_span_min, verdict.valid,
-                        r.closed_ready])
+                        r.closed_ready, score.olympic_min, score.scaling_factor])
     atomic_write_text(path, buf.getvalue())
