@@ -175,6 +175,25 @@ def test_two_runs_sharing_a_string_seed_are_flagged(tmp_path: Path) -> None:
         log = folder / f"result_{k}.txt"
         log.write_text(log.read_text().replace(f'"key": "seed", "value": {k},', '"key": "seed", "value": "1696481967",'))
     runs = [parse_log(folder / f"result_{k}.txt") for k in range(5)]
-    assert shared_seeds(runs) == [(1696481967, ["result_1.txt", "result_3.txt"])]  # was: not seen
+    assert shared_seeds(runs) == [(1696481967, ["result_1.txt", "result_3.txt"], True)]  # was: not seen
     (g,) = build(tmp_path, None, official=False).groups
     assert any("seed 1696481967: result_1.txt, result_3.txt" in f for f in g.score.flags), g.score.flags
+
+
+@pytest.mark.parametrize("same_line", [True, False])
+def test_the_shared_seed_flag_says_whether_the_official_seed_check_sees_it(tmp_path: Path, same_line: bool) -> None:
+    """The official seed checker (package_checker/seed_checker.py) flags two runs only when they log the same seed from
+    the same file and line; the rules ask for a different seed in every run. Closed runs sharing a seed logged from
+    different lines: flagged, saying the official check does not see it (was: 'the official seed check fails')."""
+    folder = write_benchmark(tmp_path, "strong", [SynthRun(i * 1000.0, TIMES[i], seed=1 if i < 2 else 10 + i)
+                                                 for i in range(5)], division="closed")
+    if not same_line:
+        log = folder / "result_1.txt"
+        lines = log.read_text().splitlines(keepends=True)
+        lines = [ln.replace('"lineno": ', '"lineno": 9', 1) if '"key": "seed"' in ln else ln for ln in lines]
+        log.write_text("".join(lines))
+    (g,) = build(tmp_path, None, official=False).groups
+    (flag,) = [f for f in g.score.flags if f.startswith("runs share a seed")]
+    assert "seed 1: result_0.txt, result_1.txt" in flag
+    assert ("the official seed check fails" in flag) == same_line
+    assert ("compares seeds logged from the same file and line only" in flag) == (not same_line)

@@ -49,6 +49,7 @@ class RunLog:
     run_stop_ms: float | None = None
     status: str | None = None
     seed: int | None = None
+    seed_at: tuple[str, object] | None = None  # (file, lineno) of the seed record's metadata: the official seed check's key
     nodes: int | None = None
     accelerators_per_node: int | None = None
     train_samples: int | None = None
@@ -261,6 +262,8 @@ def parse_log(path: Path) -> RunLog:
                 log.problems.append(f"line {lineno}: {key} logged again with another value ({log.values[key]!r}, "
                                     f"now {value!r}): the run's settings contradict themselves")
             log.values.setdefault(key, value)
+        if key == "seed":
+            log.seed_at = (str(meta.get("file")), meta.get("lineno"))
         seed = _int_string(value) if key == "seed" and isinstance(value, str) else None
         if seed is not None:  # "1696481967" (NVIDIA openfold): the official seed checker reads it with int()
             log.seed = seed

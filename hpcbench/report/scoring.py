@@ -221,13 +221,19 @@ FLAGGED_PROBLEMS = ("before init_stop", "run_stop is before run_start", "but an 
                     "logged again with another value")
 
 
-def shared_seeds(runs: list[RunLog]) -> list[tuple[int, list[str]]]:
-    """(seed, the runs that log it) for every seed that more than one run logs."""
-    by_seed: dict[int, list[str]] = {}
+def shared_seeds(runs: list[RunLog]) -> list[tuple[int, list[str], bool]]:
+    """(seed, the runs that log it, whether two of them log it from the same file and line: what the official seed
+    check compares) for every seed that more than one run logs."""
+    by_seed: dict[int, list[RunLog]] = {}
     for r in runs:
         if r.seed is not None:
-            by_seed.setdefault(r.seed, []).append(r.name)
-    return [(seed, names) for seed, names in sorted(by_seed.items()) if len(names) > 1]
+            by_seed.setdefault(r.seed, []).append(r)
+    out = []
+    for seed, having in sorted(by_seed.items()):
+        if len(having) > 1:
+            places = [r.seed_at for r in having]
+            out.append((seed, [r.name for r in having], len(set(places)) < len(places)))
+    return out
 
 
 def score_strong(group: Group) -> Score:
@@ -241,10 +247,15 @@ def score_strong(group: Group) -> Score:
     s.S = max(scales) if scales else None
     shared = shared_seeds(runs)
     if shared:
-        checker = ("the official seed check fails" if s.division == "closed" else
-                   "the official package checker checks seeds in the closed division only")
+        if s.division != "closed":
+            checker = "the official package checker checks seeds in the closed division only"
+        elif any(same for _, _, same in shared):
+            checker = "the official seed check fails"
+        else:
+            checker = ("the official seed check does not see it: it compares seeds logged from the same file and "
+                       "line only")
         s.flags.append(f"runs share a seed (the rules require a different seed for each run; {checker}): "
-                       + "; ".join(f"seed {seed}: {', '.join(names)}" for seed, names in shared))
+                       + "; ".join(f"seed {seed}: {', '.join(names)}" for seed, names, _ in shared))
     dropped = registry.max_dropped_runs(group.benchmark)
     mean = olympic_mean([t / 60.0 for t in ok], failed, dropped)  # type: ignore[operator]
     s.score_min = mean
