@@ -89,6 +89,7 @@ _VALUES: dict[str, Callable[[_Run], Any]] = {
     "opt_grad_averaging": lambda r: r.optim.grad_averaging,
     "opt_max_grad_norm": lambda r: r.optim.max_grad_norm,
     "opt_lamb_epsilon": lambda r: r.optim.eps,
+    "opt_epsilon": lambda r: r.optim.eps,  # BERT's name for it in training_rules.adoc's table
     "opt_lamb_beta_1": lambda r: r.optim.betas[0],
     "opt_lamb_beta_2": lambda r: r.optim.betas[1],
     "opt_lamb_weight_decay_rate": lambda r: r.optim.weight_decay,

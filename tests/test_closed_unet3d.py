@@ -144,3 +144,27 @@ def test_warmup_start_and_first_epoch_keys_are_checked_by_name() -> None:
                         ({"warmup_first_epoch": 1}, "optim.warmup_first_epoch': applies to optim.lr_per_epoch = true only")):
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             OptimConfig(unit="epochs", **kwargs).validate()
+
+
+@pytest.mark.parametrize("batch", [2, 28, 32])
+def test_epoch_num_counts_samples_as_the_training_4_0_rcps(batch: int) -> None:
+    """training 4.0.0's rcps_unet3d.json is in samples (396,480 = 2,360 epochs x 168), as every v4.0 submitter's
+    log (NVIDIA eos_n9 unet3d: first eval_accuracy at epoch_num 168,000); with epoch numbers the package checker's
+    RCP test fails a converged closed run. epoch_num = epochs x samples_per_epoch (the padded epoch at batch 32:
+    6 steps of 32 = 192 per epoch)."""
+    from hpcbench.common.cadence import TrainPoint
+
+    rule = BENCHMARK.closed_eval
+    assert rule is not None
+    start, every = rule.at(batch)  # the rule's epochs at this batch (the record refuses others in a closed config)
+    cfg = UNet3DWorkload.load_config("full", [f"train.global_batch_size={batch}", f"train.eval_start={start}",
+                                              f"train.eval_every={every}", f"train.max_epochs={rule.max_epochs(batch)}"])
+    steps = -(-168 // batch)
+    cad = cadence_of(BENCHMARK, cfg.train, steps)
+    first = cad.epochs()[0]
+    point = TrainPoint(epoch=first, step=steps, global_step=first * steps)
+    assert BENCHMARK.epoch_reporting == "samples"
+    assert cad.epoch_num(point) == first * steps * batch
+    if batch == 2:
+        assert cad.epoch_num(point) == 168_000
+    assert cad.epoch_marker(first, first * steps) == first * steps * batch

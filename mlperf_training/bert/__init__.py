@@ -14,8 +14,9 @@ BENCHMARK = Benchmark(
     higher_is_better=True, required_runs=10, epoch_reporting="samples",
     summary="BERT-large masked-LM + next-sentence pretraining on packed HDF5 shards; masked-LM accuracy",
     layout="dataset", workload="workload:BertWorkload", converter="convert:convert",
-    keys=HyperparameterKeys({"lamb": (  # closed_bert.yaml pins the opt_lamb_* keys
-        "opt_name", "opt_base_learning_rate", "opt_lamb_epsilon", "opt_lamb_beta_1", "opt_lamb_beta_2",
+    # closed_bert.yaml pins the opt_lamb_* keys; the rules' table names the epsilon opt_epsilon (NVIDIA logs both)
+    keys=HyperparameterKeys({"lamb": (
+        "opt_name", "opt_base_learning_rate", "opt_lamb_epsilon", "opt_epsilon", "opt_lamb_beta_1", "opt_lamb_beta_2",
         "opt_lamb_weight_decay_rate", "opt_learning_rate_training_steps", "opt_learning_rate_warmup_steps",
         "num_warmup_steps", "start_warmup_step", "opt_lamb_learning_rate_decay_poly_power")}),
     # train_samples is not pinned: submitters' logs (NVIDIA's) state the samples a run trained there

@@ -10,7 +10,7 @@ _POLY = ("opt_base_learning_rate", "opt_end_learning_rate", "opt_learning_rate_d
 
 # training 4.0.0: the newest training ruleset of the installed mlperf-logging that lists resnet.
 # closed_resnet.yaml requires opt_name in {sgd, lars} and enqueues closed_resnet_<opt_name>.yaml, whose
-# keys are the optimizer's name before opt_* (hparams.py adds SGD's model_bn_span)
+# keys are the optimizer's name before opt_* (hparams.py adds model_bn_span, for every optimizer)
 BENCHMARK = Benchmark(
     name="resnet", benchmark="resnet", suite="training", ruleset="4.0.0",
     target=Target("eval_accuracy", 0.759, 1.0, True, False),  # v['value'] >= 0.7590 and v['value'] < 1.0

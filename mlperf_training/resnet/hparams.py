@@ -31,12 +31,13 @@ from .config import check_schedule
 
 def optimizer_keys(optim: OptimConfig, steps_per_epoch: int, max_epochs: int, bn_span: int) -> dict[str, Any]:
     """The ``opt_name`` and ``lars_*``/``sgd_*`` keys for this run; ``bn_span``: the samples one
-    BatchNorm's statistics cover (the per-rank batch times ``train.bn_group_size``), logged for SGD."""
+    BatchNorm's statistics cover (the per-rank batch times ``train.bn_group_size``), logged for every optimizer
+    as the reference logs it (resnet_ctl_imagenet_main.py, unconditionally; NVIDIA's LARS logs carry it and the
+    RCPs' LARS entries list it)."""
     BENCHMARK.check_optimizer(optim.name)
     check_schedule(optim)
     if steps_per_epoch < 1:
         raise ConfigError(f"optimizer_keys: steps_per_epoch must be >= 1, got {steps_per_epoch}")
     keys = record_keys(BENCHMARK, optim, steps_per_epoch, max_epochs)
-    if optim.name == "sgd":
-        keys["model_bn_span"] = bn_span
+    keys["model_bn_span"] = bn_span
     return keys
