@@ -179,3 +179,15 @@ def layout(name: str) -> "FileLayout":
     if ALIASES.get(name, name) not in RECORDS:
         raise ConfigError(f"--dataset: unknown dataset {name!r}; expected one of {', '.join(dataset_names())}")
     return importlib.import_module(_part(name, "layout")).LAYOUT
+
+
+def unimplemented_benchmarks() -> dict[str, "unimplemented.RuleFacts"]:
+    """Every benchmark the installed rules define that no workload here implements, with its rule facts (suite,
+    default ruleset, required runs: :func:`hpcbench.report.unimplemented.rule_facts`)."""
+    names = {b for rulesets in unimplemented.known_rulesets().values() for benches in rulesets.values() for b in benches}
+    out = {}
+    for b in sorted(names):
+        facts = unimplemented.rule_facts(b)
+        if record_of(b) is None and facts is not None:
+            out[b] = facts
+    return out

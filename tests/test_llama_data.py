@@ -242,6 +242,19 @@ def test_a_set_cut_to_its_first_samples_equals_the_whole_index(tmp_path: Path, e
     assert whole.separate_final_epoch or not final
 
 
+def test_a_validation_split_smaller_than_the_evaluation_set_is_passed_over_again(tmp_path: Path) -> None:
+    """data.eval_index_samples = 0 builds the index for data.eval_samples: a split holding fewer samples than that is
+    passed over as many times as they need, as Megatron builds any index (was: refused as too small, which stopped
+    gpu_check --smoke's Llama on its small synthetic split: 256 asked, 26 held)."""
+    from hpcbench.workloads.mlperf_training.llama31_8b.dataset import LlamaData
+
+    (tmp_path / "validation").mkdir()
+    independent_write(tmp_path / "validation" / "v_text_document", _docs(np.random.RandomState(4), 6, 100), "int32")
+    one_pass = gpt.GPTSamples(gpt.Corpus.open([tmp_path / "validation" / "v_text_document"], 100), 8, 3, 0)
+    ev = LlamaData(8, 100, seed=3, eval_samples=4 * len(one_pass)).open(tmp_path, "validation")
+    assert len(ev) == 4 * len(one_pass) and ev.epochs >= 4
+
+
 def test_an_index_too_large_to_build_is_refused_by_key(tmp_path: Path) -> None:
     corpus = _corpus(tmp_path, _docs(np.random.RandomState(2), 30, 1000))
     with pytest.raises(DataError, match="data.eval_index_samples"):
@@ -296,7 +309,7 @@ def test_evaluation_reads_exactly_eval_samples_once(tmp_path: Path, ranks: int, 
     """Shrunk: 40 evaluation samples of 9 tokens with global batches (12, 12, 96, 10) that mostly do not divide 40.
     The instance's ranks together read exactly the first 40 samples of the validation set, each once: the global
     batches in order, a last partial one split over the ranks, none dropped or padded. ``reference`` (the reference's
-    code): the first 40 of the validation GPTDataset shuffled with the run's seed (its index: one pass here), so
+    code): the first 40 of the validation GPTDataset shuffled with the run's seed (its index: 40 samples here), so
     another seed reads other windows; ``document`` (its README): the first 40 in document order, whatever the seed.
     The reference script evaluates ceil(1024 / gbs)
     whole global batches (limit_val_batches); at the batch sizes it accepts with a whole-step val_check_interval
@@ -320,7 +333,7 @@ def test_evaluation_reads_exactly_eval_samples_once(tmp_path: Path, ranks: int, 
             want = in_order
         else:  # the whole seeded index (the training split's code path), its first n
             whole = gpt.GPTSamples(gpt.Corpus.open([tmp_path / "validation" / "c4-validation_text_document"], 1000),
-                                   seq, seed, 0, shuffle=True)
+                                   seq, seed, n, shuffle=True)
             want = np.stack([whole[i] for i in range(n)])
         seen.append(want)
         cfg = cls.load_config("mini", [f"data.root={tmp_path}", f"data.seq_len={seq}", f"data.eval_samples={n}",

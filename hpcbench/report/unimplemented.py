@@ -143,22 +143,3 @@ def rule_facts(benchmark: str) -> RuleFacts | None:
             runs = _result_counts(name).get(benchmark, DEFAULT_REQUIRED_RUNS)
             return RuleFacts(name, ruleset, runs)
     return None
-
-
-def unimplemented_benchmarks() -> dict[str, RuleFacts]:
-    """Every benchmark the installed rules define that no workload here implements, with its facts."""
-    from hpcbench import registry
-
-    names = {b for rulesets in known_rulesets().values() for benches in rulesets.values() for b in benches}
-    out = {}
-    for b in sorted(names):
-        facts = rule_facts(b)
-        if registry.record_of(b) is None and facts is not None:
-            out[b] = facts
-    return out
-
-
-def __getattr__(name: str) -> Any:
-    if name == "UNIMPLEMENTED_BENCHMARKS":  # read from the installed package when first asked for
-        return unimplemented_benchmarks()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -34,7 +34,7 @@ class LlamaDataConfig(DataConfig):
     # of eval_index_samples), its first eval_samples; "document": the first eval_samples in document order,
     # unshuffled (the reference's README)
     eval_order: str = "reference"
-    eval_index_samples: int = 0  # samples the validation index is built for (NeMo's num_val_samples); 0: one pass
+    eval_index_samples: int = 0  # samples the validation index is built for (NeMo's num_val_samples); 0: eval_samples
     # Megatron's weighted prefix list for train/: ["12.5", "c4-train.en_0_text_document", ...] (blend.py); empty:
     # every prefix of train/ in name order as one corpus
     train_blend: list[str] = field(default_factory=list)
@@ -47,7 +47,7 @@ class LlamaDataConfig(DataConfig):
         if self.eval_order not in ("reference", "document"):
             raise ConfigError(f"config key 'data.eval_order': expected 'reference' or 'document', got {self.eval_order!r}")
         if self.eval_index_samples < 0:
-            raise ConfigError(f"config key 'data.eval_index_samples': expected >= 0 (0: one pass over validation/), "
+            raise ConfigError(f"config key 'data.eval_index_samples': expected >= 0 (0: data.eval_samples), "
                               f"got {self.eval_index_samples}")
         if self.seq_len < 1 or self.train_samples < 0 or self.eval_samples < 1:
             raise ConfigError(f"config keys 'data.seq_len' >= 1, 'data.train_samples' >= 0, 'data.eval_samples' >= 1; "

@@ -67,7 +67,8 @@ class LlamaData(DatasetSpec):
             return GPTSamples(corpus, self.seq_len, self.seed, self.train_samples, shuffle=True)
         if self.eval_order == "document":  # the first samples in document order: the seed draws nothing
             return GPTSamples(corpus, self.seq_len, 0, self.eval_samples, shuffle=False, limit=self.eval_samples)
-        return GPTSamples(corpus, self.seq_len, self.seed, self.eval_index_samples, shuffle=True,
+        # 0: an index of just the evaluation samples (as many passes over a small split as they need)
+        return GPTSamples(corpus, self.seq_len, self.seed, self.eval_index_samples or self.eval_samples, shuffle=True,
                           limit=self.eval_samples)
 
     def collate(self, samples: Sequence[np.ndarray]) -> "torch.Tensor":
