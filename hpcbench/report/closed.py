@@ -26,7 +26,6 @@ written by hpcbench's logger (their ``metadata.file`` is ``.../common/mllog.py``
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,33 +42,10 @@ DIVISIONS = ("closed", "open")
 __all__ = ["cache_clear_problem", "claims_closed", "closed_not_checked", "folder_division",
            "is_hpcbench_log", "not_checked", "readiness", "same_value"]
 
-#: where hpcbench's logger writes the submission_* records from (``MLPerfLogger.submission``)
-_OWN_LOGGER = "common/mllog.py"
-_SUBMISSION_KEYS = ("submission_benchmark", "submission_org", "submission_division")
-
-
 def is_hpcbench_log(run: RunLog) -> bool:
     """Written by hpcbench: it carries hpcbench's ``hpcbench_*`` records, or its submission_* records name
-    hpcbench's logger (common/mllog.py) as their source."""
-    if any(k.startswith("hpcbench_") for k in run.values) or run.settings:
-        return True
-    try:
-        with open(run.path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if ":::MLLOG" not in line or not any(f'"{k}"' in line for k in _SUBMISSION_KEYS):
-                    continue
-                try:
-                    rec = json.loads(line.split(":::MLLOG", 1)[1])
-                except ValueError:
-                    continue
-                if not isinstance(rec, dict):
-                    continue
-                meta = rec.get("metadata")
-                if rec.get("key") in _SUBMISSION_KEYS and isinstance(meta, dict):
-                    return str(meta.get("file", "")).replace("\\", "/").endswith(_OWN_LOGGER)
-    except OSError:
-        return False
-    return False
+    hpcbench's logger (common/mllog.py) as their source (``RunLog.by_hpcbench``, read when the log was parsed)."""
+    return run.by_hpcbench or bool(run.settings) or any(k.startswith("hpcbench_") for k in run.values)
 
 
 def cache_clear_problem(run: RunLog) -> str | None:

@@ -10,8 +10,8 @@ ruleset is one per suite for the whole folder (a submission is one round, and th
 folder under one), chosen, first that applies:
 
 1. ``--ruleset`` (``X.Y.Z`` or ``SUITE=X.Y.Z``);
-2. the logs, where they name one (``hpcbench_ruleset``; no log of the official references does, nor, so far,
-   hpcbench's own: the v4.0 and v5.1 training and v3.0 HPC results carry no ruleset or mlperf-logging version
+2. the logs, where they name one (``hpcbench_ruleset``, which hpcbench's own logs carry; no log of the official
+   references does: the v4.0 and v5.1 training and v3.0 HPC results carry no ruleset or mlperf-logging version
    key);
 3. hpcbench's default: the one ruleset of the folder's benchmarks' records (``common.suites``' default for a
    benchmark without a workload), when it defines every benchmark of the folder;

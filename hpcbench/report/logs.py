@@ -23,6 +23,10 @@ RUN_KEYS = frozenset({"run_start", "epoch_start", "block_start", "eval_start", "
 #: (tracked_stats after run_stop is used when it follows an epoch that ended by run_stop and none is open:
 #: dlrm_dcnv2 logs it 1 ms after run_stop)
 TIMED_KEYS = frozenset({"epoch_start", "epoch_stop", "block_start", "block_stop", "tracked_stats", *EVAL_KEYS})
+#: where hpcbench's logger writes the submission_* records from (``MLPerfLogger.submission``): a log whose first
+#: submission_* record names it was written by hpcbench (``RunLog.by_hpcbench``)
+OWN_LOGGER = "common/mllog.py"
+SUBMISSION_KEYS = ("submission_benchmark", "submission_org", "submission_division")
 #: logged counts read as integers (a string such as "one" is named and not used)
 INTEGER_KEYS = frozenset({"seed", "number_of_nodes", "accelerators_per_node", "train_samples", "eval_samples",
                           "global_batch_size"})
@@ -60,12 +64,12 @@ class RunLog:
     epoch_ms: list[float] = field(default_factory=list)  # duration of each epoch (each block when no epoch is logged)
     after_stop: int = 0  # training/evaluation records logged after run_stop: not used (see TIMED_KEYS)
     staging_ms: float | None = None
-    cache_clear: bool | None = None  # MLPerf cache_clear as logged (None: not logged)
     staging_start_ms: float | None = None
     metric_key: str | None = None
     metrics: list[Eval] = field(default_factory=list)
     tracked_throughput: list[tuple[float, float]] = field(default_factory=list)  # (samples/s, epoch ms)
     settings: dict[str, Any] = field(default_factory=dict)  # hpcbench_* choices, e.g. precision: "bf16"
+    by_hpcbench: bool = False  # its first submission_* record was written by hpcbench's logger (OWN_LOGGER)
     values: dict[str, Any] = field(default_factory=dict)  # every POINT_IN_TIME key's first logged value
     problems: list[str] = field(default_factory=list)
     bad_lines: list[str] = field(default_factory=list)  # MLLOG lines that do not parse (the official parser rejects the file)
@@ -231,11 +235,15 @@ def parse_log(path: Path) -> RunLog:
     open_block: float | None = None
     late_interval = False  # the last epoch_stop/block_stop seen was after run_stop (its tracked_stats too)
     running = False  # a record of the run itself seen (its start, an epoch, an evaluation): settings come before
+    source_seen = False  # the first submission_* record with metadata decided by_hpcbench
     for lineno, rec in records:
         key, value, t = rec["key"], rec.get("value"), float(rec["time_ms"])
         if not isinstance(key, str):
             log.problems.append(f"line {lineno}: key {key!r} is not a string (record ignored)")
             continue
+        if not source_seen and key in SUBMISSION_KEYS and isinstance(rec.get("metadata"), dict):
+            source_seen = True
+            log.by_hpcbench = str(rec["metadata"].get("file", "")).replace("\\", "/").endswith(OWN_LOGGER)
         meta = rec.get("metadata")
         if meta is None:
             meta = {}
@@ -272,9 +280,8 @@ def parse_log(path: Path) -> RunLog:
                 log.problems.append(f"line {lineno}: {key} is {value!r}, expected an integer (not used)")
             else:
                 setattr(log, scalar[key], int(value) if key in INTEGER_KEYS else value)
-        elif key == "cache_clear":
-            log.cache_clear = value is True
-            log.values.setdefault(key, value)  # also as an interval start (Fujitsu's HPC CosmoFlow logs it so)
+        elif key == "cache_clear":  # also as an interval start (Fujitsu's HPC CosmoFlow logs it so)
+            log.values.setdefault(key, value)
         elif key == "init_stop":
             log.init_stop_ms = t
         elif key == "run_start":

@@ -34,7 +34,7 @@ from typing import Any
 from hpcbench.common.mllog import RULESET, USAGE
 
 from .discover import Group
-from .scaling import ScalingError, read_scaling
+from .scaling import SCALING_FILE, ScalingError, read_scaling
 
 PACKAGE_OK = "PACKAGE CHECKER FOUND NO ERRORS"
 SYSTEM_OK = "System description checker passed"
@@ -308,7 +308,7 @@ def _run_tools(root: Path, groups: list[Group], usage: str, ruleset: str) -> tup
 
 
 def _scaling_bytes(folder: Path) -> bytes | None:
-    f = folder / "scaling.json"
+    f = folder / SCALING_FILE
     try:
         return f.read_bytes() if f.is_file() else None
     except OSError:
