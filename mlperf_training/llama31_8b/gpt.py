@@ -95,18 +95,10 @@ def build_document_index(documents: np.ndarray, epochs: int, rng: np.random.Rand
 def build_sample_index(lengths: np.ndarray, document_index: np.ndarray, seq_len: int, epochs: int,
                        tokens_per_epoch: int) -> np.ndarray:
     """``(num_samples + 1, 2)`` int64 rows (document-index position, offset) where samples start and end, the
-    rows ``helpers.build_sample_idx`` writes: sample ``i`` is the tokens from row ``i`` to row ``i + 1`` inclusive."""
+    rows ``helpers.build_sample_idx`` writes: sample ``i`` is the tokens from row ``i`` to row ``i + 1`` inclusive
+    (:func:`sample_rows_at` for every row)."""
     num_samples = (epochs * tokens_per_epoch - 1) // seq_len
-    doc_lengths = lengths[document_index].astype(np.int64)
-    cum = np.zeros(doc_lengths.size + 1, dtype=np.int64)
-    np.cumsum(doc_lengths, out=cum[1:])
-    positions = np.arange(num_samples + 1, dtype=np.int64) * seq_len
-    where = np.searchsorted(cum, positions, side="right") - 1  # the non-empty document holding each position
-    out = np.empty((num_samples + 1, 2), dtype=np.int64)
-    out[:, 0] = where
-    out[:, 1] = positions - cum[where]
-    out[0] = (0, 0)  # the helper starts at the first document, empty or not (the same tokens)
-    return out
+    return sample_rows_at(lengths, document_index, seq_len, np.arange(num_samples + 1, dtype=np.int64))
 
 
 def sample_rows_at(lengths: np.ndarray, document_index: np.ndarray, seq_len: int, samples: np.ndarray,
@@ -117,6 +109,7 @@ def sample_rows_at(lengths: np.ndarray, document_index: np.ndarray, seq_len: int
     samples = np.asarray(samples, dtype=np.int64)
     positions = samples * seq_len
     order = np.argsort(positions, kind="stable")
+    ordered = positions[order]  # the queries in position order (views of it below, no copy per chunk)
     out = np.empty((samples.size, 2), dtype=np.int64)
     q, base = 0, 0  # the next query (in position order); tokens before this chunk
     for start in range(0, document_index.size, chunk):
@@ -127,9 +120,9 @@ def sample_rows_at(lengths: np.ndarray, document_index: np.ndarray, seq_len: int
         cum[0] = base
         np.cumsum(doc_lengths, out=cum[1:])
         cum[1:] += base
-        end = int(np.searchsorted(positions[order[q:]], cum[-1], side="left")) + q  # queries inside this chunk
+        end = int(np.searchsorted(ordered[q:], cum[-1], side="left")) + q  # queries inside this chunk
         if end > q:
-            p = positions[order[q:end]]
+            p = ordered[q:end]
             where = np.searchsorted(cum, p, side="right") - 1  # the non-empty document holding each position
             out[order[q:end], 0] = start + where
             out[order[q:end], 1] = p - cum[where]
