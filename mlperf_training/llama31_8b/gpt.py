@@ -12,8 +12,8 @@ arrays fix which tokens and in which order (Megatron ``megatron/core/datasets/gp
   one on its own (``separate_final_epoch``);
 * the **sample index**: ``(position in the document index, offset in that document)`` where each sample starts,
   ``(epochs x tokens_per_epoch - 1) // seq_len`` samples + 1 rows; sample ``i`` runs from row ``i`` to row
-  ``i + 1`` inclusive. Computed here with one ``searchsorted`` over the cumulative document lengths (the C++
-  helper walks the documents; the rows are the same, empty documents included);
+  ``i + 1`` inclusive. Computed here by ``searchsorted`` over the cumulative document lengths, a chunk of the
+  document index at a time (the C++ helper walks the documents; the rows are the same, empty documents included);
 * the **shuffle index**: a permutation of the samples (the samples of a separate final epoch shuffled apart).
 
 ``shuffle=False`` keeps the document order and the identity permutation (``data.eval_order = "document"``: the
@@ -24,8 +24,7 @@ seed, over an index of NeMo's ``num_val_samples`` (25,601,024 at batch 16), and 
 
 Memory is that of Megatron's arrays: O(documents x epochs) for the document index, O(samples) for the shuffle
 index; nothing is per token, and a sample's tokens are read from the memory-mapped .bin when it is asked for. The
-full sample index (O(samples)) and the cumulative lengths (O(documents x epochs)) are built for a set read in
-full (the training split); a set cut to its first ``limit`` samples (the evaluation set) keeps only those samples'
+full sample index (O(samples)) is built for a set read in full (the training split); a set cut to its first ``limit`` samples (the evaluation set) keeps only those samples'
 rows, found in one streaming pass over the document index, and the document ids they span (the reference's
 validation index: 405 M document entries, 1.6 GB while it is built, ~100 KB kept).
 """
