@@ -26,12 +26,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from hpcbench.common.errors import ConfigError
 
 from .gpt import GPTSamples, SampleRows
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .index_cache import IndexCache
 
 SURPLUS = 0.005  # Megatron-core's default mid_level_dataset_surplus
 
@@ -120,14 +124,15 @@ class BlendedSamples(SampleRows):
 
 
 def open_blend(corpora: Sequence[object], weights: Sequence[float], seq_len: int, seed: int,
-               num_samples: int) -> SampleRows:
+               num_samples: int, cache: "IndexCache | None" = None) -> SampleRows:
     """The blend of ``corpora`` (one :class:`~.gpt.Corpus` per prefix) of ``num_samples`` samples (0: one pass over
-    all of them), each part a GPT dataset with the run's seed, built for its share plus the surplus."""
+    all of them), each part a GPT dataset with the run's seed, built for its share plus the surplus (its index
+    arrays kept in ``cache``, an :class:`~.index_cache.IndexCache`, when given)."""
     if num_samples <= 0:
         num_samples = sum((int(c.lengths.sum(dtype=np.int64)) - 1) // seq_len for c in corpora)  # type: ignore[attr-defined]
     if len(corpora) == 1:  # Megatron builds no BlendedDataset for one prefix: one GPT dataset of exactly the size
         return GPTSamples(corpora[0], seq_len, seed, num_samples, shuffle=True, limit=num_samples,  # type: ignore[arg-type]
-                          compact=False)
+                          compact=False, cache=cache)
     sizes = sizes_per_dataset(weights, num_samples)
-    parts = [GPTSamples(c, seq_len, seed, n, shuffle=True) for c, n in zip(corpora, sizes)]  # type: ignore[arg-type]
+    parts = [GPTSamples(c, seq_len, seed, n, shuffle=True, cache=cache) for c, n in zip(corpora, sizes)]  # type: ignore[arg-type]
     return BlendedSamples(parts, weights, num_samples)

@@ -38,6 +38,9 @@ class LlamaDataConfig(DataConfig):
     # Megatron's weighted prefix list for train/: ["12.5", "c4-train.en_0_text_document", ...] (blend.py); empty:
     # every prefix of train/ in name order as one corpus
     train_blend: list[str] = field(default_factory=list)
+    # where the index arrays are kept between ranks and runs (index_cache.py): "auto" = ROOT/.index_cache when it
+    # can be written (else none), "none", or a writable folder (e.g. on shared storage, for node-local data)
+    index_cache: str = "auto"
 
     def validate(self) -> None:
         super().validate()

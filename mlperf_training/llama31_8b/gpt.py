@@ -30,14 +30,19 @@ validation index: 405 M document entries, 1.6 GB while it is built, ~100 KB kept
 """
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from hpcbench.common.errors import DataError
 
 from .indexed import IndexedDataset
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .index_cache import IndexCache
 
 SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80  # Megatron's: a last epoch under 80% of one is shuffled on its own
 MAX_DOCUMENT_INDEX = 2**32  # int32 document-index entries built at most (16 GiB): beyond it a size is a mistake
@@ -52,6 +57,7 @@ class Corpus:
         self.datasets = list(datasets)
         self.lengths = np.concatenate([d.sequence_lengths for d in datasets]).astype(np.int32)
         self.starts = np.cumsum([0] + [len(d) for d in datasets]).astype(np.int64)
+        self._fingerprint: list[dict[str, object]] | None = None
 
     @classmethod
     def open(cls, prefixes: Sequence[Path], vocab_size: int) -> "Corpus":
@@ -66,6 +72,16 @@ class Corpus:
 
     def where(self) -> str:
         return ", ".join(str(d.bin_path) for d in self.datasets)
+
+    def fingerprint(self) -> list[dict[str, object]]:
+        """What an index over these documents depends on, per dataset: its documents, tokens and the SHA-256 of
+        its sequence lengths (the index cache's key; computed once)."""
+        if self._fingerprint is None:
+            self._fingerprint = [{"documents": len(d), "tokens": int(d.sequence_lengths.sum(dtype=np.int64)),
+                                  "lengths_sha256": hashlib.sha256(
+                                      np.ascontiguousarray(d.sequence_lengths, dtype="<i4").tobytes()).hexdigest()}
+                                 for d in self.datasets]
+        return self._fingerprint
 
     def close(self) -> None:
         for d in self.datasets:
@@ -177,11 +193,10 @@ class GPTSamples(SampleRows):
     set), or the whole index read no further (the training split of a one-prefix blend)."""
 
     def __init__(self, corpus: Corpus, seq_len: int, seed: int, num_samples: int = 0, shuffle: bool = True,
-                 limit: int = 0, compact: bool = True) -> None:
+                 limit: int = 0, compact: bool = True, cache: "IndexCache | None" = None) -> None:
         if seq_len < 1:
             raise ValueError(f"sequence length {seq_len}")
         self.corpus, self.seq_len = corpus, seq_len
-        documents = np.arange(len(corpus), dtype=np.int64)
         tokens = int(corpus.lengths.sum(dtype=np.int64))
         if tokens < seq_len + 1:
             raise DataError(f"{corpus.where()}: {tokens} tokens in all, fewer than one sample of {seq_len + 1} "
@@ -194,43 +209,40 @@ class GPTSamples(SampleRows):
                             f"passes over its {len(corpus)} documents, {epochs * len(corpus):,} document-index entries "
                             f"(over {MAX_DOCUMENT_INDEX:,}, {epochs * len(corpus) * 4 / 2**30:.0f} GiB): too many to "
                             "build (config keys 'data.train_samples' / 'data.eval_index_samples')")
-        separate = False
+        separate, before_final = False, 0
         if epochs > 1:
             before_final = ((epochs - 1) * tokens - 1) // seq_len
             per_epoch = (tokens - 1) // seq_len
             separate = num_samples - before_final < int(SEPARATE_FINAL_EPOCH_THRESHOLD * per_epoch)
-        rng = np.random.RandomState(seed) if shuffle else None
         self.epochs, self.separate_final_epoch = epochs, separate
         self.num_samples = num_samples
-        document_index = build_document_index(documents, epochs, rng, separate)
         total = (epochs * tokens - 1) // seq_len  # the sample index's samples (build_sample_index)
-        first = before_final if separate else total
-        shuffle_index = build_shuffle_index(first, total, rng)
         self.size = total
         if limit:
             if limit > total:
                 raise DataError(f"{corpus.where()}: {limit} samples of {seq_len + 1} tokens asked for (config key "
                                 f"'data.eval_samples'), the split holds {total}")
             self.size = limit
-        if limit and compact:
-            self._keep_first(corpus.lengths, document_index, shuffle_index[:limit].astype(np.int64))
-        else:
-            self.document_index, self.shuffle_index = document_index, shuffle_index
-            self.sample_index = build_sample_index(corpus.lengths, document_index, seq_len, epochs, tokens)
 
-    def _keep_first(self, lengths: np.ndarray, document_index: np.ndarray, chosen: np.ndarray) -> None:
-        """Keep only what samples ``chosen`` (in this order) need: sample ``i`` becomes rows ``2i`` and ``2i + 1``
-        of a small sample index over a small document index holding the document ids each one spans."""
-        rows = sample_rows_at(lengths, document_index, self.seq_len, np.stack([chosen, chosen + 1], axis=1).ravel())
-        spans = [document_index[int(rows[2 * i, 0]) : int(rows[2 * i + 1, 0]) + 1] for i in range(chosen.size)]
-        starts = np.cumsum([0] + [s.size for s in spans[:-1]]).astype(np.int64)
-        self.document_index = np.concatenate(spans) if spans else np.empty(0, dtype=np.int32)
-        self.sample_index = np.empty_like(rows)
-        self.sample_index[0::2, 0] = starts
-        self.sample_index[1::2, 0] = starts + (rows[1::2, 0] - rows[0::2, 0])
-        self.sample_index[:, 1] = rows[:, 1]
-        self.shuffle_index = np.arange(0, 2 * chosen.size, 2, dtype=np.int64)
-        self.chosen = chosen  # the samples of the full index these are (tests; nothing reads it)
+        def build() -> dict[str, np.ndarray]:
+            rng = np.random.RandomState(seed) if shuffle else None
+            document_index = build_document_index(np.arange(len(corpus), dtype=np.int64), epochs, rng, separate)
+            shuffle_index = build_shuffle_index(before_final if separate else total, total, rng)
+            if limit and compact:
+                return _keep_first(corpus.lengths, document_index, shuffle_index[:limit].astype(np.int64), seq_len)
+            return {"document_index": document_index, "shuffle_index": shuffle_index,
+                    "sample_index": build_sample_index(corpus.lengths, document_index, seq_len, epochs, tokens)}
+
+        if cache is None:
+            arrays = build()
+        else:  # what the arrays depend on: the documents' lengths (not where they are), sizes, seed, layout
+            arrays = cache.get_or_build({"class": "GPTSamples", "datasets": corpus.fingerprint(), "seq_len": seq_len,
+                                         "seed": seed if shuffle else None, "num_samples": num_samples,
+                                         "shuffle": shuffle, "limit": limit, "compact": bool(limit and compact)}, build)
+        self.document_index, self.sample_index = arrays["document_index"], arrays["sample_index"]
+        self.shuffle_index = arrays["shuffle_index"]
+        if "chosen" in arrays:
+            self.chosen = arrays["chosen"]  # the samples of the full index these are (tests; nothing reads it)
 
     def __len__(self) -> int:
         return self.size
@@ -252,3 +264,17 @@ class GPTSamples(SampleRows):
             raise DataError(f"{self.corpus.where()}: sample {i} has {out.size} tokens, expected {self.seq_len + 1}")
         return out
 
+
+def _keep_first(lengths: np.ndarray, document_index: np.ndarray, chosen: np.ndarray, seq_len: int) -> dict[str, np.ndarray]:
+    """Only what samples ``chosen`` (in this order) need: sample ``i`` becomes rows ``2i`` and ``2i + 1`` of a small
+    sample index over a small document index holding the document ids each one spans."""
+    rows = sample_rows_at(lengths, document_index, seq_len, np.stack([chosen, chosen + 1], axis=1).ravel())
+    spans = [document_index[int(rows[2 * i, 0]) : int(rows[2 * i + 1, 0]) + 1] for i in range(chosen.size)]
+    starts = np.cumsum([0] + [s.size for s in spans[:-1]]).astype(np.int64)
+    sample_index = np.empty_like(rows)
+    sample_index[0::2, 0] = starts
+    sample_index[1::2, 0] = starts + (rows[1::2, 0] - rows[0::2, 0])
+    sample_index[:, 1] = rows[:, 1]
+    return {"document_index": np.concatenate(spans) if spans else np.empty(0, dtype=np.int32),
+            "sample_index": sample_index, "shuffle_index": np.arange(0, 2 * chosen.size, 2, dtype=np.int64),
+            "chosen": chosen}

@@ -43,7 +43,7 @@ class LlamaWorkload(Workload[LlamaConfig]):
         self._init_rng = torch.random.get_rng_state()  # replaced by build_model's (the harness seeds before it)
         d = cfg.data
         self._spec = LlamaData(d.seq_len, cfg.model.vocab_size, cfg.train.seed, d.train_samples, d.eval_samples,
-                               d.train_blend, d.eval_order, d.eval_index_samples)
+                               d.train_blend, d.eval_order, d.eval_index_samples, d.index_cache)
 
     def dataset(self) -> LlamaData:
         return self._spec
