@@ -20,6 +20,7 @@ from hpcbench.common.errors import ConfigError
     ("oc20", "optim.eps=1e-6", "optim.eps"),
     ("oc20", "optim.betas=[0.9, 0.99]", "optim.betas"),
     ("oc20", "optim.warmup_factor=5", "optim.warmup_factor"),
+    ("oc20", "optim.decay_factor=2", "optim.decay_factor"),  # docs/closed.md, OC20 optimizer row
     ("oc20", "data.last_batch=drop", "data.last_batch"),
     ("cosmoflow", "optim.momentum_form=torch", "optim.momentum_form"),
     ("cosmoflow", "optim.nesterov=true", "optim.nesterov"),

@@ -124,10 +124,14 @@ def test_deepcam_target_cadence_and_dataset_sizes_are_the_rules() -> None:
 # ResNet-50 -----------------------------------------------------------------------------------------------------
 
 def _resnet_logged() -> tuple[Any, dict[str, Any]]:
+    """The full preset's logged keys at the steps its sampler gives on ImageNet (8 ranks of 408, data.last_batch)."""
+    from hpcbench.common.data.sampler import EpochSampler
+
     cfg = ResNetWorkload.load_config("full")
     wl = ResNetWorkload(cfg)
+    steps = len(EpochSampler(IMAGENET_TRAIN, 408, 0, 8, 1, last_batch=cfg.data.last_batch))
     wl.sizes = DataSizes(train_samples=IMAGENET_TRAIN, eval_samples=IMAGENET_EVAL,
-                         steps_per_epoch=IMAGENET_TRAIN // cfg.train.global_batch_size, local_batch_size=408)
+                         steps_per_epoch=steps, local_batch_size=408)
     return cfg, {**wl.hyperparameters(), "global_batch_size": cfg.train.global_batch_size}
 
 
@@ -141,7 +145,8 @@ def test_resnet_full_preset_is_the_lars_configuration_the_rules_allow() -> None:
         ("poly", True, 2.0, 1e-4, "epochs", 2)
     assert LABEL_SMOOTHING == 0.1
     assert (cfg.data.image_size, cfg.data.eval_resize, cfg.model.num_classes) == (224, 256, 1000)
-    assert logged["lars_opt_learning_rate_decay_steps"] == (37 - 2) * (IMAGENET_TRAIN // 3264)
+    # the preset pads the last batch (data.last_batch = "pad"): 393 steps per epoch, (37 - 2) x 393 = 13,755
+    assert cfg.data.last_batch == "pad" and logged["lars_opt_learning_rate_decay_steps"] == 13_755
     assert _failed("training_4.0.0", "closed_resnet", logged) == []
     # the checker: weight decay 1e-4 x 2^k (5e-5 is k = -1), end lr 1e-4, power 2, epsilon 0
     assert _failed("training_4.0.0", "closed_resnet", {**logged, "lars_opt_weight_decay": 3e-5}) == [

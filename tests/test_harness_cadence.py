@@ -69,7 +69,7 @@ def test_cadence_points_fraction_samples_and_whole_epochs() -> None:
     assert _points(whole, 5) == [(2, 10), (4, 10), (5, 10)]  # every 2nd epoch, and the last
     assert whole.epoch_num(TrainPoint(4, 10, 40)) == 4 and isinstance(whole.epoch_num(TrainPoint(4, 10, 40)), int)
     assert epoch_reporting("bert") == "samples" and epoch_reporting("dlrm_dcnv2") == "fraction"
-    assert epoch_reporting("cosmoflow") == "epoch"
+    assert epoch_reporting("cosmoflow") == "epoch" and epoch_reporting("resnet") == "epoch"  # docs/closed.md
 
 
 def test_fraction_cadence_on_an_hpc_workload_passes_the_hpc_checker(env, tmp_path: Path, capsys, monkeypatch) -> None:  # noqa: ANN001
@@ -152,6 +152,9 @@ def test_llama_record_evaluates_on_the_reference_step_cadence() -> None:
     assert cls.record.samples_cadence == "steps" and cfg.train.eval_every_samples == 12288
     cad = cadence_of(cls.record, cfg.train, 10_000)
     assert cad.samples_in_steps and cad.samples_step == 12288 // cfg.train.global_batch_size
+    # docs/closed.md, first evaluation: every 768 steps from step 768 (none at step 48), nothing off the cadence
+    steps = [s for _, s in _points(cad, 1)]
+    assert steps[:3] == [768, 1536, 2304] and 48 not in steps and steps[-1] == 768 * (10_000 // 768)
     cfg.train.global_batch_size = 1152
     assert cadence_of(cls.record, cfg.train, 10_000).samples_step == 11
 

@@ -174,3 +174,22 @@ def test_full_preset_shrunk_dry_run_passes_the_closed_checker_but_sizes_and_targ
                 "Required AT_LEAST_ONE occurrence of 'eval_start' or 'block_start'",
                 "Required AT_LEAST_ONE occurrence of 'eval_stop' or 'block_stop'"]
     assert named == sorted(tuple(sorted(e.replace("'", "").split())) for e in expected), out
+
+
+def test_full_preset_logs_the_index_size_as_train_samples(tmp_path: Path) -> None:
+    """docs/closed.md, ``train_samples``: logged at the start as the training set's size, which for the full preset's
+    one-prefix blend is exactly ``data.train_samples`` = max_steps x global batch = 19,200,000 (shrunk here: the same
+    construction on a small corpus gives exactly the asked-for size)."""
+    import numpy as np
+
+    from hpcbench.workloads.mlperf_training.llama31_8b.dataset import LlamaData
+    from test_llama_data import _docs, independent_write
+
+    cfg = registry.get("llama31_8b").load_config("full")
+    assert cfg.data.train_samples == cfg.model.max_steps * cfg.train.global_batch_size == 19_200_000
+    assert cfg.data.train_blend == ["10", "c4-train.en_6_text_document"]
+    (tmp_path / "train").mkdir()
+    independent_write(tmp_path / "train" / "c4-train.en_6_text_document", _docs(np.random.RandomState(1), 50, 300))
+    for asked in (7, 100, 333):  # fewer, about as many, more samples than one pass holds
+        spec = LlamaData(16, 300, seed=5, train_samples=asked, train_blend=cfg.data.train_blend, index_cache="none")
+        assert len(spec.open(tmp_path, "train")) == asked

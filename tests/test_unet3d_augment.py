@@ -156,3 +156,22 @@ def test_brightness_and_noise_probabilities_and_magnitudes() -> None:
     unchanged = Draws(np.random.default_rng(11))
     first = [intensity(base, unchanged) for _ in range(50)]
     assert sum(np.array_equal(x, base) for x in first) > 30  # ~81% of patches are left as they are
+
+
+def test_a_case_without_foreground_falls_back_to_the_random_crop() -> None:
+    """docs/closed.md, foreground crop: with oversampling 1 and an all-background case, the corner is the random
+    crop's (the same draws after the oversampling one), inside the case; the labels are read for it."""
+    shape, patch = (20, 24, 28), (8, 8, 8)
+    read = []
+
+    def background() -> np.ndarray:
+        read.append(1)
+        return np.zeros(shape, dtype=np.uint8)
+
+    for seed in range(20):
+        got = crop_corner(shape, patch, Draws(np.random.default_rng(seed)), 1.0, background)
+        ref = Draws(np.random.default_rng(seed))
+        ref.random()  # the oversampling draw
+        assert got == tuple(ref.randrange(s - p) for s, p in zip(shape, patch))
+        assert all(0 <= c <= s - p for c, s, p in zip(got, shape, patch))
+    assert len(read) == 20
