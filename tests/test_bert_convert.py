@@ -169,3 +169,19 @@ def test_cli_convert_bert(tmp_path: Path) -> None:
     assert open_shard(tmp_path / "out" / "train" / "part_00000_of_00001.hdf5", max_seq_len=SEQ, max_pred=PRED).rows == 4
     again = run_cli(["convert", "bert", "--src", str(src), "--out", str(tmp_path / "out"), "--no-progress"])
     assert again.returncode != 0 and "the output folder is not empty" in again.stderr and "Traceback" not in again.stderr
+
+
+def test_a_flat_reference_folder_converts_eval_10k_not_eval_intermediate(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The reference README's flat folder: part-* training files, eval_intermediate (the whole evaluation data) and
+    eval_10k picked from it. Only eval_10k becomes eval/ (said), as the reference evaluates on it alone."""
+    src = tmp_path / "src"
+    src.mkdir()
+    *_, ev = make_source(src, per_file=(10,), evals=7)
+    g = np.random.default_rng(9)
+    write_tfrecord(src / "eval_intermediate", [example(sample(g)) for _ in range(15)])
+    counts = convert(src, tmp_path / "out", progress=False, vocab_size=VOCAB)
+    assert counts["eval"] == 7 and "not converted: eval_intermediate" in capsys.readouterr().out
+    _same(open_shard(tmp_path / "out" / "eval" / "eval_00000.hdf5", max_seq_len=SEQ, max_pred=PRED,
+                     vocab_size=VOCAB).read(), ev)
+    assert sorted(p.name for p in (tmp_path / "out" / "eval").iterdir()) == ["eval_00000.hdf5"]

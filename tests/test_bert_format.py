@@ -211,7 +211,7 @@ def test_empty_split_folder_names_the_folder_and_the_pattern_once(tmp_path: Path
     with pytest.raises(DataError) as err:
         BertData(**LIMITS).open(tmp_path, "train")
     message = str(err.value)
-    assert message == f"{tmp_path / 'train'}: no BERT HDF5 pretraining shards (*.hdf5)", message
+    assert message == f"{tmp_path / 'train'}: no BERT HDF5 pretraining shards (*.hdf5, *.hdf, part_[0-9]*)", message
 
 
 def test_writer_refuses_bad_rows_and_leaves_nothing(tmp_path: Path) -> None:
@@ -295,3 +295,71 @@ def test_training_on_a_shard_with_a_bad_masked_lm_id_stops_at_its_first_read_wit
     assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr
     assert f"{shard.name}: 'masked_lm_ids' row {last}: id -1 is outside the vocabulary [0, 200)" in proc.stderr, \
         proc.stderr
+
+
+def _fixed2variable(src: Path, dst: Path) -> None:
+    """NVIDIA's convert_fixed2variable.py, re-written with plain h5py: each padded row without its padding, vlen
+    int16 ids and positions, int8 segments, (N,) int8 labels; no input_mask."""
+    with h5py.File(src, "r") as i, h5py.File(dst, "w") as o:
+        n = i["next_sentence_labels"].shape[0]
+        vl = {k: o.create_dataset(k, (n,), dtype=h5py.vlen_dtype(np.dtype(dt)))
+              for k, dt in (("input_ids", "int16"), ("segment_ids", "int8"), ("masked_lm_positions", "int16"),
+                            ("masked_lm_ids", "int16"))}
+        nsp = o.create_dataset("next_sentence_labels", data=np.zeros(n, dtype="int8"), dtype="i1")
+        for r in range(n):
+            t = int(i["input_mask"][r].astype(np.int64).sum())
+            m = int((i["masked_lm_positions"][r] != 0).sum())
+            vl["input_ids"][r] = i["input_ids"][r, :t]
+            vl["segment_ids"][r] = i["segment_ids"][r, :t]
+            vl["masked_lm_positions"][r] = i["masked_lm_positions"][r, :m]
+            vl["masked_lm_ids"][r] = i["masked_lm_ids"][r, :m]
+            nsp[r] = i["next_sentence_labels"][r]
+
+
+def test_nvidias_variable_length_layout_reads_as_the_padded_rows_it_came_from(tmp_path: Path) -> None:
+    """The layout NVIDIA's READMEs train and evaluate on (hdf5/eval_varlength/part_eval_10k.hdf5, the shuffled
+    part_NNNNN_of_NNNNN.hdf training shards): every row equals the padded source's; a row whose segment ids are
+    not as long as its tokens is named."""
+    padded = tmp_path / "padded.hdf5"
+    write_padded(padded, _rows(12), **LIMITS)
+    var = tmp_path / "part_00000_of_00001.hdf"
+    _fixed2variable(padded, var)
+    with open_shard(padded, **LIMITS) as a, open_shard(var, **LIMITS) as b:
+        assert type(b).__name__ == "VarlenShard" and not b.packed and len(b) == 12 and b.sequences() == 12
+        order = np.array([5, 0, 11, 5])
+        assert a.read(order).equals(b.read(order))
+    with h5py.File(var, "a") as f:
+        f["segment_ids"][3] = np.zeros(2, np.int8)
+    with open_shard(var, **LIMITS) as b, pytest.raises(DataError, match=r"part_00000_of_00001.hdf: row 3: segment_ids "
+                                                                      r"has 2 entries for \d+ input_ids"):
+        b.read([3])
+    with h5py.File(var, "a") as f:
+        del f["masked_lm_ids"]
+    with pytest.raises(DataError, match=r"missing key 'masked_lm_ids' \(a variable-length shard has input_ids, "):
+        open_shard(var, **LIMITS)
+
+
+def test_nvidias_shard_names_are_found_and_its_eval_folder_reads_part_eval_10k(tmp_path: Path) -> None:
+    """create_packed_trainset.py names its shards part_NNNNN (no suffix), shuffle_samples.py part_N_of_M.hdf; NVIDIA's
+    hdf5/eval/ holds eval_all.hdf5 (all the evaluation data) beside part_eval_10k.hdf5, and its run_pretraining.py
+    reads only the eval files named "part": so do we."""
+    from hpcbench.workloads.mlperf_training.bert.dataset import BertData
+
+    (tmp_path / "train").mkdir()
+    (tmp_path / "eval").mkdir()
+    write_packed(tmp_path / "train" / "part_00000", packing.pack(_rows(20, 1), L, 3), **LIMITS)
+    write_padded(tmp_path / "train" / "x.hdf5", _rows(6, 2), **LIMITS)
+    _fixed2variable(tmp_path / "train" / "x.hdf5", tmp_path / "train" / "part_00001_of_00002.hdf")
+    (tmp_path / "train" / "x.hdf5").unlink()
+    write_padded(tmp_path / "eval" / "eval_all.hdf5", _rows(30, 3), **LIMITS)
+    ten_k = _rows(8, 4)
+    write_padded(tmp_path / "eval" / "part_eval_10k.hdf5", ten_k, **LIMITS)
+    spec = BertData(L, P, V, eval_samples=8, exact_eval=True)
+    train = spec.open(tmp_path, "train")
+    assert [s.path.name for s in train.shards] == ["part_00000", "part_00001_of_00002.hdf"]
+    assert train.sequences() == 26
+    ev = spec.open(tmp_path, "eval")
+    assert [s.path.name for s in ev.shards] == ["part_eval_10k.hdf5"] and ev.read(np.arange(8)).equals(ten_k)
+    # our own eval folder (no "part" names): every shard, as before
+    (tmp_path / "eval" / "part_eval_10k.hdf5").rename(tmp_path / "eval" / "eval_00001.hdf5")
+    assert len(BertData(L, P, V).open(tmp_path, "eval")) == 38

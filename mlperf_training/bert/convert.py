@@ -8,7 +8,8 @@ and the float feature ``masked_lm_weights`` (``max_pred``: 1.0 on the used predi
 the lengths come from the first record (the reference: 512 and 76) and every record must have them.
 
 Source folder: ``train/`` and ``eval/`` sub-folders of TFRecord files, or the reference's flat folder
-(``part-*`` training files, ``eval*`` evaluation file). Output: ``OUT/train/`` one shard per training
+(``part-*`` training files, ``eval*`` evaluation file; where an ``eval_10k*`` file is there, it alone: the
+README's ``eval_intermediate`` is the whole evaluation data it is picked from). Output: ``OUT/train/`` one shard per training
 file, packed (``--layout packed``, the default: up to 3 sequences per row, :mod:`.packing`) or padded,
 and ``OUT/eval/eval_00000.hdf5``, padded, in the record order (the reference's ``eval_10k`` file holds the
 10,000-sequence eval set; a closed run refuses an ``eval/`` of any other size). The
@@ -52,6 +53,14 @@ def split_files(src: Path) -> dict[str, list[Path]]:
         if not paths:
             raise DataError(f"--src {src}: no {split} TFRecord files (expected {src}/{split}/* or, flat, "
                             f"{'part-*' if split == 'train' else 'eval*'})")
+    # the reference's README converts the whole evaluation data to eval_intermediate, then picks the 10,000-sample
+    # eval_10k from it: where eval_10k is there, it alone is the evaluation set
+    picked = [p for p in found["eval"] if p.name.startswith("eval_10k")]
+    if picked and len(picked) < len(found["eval"]):
+        left = [p.name for p in found["eval"] if p not in picked]
+        print(f"convert bert: the evaluation set is {', '.join(p.name for p in picked)} (the reference's eval_10k); "
+              f"not converted: {', '.join(left)}", flush=True)
+        found["eval"] = picked
     return found
 
 

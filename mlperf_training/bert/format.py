@@ -34,7 +34,14 @@ packed_masked_lm_len      int16 how many predictions belong to each sequence
 next_sentence_labels      int8  one label per sequence
 ========================= ===== =========================================================
 
-Both layouts read into one in-memory form, :class:`Rows` (per row: real tokens back to back and the
+**Variable-length** (NVIDIA's ``convert_fixed2variable.py`` and ``shuffle_samples.py``: the training shards
+``part_XXXXX_of_YYYYY.hdf`` and ``eval_varlength/part_eval_10k.hdf5`` its READMEs train and evaluate on): the
+padded layout's rows without their padding, one sequence per row: ``input_ids`` (int16), ``segment_ids`` (int8),
+``masked_lm_positions`` and ``masked_lm_ids`` (int16) variable-length, ``next_sentence_labels`` (N,) int8; no
+``input_mask`` (the row's length is the mask, as NVIDIA's ``run_pretraining.py`` builds it) and no
+``packed_input_len``.
+
+All three layouts read into one in-memory form, :class:`Rows` (per row: real tokens back to back and the
 per-sequence lengths; a padded sample is a row with one sequence), which is what the model's
 collate takes. Every error is a :class:`DataError` naming the file, the key and what was expected.
 Opening a shard checks the row counts of its keys; the first read of any of its rows checks the range of
@@ -62,6 +69,7 @@ PADDED_KEYS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", 
                "next_sentence_labels")
 PACKED_KEYS = ("input_ids", "segment_ids", "masked_lm_positions", "masked_lm_ids", "packed_input_len",
                "packed_masked_lm_len", "next_sentence_labels")
+VARLEN_KEYS = ("input_ids", "segment_ids", "masked_lm_positions", "masked_lm_ids", "next_sentence_labels")
 #: what the reference writes (padded: the TFRecord -> HDF5 converter; packed: create_packed_trainset.py)
 PADDED_DTYPES = {"input_ids": np.int32, "input_mask": np.int8, "segment_ids": np.int8,
                  "masked_lm_positions": np.int32, "masked_lm_ids": np.int32, "next_sentence_labels": np.int8}
@@ -171,27 +179,28 @@ def _open_h5(path: Path) -> h5py.File:
         raise DataError(f"{path}: not a readable HDF5 file, truncated or corrupt ({exc})") from None
 
 
-def _dataset(f: h5py.File, path: Path, key: str, vlen: bool) -> h5py.Dataset:
+def _dataset(f: h5py.File, path: Path, key: str, vlen: bool, layout: tuple[str, Sequence[str]]) -> h5py.Dataset:
     try:
-        return _checked_dataset(f, path, key, vlen)
+        return _checked_dataset(f, path, key, vlen, layout)
     except HDF5_ERRORS as exc:
         raise DataError(f"{path}: cannot open dataset '{key}' ({exc}); the file is truncated or corrupt") from None
 
 
-def _checked_dataset(f: h5py.File, path: Path, key: str, vlen: bool) -> h5py.Dataset:
+def _checked_dataset(f: h5py.File, path: Path, key: str, vlen: bool, layout: tuple[str, Sequence[str]]) -> h5py.Dataset:
+    """``layout``: (its name, its keys), for the messages."""
+    name, keys = layout
     if key not in f:
-        raise DataError(f"{path}: missing key '{key}' (a {'packed' if vlen else 'padded'} shard has "
-                        f"{', '.join(PACKED_KEYS if vlen else PADDED_KEYS)})")
+        raise DataError(f"{path}: missing key '{key}' (a {name} shard has {', '.join(keys)})")
     ds = f[key]
     if not isinstance(ds, h5py.Dataset):
         raise DataError(f"{path}: '{key}' is a group, expected a dataset")
     base = h5py.check_vlen_dtype(ds.dtype)
     if vlen and base is None:
-        raise DataError(f"{path}: '{key}': expected a variable-length (vlen) integer dataset (packed layout), "
+        raise DataError(f"{path}: '{key}': expected a variable-length (vlen) integer dataset ({name} layout), "
                         f"found {ds.dtype} {ds.shape}")
     dtype = base if vlen else ds.dtype
     if not vlen and base is not None:
-        raise DataError(f"{path}: '{key}': expected a fixed-shape integer dataset (padded layout), found vlen")
+        raise DataError(f"{path}: '{key}': expected a fixed-shape integer dataset ({name} layout), found vlen")
     if np.dtype(dtype).type not in _ACCEPTED[key]:
         raise DataError(f"{path}: '{key}': expected dtype {' or '.join(np.dtype(t).name for t in _ACCEPTED[key])}, "
                         f"found {np.dtype(dtype).name}")
@@ -215,8 +224,10 @@ def _read(ds: h5py.Dataset, path: Path, index: np.ndarray) -> np.ndarray:
 class Shard:
     """One open HDF5 shard of either layout; :meth:`read` returns validated :class:`Rows`."""
 
-    packed: bool
+    packed: bool  # rows of several sequences
     keys: tuple[str, ...]
+    vlen_keys: frozenset[str] = frozenset()  # the keys stored as variable-length rows
+    layout: str = ""
 
     def __init__(self, path: str | Path, max_seq_len: int = MAX_SEQ_LEN, max_pred: int = MAX_PRED,
                  vocab_size: int = VOCAB_SIZE, max_per_row: int | None = None) -> None:
@@ -225,7 +236,8 @@ class Shard:
         self.max_per_row = max_per_row
         self.file = _open_h5(self.path)
         try:
-            self.data = {k: _dataset(self.file, self.path, k, self.packed) for k in self.keys}
+            self.data = {k: _dataset(self.file, self.path, k, k in self.vlen_keys, (self.layout, self.keys))
+                         for k in self.keys}
             self.rows = self._check_row_counts()
             self._check_shapes()
             self._ids_checked = False  # the whole shard's id ranges, on its first read (_check_ids)
@@ -257,7 +269,8 @@ class Shard:
                 except HDF5_ERRORS as exc:
                     raise DataError(f"{self.path}: '{key}': cannot read rows {start}..{stop - 1} ({exc}); the file "
                                     "is truncated or corrupt") from None
-                if self.packed:  # vlen rows: one flat array and the row of each entry
+                vlen = key in self.vlen_keys
+                if vlen:  # vlen rows: one flat array and the row of each entry
                     lengths = np.fromiter((len(a) for a in chunk), np.int64, len(chunk))
                     flat = np.concatenate(list(chunk)) if lengths.sum() else np.zeros(0, np.int64)
                 else:
@@ -265,7 +278,7 @@ class Shard:
                 bad = (flat < 0) | (flat >= self.vocab_size)
                 if bad.any():
                     at = int(np.argmax(bad))
-                    row = (int(np.searchsorted(np.cumsum(lengths), at, side="right")) if self.packed
+                    row = (int(np.searchsorted(np.cumsum(lengths), at, side="right")) if vlen
                            else at // chunk.shape[1])
                     raise DataError(f"{self.path}: '{key}' row {start + row}: id {int(flat[at])} is outside the "
                                     f"vocabulary [0, {self.vocab_size}) ({int(bad.sum())} such id(s) in rows "
@@ -328,6 +341,7 @@ class PaddedShard(Shard):
 
     packed = False
     keys = PADDED_KEYS
+    layout = "padded"
 
     def _check_shapes(self) -> None:
         n = self.rows
@@ -372,6 +386,8 @@ class PackedShard(Shard):
 
     packed = True
     keys = PACKED_KEYS
+    vlen_keys = frozenset(PACKED_KEYS)
+    layout = "packed"
 
     def _check_shapes(self) -> None:
         n = self.rows
@@ -388,23 +404,60 @@ class PackedShard(Shard):
                     col("masked_lm_ids"), col("packed_masked_lm_len"), col("next_sentence_labels"))
 
 
+class VarlenShard(Shard):
+    """NVIDIA's variable-length layout: one sequence per row, unpadded; the row's length is its mask."""
+
+    packed = False
+    keys = VARLEN_KEYS
+    vlen_keys = frozenset(VARLEN_KEYS) - {"next_sentence_labels"}
+    layout = "variable-length"
+
+    def _check_shapes(self) -> None:
+        n = self.rows
+        for k, ds in self.data.items():
+            if ds.shape != (n,):
+                raise DataError(f"{self.path}: '{k}': expected {n} rows, shape ({n},), found {ds.shape}")
+
+    def _to_rows(self, raw: dict[str, np.ndarray], numbers: np.ndarray) -> Rows:
+        out = Rows()
+        for r in range(len(numbers)):
+            ids, seg = raw["input_ids"][r], raw["segment_ids"][r]
+            pos, mids = raw["masked_lm_positions"][r], raw["masked_lm_ids"][r]
+            if len(seg) != len(ids) or len(mids) != len(pos):
+                raise DataError(f"{self.path}: row {int(numbers[r])}: segment_ids has {len(seg)} entries for "
+                                f"{len(ids)} input_ids, masked_lm_ids {len(mids)} for {len(pos)} positions "
+                                "(each pair must be as long)")
+            out.input_ids.append(np.asarray(ids, dtype=np.int64))
+            out.segment_ids.append(np.asarray(seg, dtype=np.int64))
+            out.seq_lens.append(np.array([len(ids)], np.int64))
+            out.masked_lm_positions.append(np.asarray(pos, dtype=np.int64))
+            out.masked_lm_ids.append(np.asarray(mids, dtype=np.int64))
+            out.masked_lens.append(np.array([len(pos)], np.int64))
+            out.next_sentence_labels.append(np.array([raw["next_sentence_labels"][r]], np.int64))
+        return out
+
+
 def _shape(shape: tuple[int, ...]) -> str:
     return "(" + ", ".join("N" if i == 0 else str(s) for i, s in enumerate(shape)) + ")"
 
 
 def open_shard(path: str | Path, **limits: int | None) -> Shard:
-    """A padded or packed shard, told apart by the packed layout's ``packed_input_len`` key."""
+    """A padded, packed or variable-length shard: packed with the ``packed_input_len`` key, variable-length with
+    variable-length ``input_ids`` and no ``input_mask``, else padded."""
     path = Path(path)
     with _open_h5(path) as f:
         try:
             packed = "packed_input_len" in f
             keys = sorted(f.keys())
+            varlen = (not packed and "input_mask" not in f and isinstance(f.get("input_ids"), h5py.Dataset)
+                      and h5py.check_vlen_dtype(f["input_ids"].dtype) is not None)
         except HDF5_ERRORS as exc:
             raise DataError(f"{path}: cannot list its keys ({exc}); the file is truncated or corrupt") from None
-    if not packed and not set(keys) & set(PADDED_KEYS):  # neither layout: another dataset's file
+    if not packed and not set(keys) & set(PADDED_KEYS):  # no layout's keys: another dataset's file
         raise DataError(f"{path}: not a BERT pretraining shard: its top-level keys are {keys[:8]}; a packed shard has "
-                        f"{', '.join(PACKED_KEYS)}, a padded one {', '.join(PADDED_KEYS)}")
-    return (PackedShard if packed else PaddedShard)(path, **limits)
+                        f"{', '.join(PACKED_KEYS)}, a padded one {', '.join(PADDED_KEYS)}, a variable-length one "
+                        f"{', '.join(VARLEN_KEYS)}")
+    return (PackedShard if packed else VarlenShard if varlen else PaddedShard)(path, **limits)
 
 
 # -------------------------------------------------------------------------------------------- writers
