@@ -39,6 +39,7 @@ def test_logged_keys_cover_closed_bert_yaml_and_full_preset_is_the_reference_poi
     full = BertWorkload.load_config("full")
     assert (full.train.global_batch_size, full.optim.lr, full.train.target, full.train.division) == \
         (256, 0.00035, 0.720, "closed")
+    assert full.data.eval_samples == 10000  # the reference's eval_10k (a closed run refuses a split of another size)
     # the rules' cadence, FLOOR(0.05 x (230.23 x batch + 3M), 25000) samples, reported in samples
     assert full.train.eval_every_samples == int(0.05 * (230.23 * 256 + 3_000_000)) // 25000 * 25000 == 150000
     assert epoch_reporting(BertWorkload.benchmark) == "samples"

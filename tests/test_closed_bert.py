@@ -123,6 +123,9 @@ def test_harness_reports_counted_samples_in_epoch_num_cadence_and_throughput(env
     assert evals == [480, 960, 1440, 1536]  # steps 10, 20, 30 and the run's end (32 steps x 48)
     assert [r["metadata"]["epoch_num"] for r in recs if r["key"] == "epoch_stop"] == [1536]
     assert result.samples_per_s > 0 and tr.parts.position.samples == 1536
+    # tracked_stats throughput in sequences/s: the epoch's 1536 sequences (not its 512 rows) over its training seconds
+    (thr,) = [r["value"]["throughput"] for r in recs if r["key"] == "tracked_stats"]
+    assert thr * result.epoch_phases[0]["seconds"] == pytest.approx(1536, rel=1e-9)
 
 
 # --- the max-steps stop -------------------------------------------------------------------------

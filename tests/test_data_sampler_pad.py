@@ -87,3 +87,16 @@ def test_a_stored_order_workload_refuses_pad(tmp_path) -> None:  # noqa: ANN001
     shard = DataShard(rank=0, size=1, seed=1, local_batch_size=2, device=torch.device("cpu"))
     with pytest.raises(ConfigError, match="config key 'data.last_batch'.*stored order"):
         w.train_loader(shard)
+
+
+def test_oc20_full_preset_pads_to_977_steps_at_2048() -> None:
+    """docs/closed.md, OC20 partition, samples per epoch: the full preset's balanced sampler with pad over the 2,000,000
+    training samples at a global batch of 2,048 (256 ranks of 8) takes 977 steps, as torch's DistributedSampler with
+    drop_last False; with drop it would take 976."""
+    cls = registry.get("oc20")
+    cfg = cls.load_config("full")
+    assert (cfg.data.last_batch, cfg.train.global_batch_size) == ("pad", 2048)
+    costs = np.ones(2_000_000)
+    pad = EpochSampler(2_000_000, 8, 0, 256, seed=1, partition="balanced", costs=costs, last_batch="pad")
+    drop = EpochSampler(2_000_000, 8, 0, 256, seed=1, partition="balanced", costs=costs, last_batch="drop")
+    assert (len(pad), len(drop)) == (977, 976)

@@ -192,3 +192,19 @@ def test_structure_follows_sequence_and_beats_trivial_predictors(synthetic):
     # what an ideal helix or an extended chain reaches: a mini target must sit well above both
     assert max(np.mean(helix_scores), np.mean(extended_scores)) < 0.6  # a mini target of 0.7+ is above them
     assert min(np.mean(helix_scores), np.mean(extended_scores)) > 0.1
+
+
+def test_full_preset_pipeline_is_the_references_initial_training_data_config() -> None:
+    """docs/closed.md, the OpenFold data table: the pipeline the full preset builds (crop 256, 124 MSA clusters,
+    1,024 extra sequences, 4 templates, 3 recycling iterations) and the reference's masked-MSA rates and clamped-FAPE
+    probability, which the config does not change."""
+    from hpcbench import registry
+
+    cls = registry.get("openfold")
+    cfg = cls.load_config("full")
+    pc = cls(cfg).dataset().pipeline_config()
+    assert (pc.crop_size, pc.max_msa_clusters, pc.max_extra_msa, pc.max_templates, pc.num_recycling_iters) == \
+        (256, 124, 1024, 4, 3)
+    assert (pc.masked_msa_replace_fraction, pc.masked_msa_uniform_prob, pc.masked_msa_profile_prob,
+            pc.masked_msa_same_prob) == (0.15, 0.1, 0.1, 0.1)
+    assert pc.use_clamped_fape_probability == 0.9 and cfg.data.random_recycling

@@ -22,6 +22,12 @@ def test_pinned_loss_weights() -> None:
     assert (c.fape_weight, c.fape_backbone_weight, c.fape_sidechain_weight) == (1.0, 0.5, 0.5)
     assert (c.chi_weight, c.distogram_weight, c.masked_msa_weight, c.plddt_weight) == (1.0, 0.3, 2.0, 0.01)
     assert (c.experimentally_resolved_weight, c.violation_weight) == (0.0, 0.0)
+    # docs/closed.md, the OpenFold model table's constants (the reference's LossConfig, initial training)
+    assert (c.fape_backbone_clamp, c.fape_backbone_unit, c.fape_sidechain_clamp, c.fape_sidechain_unit,
+            c.fape_eps) == (10.0, 10.0, 10.0, 10.0, 1e-4)
+    assert (c.chi_chi_weight, c.chi_angle_norm_weight) == (0.5, 0.01)
+    assert (c.distogram_bins, c.distogram_min_bin, c.distogram_max_bin) == (64, 2.3125, 21.6875)
+    assert (c.plddt_bins, c.plddt_min_resolution, c.plddt_max_resolution, c.plddt_cutoff) == (50, 0.1, 3.0, 15.0)
 
 
 TRUE = torch.tensor([[0.0, 0.0, 0.0], [3.0, 0.0, 0.0], [0.0, 4.0, 0.0], [20.0, 0.0, 0.0]])

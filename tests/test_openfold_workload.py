@@ -798,3 +798,19 @@ def test_pretraining_stops_at_its_start_gate_and_fails_clearly_below_it(syntheti
     pretrain.pretrain(cls, cfg(), synthetic, 3, 5, tmp_path / "plain_checkpoint.pt",
                       lambda step, loss, c: losses["plain"].append(loss), processes=1)
     assert losses["gated"] == losses["plain"]
+
+
+def test_a_closed_run_evaluates_every_40_steps_and_nowhere_else() -> None:
+    """docs/closed.md, evaluation cadence: the reference evaluates when ``iteration % val_every_iters == 0`` (40) and
+    nowhere else; the record's ``closed_cadence_only`` drops the harness's extra evaluation at the end of the run."""
+    from hpcbench.common.cadence import cadence_of
+    from tests.test_harness_cadence import _points
+
+    cls = registry.get("openfold")
+    cfg = cls.load_config("full")
+    assert cls.record.closed_cadence_only and cfg.train.division == "closed"
+    cfg.train.max_epochs = 2
+    steps = [(e - 1) * 50 + s for e, s in _points(cadence_of(cls.record, cfg.train, 50), 2)]
+    assert steps == [40, 80]  # not the run's last step, 100
+    cfg.train.division = "open"  # the open division keeps "a run ends with a metric"
+    assert [(e - 1) * 50 + s for e, s in _points(cadence_of(cls.record, cfg.train, 50), 2)] == [40, 80, 100]

@@ -293,3 +293,35 @@ def test_prune_refuses_to_overwrite_and_leaves_rejected_and_strong_logs(tmp_path
     assert not any(f.startswith("weak scaling:") for f in g_strong.verdict.failures)
     with pytest.raises(ConfigError, match="not a submission folder"):
         prune_failed(folder)
+
+
+def test_the_closed_readiness_table_is_the_records() -> None:
+    """docs/closed.md, "Closed-readiness in the report": one row per registered workload, its parameter counts and
+    sample counts those of the record's ClosedDefinition ("not pinned" where it holds none), and every fixed key of
+    the record named in the row (OpenFold's 30 counted)."""
+    import re
+    from pathlib import Path
+
+    from hpcbench import registry
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "closed.md").read_text()
+    section = text.split("## Closed-readiness in the report", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[0] not in ("workload", "---"):
+            rows[cells[0]] = cells
+
+    def number(cell: str) -> int | None:
+        return None if cell.startswith("not pinned") else int(cell.replace(",", ""))
+
+    assert set(rows) == set(registry.names())
+    for name, (_, params, train, evaluate, fixed, _) in rows.items():
+        closed = registry.get(name).record.closed
+        assert tuple(int(p.replace(",", "")) for p in params.split(" or ")) == closed.parameters, name
+        assert (number(train), number(evaluate)) == (closed.train_samples, closed.eval_samples), name
+        if name == "openfold":
+            assert f"the {len(closed.fixed)} fixed values" in fixed
+        else:
+            named = set(re.findall(r"`([a-z0-9_]+)`", fixed))
+            assert set(closed.fixed) <= named, (name, set(closed.fixed) - named)
