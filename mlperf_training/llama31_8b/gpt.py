@@ -79,7 +79,7 @@ class Corpus:
         if self._fingerprint is None:
             self._fingerprint = [{"documents": len(d), "tokens": int(d.sequence_lengths.sum(dtype=np.int64)),
                                   "lengths_sha256": hashlib.sha256(
-                                      np.ascontiguousarray(d.sequence_lengths, dtype="<i4").tobytes()).hexdigest()}
+                                      np.ascontiguousarray(d.sequence_lengths, dtype="<i4").data).hexdigest()}
                                  for d in self.datasets]
         return self._fingerprint
 

@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -58,9 +59,9 @@ def resolve(setting: str, root: Path) -> "IndexCache | None":
     folder = Path(root) / AUTO_DIR if setting == "auto" else Path(setting)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".probe-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
+        fd, probe = tempfile.mkstemp(prefix=".probe-", dir=folder)  # unique: ranks of other nodes probe at once
+        os.close(fd)
+        os.unlink(probe)
     except OSError as exc:
         if setting == "auto":
             _say(f"not used: {folder} cannot be written ({exc.strerror or exc}); set {KEY_NAME} to a writable folder "
