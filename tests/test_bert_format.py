@@ -360,6 +360,10 @@ def test_nvidias_shard_names_are_found_and_its_eval_folder_reads_part_eval_10k(t
     assert train.sequences() == 26
     ev = spec.open(tmp_path, "eval")
     assert [s.path.name for s in ev.shards] == ["part_eval_10k.hdf5"] and ev.read(np.arange(8)).equals(ten_k)
+    from hpcbench.common.data.layout import scan  # pack and stage take the same files (every node the same eval set)
+
+    assert scan(tmp_path, spec.layout) == {"train": ["train/part_00000", "train/part_00001_of_00002.hdf"],
+                                           "eval": ["eval/part_eval_10k.hdf5"]}
     # our own eval folder (no "part" names): every shard, as before
     (tmp_path / "eval" / "part_eval_10k.hdf5").rename(tmp_path / "eval" / "eval_00001.hdf5")
     assert len(BertData(L, P, V).open(tmp_path, "eval")) == 38

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -163,10 +165,79 @@ def test_a_failed_write_leaves_no_entry_and_the_run_goes_on(tmp_path: Path, monk
     assert "could not store the index" in err and "No space left on device" in err
     _same(got, gpt.GPTSamples(corpus, 16, 5, 200))
     assert not list((tmp_path / "cache").glob("*.json"))  # no entry: the next run builds again
+    assert not list((tmp_path / "cache").glob("*.npy"))  # not even the array already renamed into place
     assert not list((tmp_path / "cache").glob(".*.tmp"))  # no temporaries left
+    (mark,) = (tmp_path / "cache").glob("*.failed")
     monkeypatch.setattr(index_cache.np, "save", real_save)
-    _same(got, gpt.GPTSamples(corpus, 16, 5, 200, cache=cache))  # stored this time
-    assert len(list((tmp_path / "cache").glob("*.json"))) == 1
+    calls.clear()
+    _same(got, gpt.GPTSamples(corpus, 16, 5, 200, cache=cache))  # within the hour: built, not stored again
+    assert calls == [] and not list((tmp_path / "cache").glob("*.json")) and capsys.readouterr().err == ""
+    old = mark.stat().st_mtime - index_cache.FAILED_S - 1
+    os.utime(mark, (old, old))
+    _same(got, gpt.GPTSamples(corpus, 16, 5, 200, cache=cache))  # the mark has expired: stored
+    assert len(list((tmp_path / "cache").glob("*.json"))) == 1 and not mark.exists()
+
+
+def test_after_a_failed_store_ranks_build_at_once_instead_of_taking_turns(tmp_path: Path) -> None:
+    """A rank holds the turn (building); a store failed here lately: the others build at once, not after it."""
+    cache = IndexCache(tmp_path / "cache", wait_s=30)
+    cache.folder.mkdir()
+    desc = {"class": "test", "n": 3}
+    key = cache.key(desc)
+    fd = os.open(cache.folder / f"{key}.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    (cache.folder / f"{key}.failed").write_text("No space left on device\n")
+    t = time.monotonic()
+    out = cache.get_or_build(desc, lambda: {"x": np.arange(4)})
+    assert time.monotonic() - t < 5 and np.array_equal(out["x"], np.arange(4))
+    assert not list(cache.folder.glob("*.json"))
+    os.close(fd)
+
+
+def test_an_entry_that_loads_is_never_replaced_and_old_entries_and_temporaries_are_pruned(tmp_path: Path) -> None:
+    cache = IndexCache(tmp_path / "cache")
+    cache.folder.mkdir()
+    a = {"class": "test", "n": 1}
+    cache.get_or_build(a, lambda: {"x": np.arange(5)})
+    path = cache.folder / f"{cache.key(a)}.x.npy"
+    inode = path.stat().st_ino
+    cache._store(cache.key(a), a, {"x": np.arange(5)}, 0.0)  # another node's store of the same entry
+    assert path.stat().st_ino == inode  # not renamed over: a rank may have it mapped
+    # an entry unused for over KEEP_S and a killed writer's temporary: gone when another entry is stored
+    past = time.time() - index_cache.KEEP_S - 60
+    os.utime(cache.folder / f"{cache.key(a)}.json", (past, past))
+    stale = cache.folder / ".x.npy.abcd.tmp"
+    stale.write_bytes(b"partial")
+    os.utime(stale, (past, past))
+    fresh = cache.folder / ".y.npy.efgh.tmp"  # a writer at work now: kept
+    fresh.write_bytes(b"partial")
+    b = {"class": "test", "n": 2}
+    cache.get_or_build(b, lambda: {"x": np.arange(6)})
+    left = sorted(p.name for p in cache.folder.iterdir())
+    assert not [n for n in left if n.startswith(cache.key(a))] and not stale.exists() and fresh.exists()
+    assert f"{cache.key(b)}.json" in left
+    # a load renews an entry's time: used entries stay
+    os.utime(cache.folder / f"{cache.key(b)}.json", (past, past))
+    cache.get_or_build(b, lambda: {"x": np.arange(6)})
+    assert time.time() - (cache.folder / f"{cache.key(b)}.json").stat().st_mtime < 60
+
+
+def test_an_entry_of_another_description_or_other_arrays_is_not_used(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    cache = IndexCache(tmp_path / "cache")
+    cache.folder.mkdir()
+    a = {"class": "test", "n": 1}
+    cache.get_or_build(a, lambda: {"x": np.arange(5)})
+    meta = cache.folder / f"{cache.key(a)}.json"
+    edited = json.loads(meta.read_text())
+    edited["description"]["n"] = 2  # as if two descriptions shared a key
+    meta.write_text(json.dumps(edited))
+    capsys.readouterr()
+    out = cache.get_or_build(a, lambda: {"x": np.arange(5) + 1})
+    assert np.array_equal(out["x"], np.arange(5) + 1) and "a description other than the one asked for" in \
+        capsys.readouterr().err
+    out = cache.get_or_build(a, lambda: {"x": np.arange(5)}, names=frozenset({"x", "y"}))
+    assert np.array_equal(out["x"], np.arange(5)) and "expected ['x', 'y']" in capsys.readouterr().err
 
 
 def test_ranks_take_turns_and_a_held_lock_does_not_hold_a_rank(tmp_path: Path,
@@ -219,3 +290,18 @@ def test_settings_resolve_or_are_refused_by_key(tmp_path: Path, capsys: pytest.C
 
     assert LlamaDataConfig().index_cache == "auto"  # the default; the workload hands the key to its data spec
     assert LlamaWorkload(LlamaWorkload.load_config("mini", ["data.index_cache=none"])).dataset().index_cache == "none"
+
+
+def test_the_cache_folder_is_not_data_to_pack_or_stage(tmp_path: Path) -> None:
+    """ROOT/.index_cache (the "auto" place) is hidden: scanning the data root for packing or copy-staging, with the
+    workload's layout or the generic one, never takes it for a split or a file to distribute."""
+    from hpcbench import registry
+    from hpcbench.common.data.layout import GENERIC, scan
+
+    _write_splits(tmp_path)
+    LlamaData(16, 500, seed=3, train_samples=100, eval_samples=10, index_cache="auto").open(tmp_path, "train")
+    assert list((tmp_path / ".index_cache").glob("*.npy"))
+    for layout in (GENERIC, registry.layout("llama31_8b")):
+        found = scan(tmp_path, layout)
+        assert set(found) == {"train", "validation"}, layout.name
+        assert not [f for files in found.values() for f in files if ".index_cache" in f]

@@ -37,6 +37,17 @@ class FileLayout:
     chunk_bytes: int = 64 * MiB  # big files (an LMDB) are cut into independently compressed frames
     known: dict[str, KnownSplit] = field(default_factory=dict)
     describe: str = ""  # what the sample files are called in messages (default: "<name> sample files")
+    # split -> glob: where some of the split's sample files match it, only those are its samples (BERT: NVIDIA's
+    # eval/ holds eval_all.hdf5, all the evaluation data, beside the 10,000 samples of part_eval_10k.hdf5)
+    prefer: dict[str, str] = field(default_factory=dict)
+
+    def narrow(self, split: str, files: list[str]) -> list[str]:
+        """``files`` (paths) of ``split``, only those whose name matches the split's ``prefer`` glob where any does."""
+        glob = self.prefer.get(split)
+        if not glob:
+            return files
+        picked = [f for f in files if fnmatch.fnmatch(Path(f).name, glob)]
+        return picked or files
 
     @property
     def whole_on_every_node(self) -> bool:
@@ -60,6 +71,7 @@ class FileLayout:
                             f"{', '.join(self.splits or (split,))} (write one with `hpcbench datagen {self.name} --out DIR`)")
         files = sorted(p for p in folder.iterdir()
                        if p.is_file() and self.is_sample(p.name) and not p.name.startswith("."))
+        files = [Path(f) for f in self.narrow(split, [str(f) for f in files])]
         if not files:
             raise DataError(f"{folder}: no {self.describe or self.name + ' sample files'} ({', '.join(self.patterns)})")
         return files
@@ -73,17 +85,21 @@ def scan(root: Path, layout: FileLayout) -> dict[str, list[str]]:
     if not root.is_dir():
         raise DataError(f"dataset folder {root} does not exist or is not a folder")
     out: dict[str, list[str]] = {}
+    def hidden(p: Path) -> bool:  # a hidden file or one under a hidden folder (e.g. an index cache): not data
+        return any(part.startswith(".") for part in p.relative_to(root).parts)
+
     reps = sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
-                  if p.is_file() and layout.is_replicated(p.relative_to(root).as_posix()))
+                  if p.is_file() and not hidden(p) and layout.is_replicated(p.relative_to(root).as_posix()))
     if reps:
         out[REPLICATED] = reps
-    split_dirs = [root / s for s in layout.splits] if layout.splits else sorted(p for p in root.iterdir() if p.is_dir())
+    split_dirs = ([root / s for s in layout.splits] if layout.splits
+                  else sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")))
     for d in split_dirs:
         if not d.is_dir():
             continue
         files = sorted(p.relative_to(root).as_posix() for p in d.rglob("*")
-                       if p.is_file() and layout.is_sample(p.name) and not p.name.startswith("."))
-        files = [f for f in files if f not in reps]
+                       if p.is_file() and layout.is_sample(p.name) and not hidden(p))
+        files = layout.narrow(d.name, [f for f in files if f not in reps])
         if files:
             out[d.name] = files
     if layout.whole_on_every_node and out:

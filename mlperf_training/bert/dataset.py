@@ -1,7 +1,7 @@
 """The BERT dataset spec: ``train/`` and ``eval/`` folders of NVIDIA-style HDF5 shards, read by rows.
 
 A split is all its shards (``*.hdf5``, and NVIDIA's ``part_NNNNN`` and ``*.hdf`` names) in name order (the
-evaluation split: only the names holding "part" where there are any, :func:`eval_files`), opened once (:func:`~.format.open_shard`: keys,
+evaluation split: only the names holding "part" where there are any, ``LAYOUT.prefer``), opened once (:func:`~.format.open_shard`: keys,
 dtypes and shapes checked; either layout) and seen as one run of rows. ``read_batch`` reads a whole
 batch with one ``Shard.read(indices)`` per shard it touches (values checked there), not row by row,
 then collates it (:func:`~.batch.collate`) into the model's :class:`~.batch.Batch`. A row is one
@@ -29,15 +29,11 @@ if TYPE_CHECKING:  # pragma: no cover
 # describe without the patterns: list_split adds them ("no BERT HDF5 pretraining shards (*.hdf5, ...)"). The names
 # NVIDIA's tools give their shards: *.hdf5 (the fixed-length shards, eval files), part_NNNNN with no suffix
 # (create_packed_trainset.py's packed shards) and part_NNNNN_of_NNNNN.hdf (shuffle_samples.py, variable-length)
-LAYOUT = FileLayout("bert", ("*.hdf5", "*.hdf", "part_[0-9]*"), ("train", "eval"), describe="BERT HDF5 pretraining shards")
-
-
-def eval_files(files: Sequence[Path]) -> list[Path]:
-    """The evaluation split's shards: where some names hold "part", only those, as NVIDIA's ``run_pretraining.py``
-    picks its eval files (its hdf5/eval/ folder holds eval_all.hdf5, the whole evaluation data, beside the 10,000
-    samples of part_eval_10k.hdf5); else every shard (``hpcbench datagen``/``convert``'s eval_NNNNN.hdf5)."""
-    parts = [f for f in files if "part" in f.name]
-    return parts or list(files)
+# The evaluation split: where some names hold "part", only those, as NVIDIA's run_pretraining.py picks its eval files
+# (its hdf5/eval/ holds eval_all.hdf5, the whole evaluation data, beside the 10,000 samples of part_eval_10k.hdf5);
+# else every shard (datagen's and convert's eval_NNNNN.hdf5). In the layout, so pack and stage take the same files.
+LAYOUT = FileLayout("bert", ("*.hdf5", "*.hdf", "part_[0-9]*"), ("train", "eval"), describe="BERT HDF5 pretraining shards",
+                    prefer={"eval": "*part*"})
 
 
 class ShardSet:
@@ -134,8 +130,6 @@ class BertData(DatasetSpec):
 
     def open(self, root: Path, split: str) -> ShardSet:
         files = self.layout.list_split(root, split)
-        if split == self.eval_split:
-            files = eval_files(files)
         limit = self.eval_samples if split == self.eval_split else 0
         return ShardSet(files, self.max_seq_len, self.max_pred, self.vocab_size, limit,
                         exact=self.exact_eval and split == self.eval_split)

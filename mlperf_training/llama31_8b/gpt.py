@@ -236,9 +236,12 @@ class GPTSamples(SampleRows):
         if cache is None:
             arrays = build()
         else:  # what the arrays depend on: the documents' lengths (not where they are), sizes, seed, layout
-            arrays = cache.get_or_build({"class": "GPTSamples", "datasets": corpus.fingerprint(), "seq_len": seq_len,
-                                         "seed": seed if shuffle else None, "num_samples": num_samples,
-                                         "shuffle": shuffle, "limit": limit, "compact": bool(limit and compact)}, build)
+            cut = bool(limit and compact)
+            arrays = cache.get_or_build(
+                {"class": "GPTSamples", "datasets": corpus.fingerprint(), "seq_len": seq_len,
+                 "seed": seed if shuffle else None, "num_samples": num_samples, "shuffle": shuffle, "limit": limit,
+                 "compact": cut, "separate_final_epoch_threshold": SEPARATE_FINAL_EPOCH_THRESHOLD}, build,
+                frozenset({"document_index", "sample_index", "shuffle_index", *(("chosen",) if cut else ())}))
         self.document_index, self.sample_index = arrays["document_index"], arrays["sample_index"]
         self.shuffle_index = arrays["shuffle_index"]
         if "chosen" in arrays:
