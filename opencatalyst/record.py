@@ -230,6 +230,9 @@ def from_data_object(obj: Any, where: str) -> dict[str, Any]:
                             f"({type(exc).__name__}: {exc})") from exc
     else:
         raise DataError(f"{where}: unpickled a {type(obj).__name__}, expected a torch_geometric Data or dict")
+    # torch_geometric 1.x's Data.__init__ sets x, edge_index, edge_attr, y, pos, normal, face to None whatever was
+    # given, so a sample written without edges (r_edges=False) holds edge_index None: a None field is an absent one
+    raw = {k: v for k, v in raw.items() if v is not None}
     out: dict[str, Any] = {}
     for name, value in raw.items():
         if name in ALIASES:
@@ -237,10 +240,15 @@ def from_data_object(obj: Any, where: str) -> dict[str, Any]:
                 continue  # both spellings present: the original name wins
             name = ALIASES[name]
         value = _to_numpy(value)
-        if name in ARRAY_FIELDS:
-            out[name] = np.asarray(value, dtype=ARRAY_FIELDS[name][0])
-        elif name in SCALAR_FIELDS:
-            out[name] = float(value) if name == "y" else int(value)
+        try:
+            if name in ARRAY_FIELDS:
+                out[name] = np.asarray(value, dtype=ARRAY_FIELDS[name][0])
+            elif name in SCALAR_FIELDS:
+                out[name] = float(value) if name == "y" else int(value)
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"{where}: field {name!r} holds a {type(value).__name__} that is not "
+                            f"{'a number' if name in SCALAR_FIELDS else 'an array of ' + np.dtype(ARRAY_FIELDS[name][0]).name} "
+                            f"({exc})") from None
     if "natoms" not in out and "pos" in out:
         out["natoms"] = int(out["pos"].shape[0])
     if "fixed" not in out and "pos" in out:

@@ -237,3 +237,24 @@ def test_convert_refuses_an_empty_original_and_leaves_nothing(tmp_path: Path) ->
                     "--no-progress"])
     assert proc.returncode == 2 and "data.0000.lmdb hold(s) no samples" in proc.stderr, proc.stderr
     assert not (tmp_path / "safe").exists()
+
+
+# torch_geometric 1.x's Data.__init__ assigns these whatever it is given: None unless passed
+_PYG1_DEFAULTS = {"x": None, "edge_index": None, "edge_attr": None, "y": None, "pos": None, "normal": None,
+                  "face": None}
+
+
+def test_old_torch_geometric_data_without_edges_decodes_and_gets_the_references_graph(samples: list[dict]) -> None:
+    """The usual published S2EF value: pickled by torch_geometric 1.x from AtomsToGraphs(r_edges=False), so its state
+    holds edge_index None (and x, edge_attr, normal, face None): the Nones are absent fields, the graph is built; a
+    field that is not a number or array is named with the file."""
+    state = {**_PYG1_DEFAULTS, **dict(published_data(samples[0]).to_dict())}
+    assert state["edge_index"] is None and state["x"] is None
+    got = record.decode_pickled(pickle.dumps(_OldPygData(state), protocol=-1), "data.0000.lmdb key 0")
+    np.testing.assert_allclose(got["pos"], samples[0]["pos"])
+    np.testing.assert_array_equal(got["force"], samples[0]["force"])
+    assert float(got["y"]) == pytest.approx(samples[0]["y"])
+    check_graph_against_brute_force(got)
+    bad = {**state, "natoms": "seventy"}
+    with pytest.raises(DataError, match=r"data.0000.lmdb key 0: field 'natoms' holds a str that is not a number"):
+        record.decode_pickled(pickle.dumps(_OldPygData(bad), protocol=-1), "data.0000.lmdb key 0")
