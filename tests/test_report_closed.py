@@ -298,11 +298,8 @@ def test_prune_refuses_to_overwrite_and_leaves_rejected_and_strong_logs(tmp_path
 def test_the_closed_readiness_table_is_the_records() -> None:
     """docs/closed.md, "Closed-readiness in the report": one row per registered workload, its parameter counts and
     sample counts those of the record's ClosedDefinition ("not pinned" where it holds none), and every fixed key of
-    the record named in the row (OpenFold's 30 counted)."""
+    the record named in the row (OpenFold's counted)."""
     import re
-    from pathlib import Path
-
-    from hpcbench import registry
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "closed.md").read_text()
     section = text.split("## Closed-readiness in the report", 1)[1].split("\n## ", 1)[0]

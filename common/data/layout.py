@@ -10,8 +10,11 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from hpcbench.common.errors import DataError
+
+P = TypeVar("P", str, Path)
 
 MiB = 1 << 20
 
@@ -37,11 +40,11 @@ class FileLayout:
     chunk_bytes: int = 64 * MiB  # big files (an LMDB) are cut into independently compressed frames
     known: dict[str, KnownSplit] = field(default_factory=dict)
     describe: str = ""  # what the sample files are called in messages (default: "<name> sample files")
-    # split -> glob: where some of the split's sample files match it, only those are its samples (BERT: NVIDIA's
-    # eval/ holds eval_all.hdf5, all the evaluation data, beside the 10,000 samples of part_eval_10k.hdf5)
+    # split -> glob: where some of the split's sample files match it, only those are its samples (a folder that
+    # holds the whole evaluation data beside the file of the chosen subset; the workload's dataset.py says which)
     prefer: dict[str, str] = field(default_factory=dict)
 
-    def narrow(self, split: str, files: list[str]) -> list[str]:
+    def narrow(self, split: str, files: list[P]) -> list[P]:
         """``files`` (paths) of ``split``, only those whose name matches the split's ``prefer`` glob where any does."""
         glob = self.prefer.get(split)
         if not glob:
@@ -71,7 +74,7 @@ class FileLayout:
                             f"{', '.join(self.splits or (split,))} (write one with `hpcbench datagen {self.name} --out DIR`)")
         files = sorted(p for p in folder.iterdir()
                        if p.is_file() and self.is_sample(p.name) and not p.name.startswith("."))
-        files = [Path(f) for f in self.narrow(split, [str(f) for f in files])]
+        files = self.narrow(split, files)
         if not files:
             raise DataError(f"{folder}: no {self.describe or self.name + ' sample files'} ({', '.join(self.patterns)})")
         return files
@@ -84,10 +87,10 @@ def scan(root: Path, layout: FileLayout) -> dict[str, list[str]]:
     """Relative paths (sorted, POSIX) per split, plus ``REPLICATED`` for files every node needs."""
     if not root.is_dir():
         raise DataError(f"dataset folder {root} does not exist or is not a folder")
-    out: dict[str, list[str]] = {}
     def hidden(p: Path) -> bool:  # a hidden file or one under a hidden folder (e.g. an index cache): not data
         return any(part.startswith(".") for part in p.relative_to(root).parts)
 
+    out: dict[str, list[str]] = {}
     reps = sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
                   if p.is_file() and not hidden(p) and layout.is_replicated(p.relative_to(root).as_posix()))
     if reps:
