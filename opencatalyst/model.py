@@ -21,8 +21,15 @@ Restructured for speed:
   per atom and then gathered (N rows instead of E);
 * per-edge work stays on edges: the spherical Bessel part is evaluated per edge, angles come from
   the detached edge vectors (cos only, no atan2; no gradient, as the reference), ``x_kj * rbf`` and
-  ``lin_down`` run before gathering to triplets, and the blocks' first spherical projections are one GEMM over the triplets (projecting
-  per edge first was measured slower on CPU: it widens 42 values to 7x24 before the gather);
+  ``lin_down`` run before gathering to triplets;
+* the blocks' first spherical projections (42 -> 8 each, bias-free): where the C loops of triplet.py
+  run (the CPU), each edge's radial part is projected per angular order first ([E, 7, 8B], one
+  block-diagonal GEMM) and each triplet sums the 7 rows of its kj edge weighted by its angular basis,
+  never forming [T, 42]; elsewhere (accelerators, no C compiler) [T, 42] is formed and projected by one
+  GEMM over the triplets, which is the faster order for torch ops (the per-edge order would gather a
+  widened [T, 7 x 8B]);
+* the triplet message (gather, ``b @ w``, product, scatter) and its two derivatives are one pass each
+  (triplet.py: C loops on the CPU, chunked torch ops elsewhere);
 * the 4 output blocks run after the last interaction as one batched GEMM chain (bmm/baddbmm).
 """
 from __future__ import annotations
@@ -35,7 +42,7 @@ from torch import Tensor, nn
 
 from .act import silu
 from .basis import RadialBasis, SphericalBasis, envelope
-from .triplet import triplet_message
+from .triplet import basis_on_edges, triplet_basis, triplet_message
 
 
 @dataclass
@@ -206,11 +213,20 @@ class DimeNetPP(nn.Module):
         cos = (vec_d.index_select(0, idx_ji) * vec_d.index_select(0, idx_kj)).sum(-1) / (
             dist_d.index_select(0, idx_ji) * dist_d.index_select(0, idx_kj))
         cbf = self.sbf.angular(cos)  # [T, S]
-        sbf = (rad.index_select(0, idx_kj).view(-1, c.num_spherical, c.num_radial) * cbf.unsqueeze(-1)).view(-1, s_r)
         # [S*R, B*8] contiguous (in, out): autograd then forms the weight gradient as sbf^T @ g
         # ([42, T] x [T, 8B]), several times faster on CPU than g^T @ sbf for F.linear's layout
         w1 = torch.cat([blk.sbf1.t() for blk in self.blocks], 1).contiguous()
-        sbf8 = (sbf @ w1).split(c.basis_emb, dim=1)  # B x [T, 8]
+        if basis_on_edges(rad):
+            # C loops: project each edge's radial part per angular order l first ([E, S, 8B], a block-diagonal
+            # GEMM), then per triplet sum the S rows of its kj edge weighted by its angular basis: 7 x 8B
+            # multiply-adds per triplet instead of forming [T, S*R] and projecting it (42 x 8B)
+            per_l = torch.block_diag(*w1.view(c.num_spherical, c.num_radial, -1).unbind(0))  # [S*R, S*8B]
+            proj = (rad @ per_l).view(rad.size(0), c.num_spherical, -1)
+            sbf8 = triplet_basis(proj, cbf, idx_kj).split(c.basis_emb, dim=1)
+        else:
+            sbf = (rad.index_select(0, idx_kj).view(-1, c.num_spherical, c.num_radial)
+                   * cbf.unsqueeze(-1)).view(-1, s_r)
+            sbf8 = (sbf @ w1).split(c.basis_emb, dim=1)  # B x [T, 8]
         # embedding: atom parts projected per atom, then gathered to edges
         wi, wj, wr = self.emb_lin.weight.split(h, dim=1)
         a = self.emb(z)

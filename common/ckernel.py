@@ -1,0 +1,163 @@
+"""Small C kernels shipped as source, built once per machine type with the system C compiler, loaded
+with ctypes: the home of "compile, cache, load, or say why not".
+
+A kernel is optional by design: :func:`load` returns ``None`` with a reason (no compiler, the build
+failed, ``HPCBENCH_C_KERNELS=0``) and the caller runs its torch path instead; the reason is logged
+once per kernel. The library is built with ``-march=native``, so the cache key holds the source's
+hash, the compiler's version and this CPU's model and flags: a home directory shared by nodes of
+different CPUs gets one library per CPU type, never one that faults on another node. A build writes
+to a temporary name, loads it to check the symbols, then renames it into place (two ranks building
+at once both succeed; the second rename replaces an identical file).
+
+Cache folder: ``HPCBENCH_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/hpcbench/kernels``, else
+``~/.cache/hpcbench/kernels``; an unwritable folder falls back to a private temporary one.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+#: IEEE results except that sums may be reassociated (vectorised reductions); NaN and Inf propagate
+CFLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math",
+          "-fno-signed-zeros", "-fassociative-math", "-std=c11")
+_lock = threading.Lock()
+_loaded: dict[Path, ctypes.CDLL | None] = {}
+_reasons: dict[Path, str] = {}
+_pool: ThreadPoolExecutor | None = None
+
+
+def enabled() -> bool:
+    """False when ``HPCBENCH_C_KERNELS`` is 0/false/no/off (the torch paths run everywhere)."""
+    return os.environ.get("HPCBENCH_C_KERNELS", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CC", ""), "cc", "gcc", "clang"):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+def _cpu_id() -> str:
+    """The CPU's model name and flags (what -march=native compiles for)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return platform.machine() + platform.processor()
+    model = flags = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key in ("model name", "Processor") and not model:
+            model = value.strip()
+        elif key in ("flags", "Features") and not flags:
+            flags = " ".join(sorted(value.split()))
+    return f"{platform.machine()}|{model}|{flags}"
+
+
+def _cache_dir() -> Path:
+    env = os.environ.get("HPCBENCH_KERNEL_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "hpcbench" / "kernels"
+
+
+def _writable(folder: Path) -> Path:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".probe.", delete=True)
+        probe.close()
+        return folder
+    except OSError:
+        fallback = Path(tempfile.gettempdir()) / f"hpcbench-kernels-{os.getuid()}"
+        fallback.mkdir(mode=0o700, exist_ok=True)
+        return fallback
+
+
+def _build(source: Path, cc: str, dest: Path, symbols: tuple[str, ...]) -> ctypes.CDLL:
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        proc = subprocess.run([cc, *CFLAGS, "-o", str(tmp), str(source)], capture_output=True, text=True,
+                              timeout=300, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{cc} failed on {source} (exit {proc.returncode}): {proc.stderr.strip()[-800:]}")
+        lib = ctypes.CDLL(str(tmp))
+        missing = [s for s in symbols if not hasattr(lib, s)]
+        if missing:
+            raise RuntimeError(f"{source} built without {', '.join(missing)}")
+        os.replace(tmp, dest)
+        return ctypes.CDLL(str(dest))
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def load(source: Path, symbols: tuple[str, ...]) -> ctypes.CDLL | None:
+    """The built library of C file ``source`` with every name in ``symbols``, or None (see :func:`reason`)."""
+    with _lock:
+        if source in _loaded:
+            return _loaded[source]
+        lib, why = None, ""
+        if not enabled():
+            why = "HPCBENCH_C_KERNELS is off"
+        elif (cc := _compiler()) is None:
+            why = "no C compiler (cc, gcc, clang or $CC) on PATH"
+        else:
+            try:
+                text = source.read_bytes()
+                version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60,
+                                         check=False).stdout.splitlines()[:1]
+                key = hashlib.sha256(b"\0".join([text, " ".join(CFLAGS).encode(), repr(version).encode(),
+                                                 _cpu_id().encode(), sys.implementation.cache_tag.encode()]))
+                dest = _writable(_cache_dir()) / f"{source.stem}-{key.hexdigest()[:20]}.so"
+                if dest.is_file():
+                    try:
+                        lib = ctypes.CDLL(str(dest))
+                        if not all(hasattr(lib, s) for s in symbols):
+                            lib = None
+                    except OSError:
+                        lib = None  # damaged or foreign: rebuilt below
+                if lib is None:
+                    lib = _build(source, cc, dest, symbols)
+            except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+                lib, why = None, f"could not build {source.name}: {exc}"
+        _loaded[source] = lib
+        if lib is None:
+            _reasons[source] = why
+            log.info("C kernel %s not used (%s); the torch path runs", source.name, why)
+        return lib
+
+
+def reason(source: Path) -> str:
+    """Why :func:`load` gave None for ``source`` ("" when it loaded or was not asked)."""
+    return _reasons.get(source, "")
+
+
+def run_spans(spans: list[tuple[int, int]], work: Callable[[int, int, int], None]) -> None:
+    """``work(i, start, end)`` for each span i, on a thread each when there are several (a ctypes call
+    releases the GIL, so C kernels on disjoint spans run in parallel); the first error is raised."""
+    global _pool
+    if len(spans) == 1:
+        work(0, *spans[0])
+        return
+    with _lock:
+        if _pool is None or _pool._max_workers < len(spans):  # noqa: SLF001
+            _pool = ThreadPoolExecutor(max_workers=len(spans), thread_name_prefix="ckernel")
+        pool = _pool
+    for f in [pool.submit(work, i, s, e) for i, (s, e) in enumerate(spans)]:
+        f.result()
