@@ -5,9 +5,13 @@ differentiates that gradient again. Autograd's double backward of silu_backward 
 dozen separate elementwise tensors; here the first derivative is one fused ``silu_backward`` kernel
 and the second is written out once (s(1-s)(2 + x(1-2s)) with s = sigmoid(x)), in six passes. Third
 derivatives are not supported (``once_differentiable``); the maths is the same as ``F.silu``.
+On the CPU the second derivative is one C pass instead (``silu_kernels.c``, built by
+:mod:`hpcbench.common.ckernel`; the torch ops run where it cannot be built).
 """
 from __future__ import annotations
 
+import ctypes
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -15,6 +19,40 @@ from torch import Tensor
 from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
+
+from hpcbench.common import ckernel
+
+KERNEL_SOURCE = Path(__file__).with_name("silu_kernels.c")
+_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+#: elements per thread below which the C pass runs on one thread
+MIN_ELEMENTS_PER_THREAD = 1 << 18
+
+
+def _c_gradgrad(gout: Tensor, g: Tensor, x: Tensor, need_g: bool, need_x: bool) -> tuple[Tensor | None, ...] | None:
+    """(dg, dx) by the C pass, or None where it does not apply (not the CPU, other dtypes, no kernel)."""
+    if x.device.type != "cpu" or x.dtype not in _SUFFIX or any(
+            t.device.type != "cpu" or t.dtype != x.dtype or t.shape != x.shape for t in (gout, g)):
+        return None
+    lib = ckernel.load(KERNEL_SOURCE, tuple(f"silu_gradgrad_{s}" for s in _SUFFIX.values()))
+    if lib is None:
+        return None
+    gout, g, x = gout.contiguous(), g.contiguous(), x.contiguous()
+    dg = torch.empty_like(x) if need_g else None
+    dx = torch.empty_like(x) if need_x else None
+    fn = getattr(lib, f"silu_gradgrad_{_SUFFIX[x.dtype]}")
+    n = x.numel()
+    threads = max(1, min(torch.get_num_threads(), n // MIN_ELEMENTS_PER_THREAD))
+    cuts = [n * i // threads for i in range(threads + 1)]
+    size = x.element_size()
+
+    def at(t: Tensor | None, i: int) -> ctypes.c_void_p:
+        return ctypes.c_void_p(None if t is None else t.data_ptr() + i * size)
+
+    def work(_: int, s: int, e: int) -> None:
+        fn(ctypes.c_int64(e - s), at(gout, s), at(g, s), at(x, s), at(dg, s), at(dx, s))
+
+    ckernel.run_spans(list(zip(cuts[:-1], cuts[1:])), work)
+    return dg, dx
 
 
 class _SiluGrad(Function):
@@ -29,7 +67,12 @@ class _SiluGrad(Function):
     @once_differentiable
     def backward(ctx: Any, gout: Tensor) -> tuple[Tensor | None, Tensor | None]:
         g, x = ctx.saved_tensors
-        dg = torch.ops.aten.silu_backward(gout, x) if ctx.needs_input_grad[0] else None
+        need_g, need_x = ctx.needs_input_grad[:2]
+        if need_g or need_x:
+            done = _c_gradgrad(gout, g, x, need_g, need_x)
+            if done is not None:
+                return done
+        dg = torch.ops.aten.silu_backward(gout, x) if need_g else None
         dx = None
         if ctx.needs_input_grad[1]:
             # silu''(x) = s(1-s)(2 + x(1-2s)), s = sigmoid(x): six passes over [N, C] (s(1-s)q is
