@@ -14,7 +14,8 @@ time does not, so its ratio is the steadier figure; the verdict uses wall time, 
 ``--gemm-floor`` then records every matrix product of one step of each model (shapes, strides) and
 replays them alone, back to back, on buffers of the same layout: the time a step cannot go below
 without fewer or faster GEMMs, beside the time the goal allows (the baseline's median / 2).
-``--budget-s`` bounds the run: repeats stop when the time left cannot hold another pair (said). ``--malloc tuned`` (default,
+Our model runs its C loops where they build (triplet.py, act.py; ``HPCBENCH_C_KERNELS=0`` runs the
+torch path of the same model instead); the run says which. ``--budget-s`` bounds the run: repeats stop when the time left cannot hold another pair (said). ``--malloc tuned`` (default,
 as the OC20 workload does) raises glibc's mmap/trim thresholds for the whole process, so it applies
 to both models; ``--malloc default`` leaves glibc as it is.
 
@@ -36,7 +37,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from oc20_pyg import add_lin_up_bias, detached_angles, patched_pyg_graph
 
-from hpcbench.workloads.opencatalyst import graph, pyg_map
+from hpcbench.common import ckernel
+from hpcbench.workloads.opencatalyst import graph, pyg_map, triplet
 from hpcbench.workloads.opencatalyst.cpualloc import keep_freed_memory
 from hpcbench.workloads.opencatalyst.model import energy_and_forces
 
@@ -191,6 +193,9 @@ def main() -> None:
     say(f"batch: {args.systems} systems, {n} atoms, {e} edges ({e / args.systems:.0f}/system), "
           f"{t} triplets ({t / args.systems:.0f}/system); width {args.width}; torch threads {torch.get_num_threads()}; "
           f"malloc {'tuned' if tuned else 'default'}")
+    c_loops = triplet.basis_on_edges(b["pos"])
+    say(f"C loops (opencatalyst/triplet_kernels.c, silu_kernels.c): "
+        f"{'built and used' if c_loops else 'not used: ' + ckernel.reason(triplet.KERNEL_SOURCE)}")
     say("warm-up (one step of each, not timed; the run is at least this plus one timed pair):")
     wo = step_ours(ours, b)[0]
     say(f"  warm-up ours {wo:.3f} s")
