@@ -148,6 +148,16 @@ def reason(source: Path) -> str:
     return _reasons.get(source, "")
 
 
+def _forget_pool() -> None:
+    """In a forked child the parent's worker threads do not exist: start a new pool there."""
+    global _pool, _lock
+    _pool = None
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
 def run_spans(spans: list[tuple[int, int]], work: Callable[[int, int, int], None]) -> None:
     """``work(i, start, end)`` for each span i, on a thread each when there are several (a ctypes call
     releases the GIL, so C kernels on disjoint spans run in parallel); the first error is raised."""

@@ -113,3 +113,19 @@ def test_run_spans_runs_every_span_and_raises_the_first_error() -> None:
 
     with pytest.raises(RuntimeError, match="span 1 failed"):
         ckernel.run_spans([(0, 1), (1, 2)], bad)
+
+
+def test_a_forked_child_gets_its_own_threads() -> None:
+    """The pool's threads do not survive fork(): a child that runs spans must not wait on them."""
+    import os
+
+    ckernel.run_spans([(0, 1), (1, 2)], lambda i, s, e: None)  # the parent's pool exists
+    pid = os.fork()
+    if pid == 0:  # child: run spans on threads again, exit 0 if they ran
+        seen: list[int] = []
+        try:
+            ckernel.run_spans([(0, 1), (1, 2)], lambda i, s, e: seen.append(i))
+        finally:
+            os._exit(0 if sorted(seen) == [0, 1] else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
