@@ -149,40 +149,39 @@ static inline __attribute__((always_inline)) int gradgrad_body_##SFX(int64_t T, 
     return 0;                                                                                              \
 }
 
-/* The exported functions: the bodies compiled once per common (K, C) of DimeNet++ (basis_emb 8; int_emb
- * 32/64/128/256 and hidden widths), where the compiler unrolls the channel loops into whole vectors and
- * keeps the rows of b @ w in registers, and once for any other shape. */
-#define SPECIALISE(CALL)                                                                                   \
+/* The exported functions: in float (training) the bodies are compiled once per common (K, C) of DimeNet++
+ * (basis_emb 8; int_emb 32 in the mini preset, 64 in the full one, 128), where the compiler unrolls the
+ * channel loops into whole vectors and keeps the rows of b @ w in registers, and once for any other
+ * shape; double (the tests' gradient checks) is compiled once, for any shape (a third of the build time). */
+#define SPECIALISE_f32(CALL)                                                                               \
     if (K == 8) {                                                                                          \
         switch (C) {                                                                                       \
-        case 16: return CALL(8, 16);                                                                       \
         case 32: return CALL(8, 32);                                                                       \
         case 64: return CALL(8, 64);                                                                       \
         case 128: return CALL(8, 128);                                                                     \
-        case 192: return CALL(8, 192);                                                                     \
-        case 256: return CALL(8, 256);                                                                     \
         default: break;                                                                                    \
         }                                                                                                  \
     }                                                                                                      \
     return CALL(K, C);
+#define SPECIALISE_f64(CALL) return CALL(K, C);
 
 #define DEFINE_EXPORTS(REAL, SFX)                                                                          \
 int msg_fwd_##SFX(int64_t T, int64_t K, int64_t C, int64_t ldb, const REAL *a, const REAL *b, const REAL *w, \
                   const int64_t *kj, const int64_t *ji, REAL *y) {                                         \
     if (C > MAXC) return -1;                                                                               \
-    SPECIALISE(FWD_##SFX)                                                                                  \
+    SPECIALISE_##SFX(FWD_##SFX)                                                                                \
 }                                                                                                          \
 int msg_grad_##SFX(int64_t T, int64_t K, int64_t C, int64_t ldb, const REAL *gy, const REAL *a,           \
                    const REAL *b, const REAL *w, const int64_t *kj, const int64_t *ji, REAL *ga, REAL *gb, \
                    REAL *gw) {                                                                             \
     if (C > MAXC) return -1;                                                                               \
-    SPECIALISE(GRAD_##SFX)                                                                                 \
+    SPECIALISE_##SFX(GRAD_##SFX)                                                                                \
 }                                                                                                          \
 int msg_gradgrad_##SFX(int64_t T, int64_t K, int64_t C, int64_t ldb, const REAL *gy, const REAL *a,       \
                        const REAL *b, const REAL *w, const int64_t *kj, const int64_t *ji, const REAL *gga, \
                        const REAL *ggb, const REAL *ggw, REAL *dgy, REAL *da, REAL *db, REAL *dw) {        \
     if (C > MAXC) return -1;                                                                               \
-    SPECIALISE(GRADGRAD_##SFX)                                                                             \
+    SPECIALISE_##SFX(GRADGRAD_##SFX)                                                                             \
 }
 
 DEFINE_KERNELS(float, f32)
