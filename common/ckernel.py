@@ -10,7 +10,10 @@ to a temporary name, loads it to check the symbols, then renames it into place (
 at once both succeed; the second rename replaces an identical file).
 
 Cache folder: ``HPCBENCH_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/hpcbench/kernels``, else
-``~/.cache/hpcbench/kernels``; an unwritable folder falls back to a private temporary one.
+``~/.cache/hpcbench/kernels``; an unwritable folder falls back to ``$TMPDIR/hpcbench-kernels-UID``, used
+only if it is this user's own directory that no one else can write (library names are predictable:
+a folder another user could write would let them plant code); otherwise no kernel is built. ``CC``
+may carry arguments (``ccache gcc``).
 """
 from __future__ import annotations
 
@@ -19,7 +22,9 @@ import hashlib
 import logging
 import os
 import platform
+import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -28,8 +33,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from .atomic import file_mode
+
 log = logging.getLogger(__name__)
 
+#: a compiler that takes longer is given up on (the torch path runs)
+BUILD_TIMEOUT_S = 120
 #: IEEE results except that sums may be reassociated (vectorised reductions); NaN and Inf propagate
 CFLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math",
           "-fno-signed-zeros", "-fassociative-math", "-std=c11")
@@ -44,10 +53,18 @@ def enabled() -> bool:
     return os.environ.get("HPCBENCH_C_KERNELS", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def _compiler() -> str | None:
-    for name in (os.environ.get("CC", ""), "cc", "gcc", "clang"):
-        if name and shutil.which(name):
-            return name
+def _compiler() -> list[str] | None:
+    """The compiler command: ``CC`` (split like a shell would) when it names a program on PATH, else cc,
+    gcc or clang. A ``CC`` that names nothing usable is said, not silently replaced."""
+    env = os.environ.get("CC", "").strip()
+    if env:
+        cmd = shlex.split(env)
+        if cmd and shutil.which(cmd[0]):
+            return cmd
+        log.warning("CC=%r names no program on PATH; trying cc, gcc, clang", env)
+    for name in ("cc", "gcc", "clang"):
+        if shutil.which(name):
+            return [name]
     return None
 
 
@@ -76,35 +93,53 @@ def _cache_dir() -> Path:
     return Path(base) / "hpcbench" / "kernels"
 
 
+def _private_dir(folder: Path) -> bool:
+    """A real directory (not a link) owned by this user that no one else can write."""
+    st = os.lstat(folder)
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
 def _writable(folder: Path) -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".probe.", delete=True)
         probe.close()
         return folder
-    except OSError:
+    except OSError as exc:
         fallback = Path(tempfile.gettempdir()) / f"hpcbench-kernels-{os.getuid()}"
-        fallback.mkdir(mode=0o700, exist_ok=True)
-        return fallback
+        try:
+            fallback.mkdir(mode=0o700, exist_ok=True)
+            if _private_dir(fallback):
+                return fallback
+        except OSError:
+            pass
+        raise OSError(f"cache folder {folder} is not writable ({exc}) and {fallback} is not this user's "
+                      "private directory") from exc
 
 
-def _build(source: Path, cc: str, dest: Path, symbols: tuple[str, ...]) -> ctypes.CDLL:
+def _build(source: Path, cc: list[str], dest: Path, symbols: tuple[str, ...]) -> ctypes.CDLL:
+    """Compile to a temporary sibling, load it, check the symbols, make it readable as a plain file would
+    be, rename it into place; the handle returned is the one loaded from the checked file."""
     fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        proc = subprocess.run([cc, *CFLAGS, "-o", str(tmp), str(source)], capture_output=True, text=True,
-                              timeout=300, check=False)
+        proc = subprocess.run([*cc, *CFLAGS, "-o", str(tmp), str(source)], capture_output=True, text=True,
+                              timeout=BUILD_TIMEOUT_S, check=False)
         if proc.returncode != 0:
-            raise RuntimeError(f"{cc} failed on {source} (exit {proc.returncode}): {proc.stderr.strip()[-800:]}")
+            raise RuntimeError(f"{' '.join(cc)} failed on {source} (exit {proc.returncode}): "
+                               f"{proc.stderr.strip()[-800:]}")
         lib = ctypes.CDLL(str(tmp))
         missing = [s for s in symbols if not hasattr(lib, s)]
         if missing:
             raise RuntimeError(f"{source} built without {', '.join(missing)}")
+        mode = file_mode()  # a plain file's mode under the umask, plus execute where it is readable
+        os.chmod(tmp, mode | (mode & 0o444) >> 2)
         os.replace(tmp, dest)
-        return ctypes.CDLL(str(dest))
+        return lib
     finally:
         tmp.unlink(missing_ok=True)
+
 
 
 def load(source: Path, symbols: tuple[str, ...]) -> ctypes.CDLL | None:
@@ -120,7 +155,7 @@ def load(source: Path, symbols: tuple[str, ...]) -> ctypes.CDLL | None:
         else:
             try:
                 text = source.read_bytes()
-                version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60,
+                version = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=60,
                                          check=False).stdout.splitlines()[:1]
                 key = hashlib.sha256(b"\0".join([text, " ".join(CFLAGS).encode(), repr(version).encode(),
                                                  _cpu_id().encode(), sys.implementation.cache_tag.encode()]))
@@ -139,7 +174,9 @@ def load(source: Path, symbols: tuple[str, ...]) -> ctypes.CDLL | None:
         _loaded[source] = lib
         if lib is None:
             _reasons[source] = why
-            log.info("C kernel %s not used (%s); the torch path runs", source.name, why)
+            # a deliberate switch-off is not news; a machine that could build and did not is
+            (log.info if not enabled() else log.warning)("C kernel %s not used (%s); the torch path runs",
+                                                         source.name, why)
         return lib
 
 

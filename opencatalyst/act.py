@@ -28,12 +28,20 @@ _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 MIN_ELEMENTS_PER_THREAD = 1 << 18
 
 
+_SYMBOLS = tuple(f"silu_gradgrad_{s}" for s in _SUFFIX.values())
+
+
+def prepare() -> str:
+    """Build or load the C pass now; "" when it will run, else why not."""
+    return "" if ckernel.load(KERNEL_SOURCE, _SYMBOLS) is not None else ckernel.reason(KERNEL_SOURCE)
+
+
 def _c_gradgrad(gout: Tensor, g: Tensor, x: Tensor, need_g: bool, need_x: bool) -> tuple[Tensor | None, ...] | None:
     """(dg, dx) by the C pass, or None where it does not apply (not the CPU, other dtypes, no kernel)."""
     if x.device.type != "cpu" or x.dtype not in _SUFFIX or any(
             t.device.type != "cpu" or t.dtype != x.dtype or t.shape != x.shape for t in (gout, g)):
         return None
-    lib = ckernel.load(KERNEL_SOURCE, tuple(f"silu_gradgrad_{s}" for s in _SUFFIX.values()))
+    lib = ckernel.load(KERNEL_SOURCE, _SYMBOLS)
     if lib is None:
         return None
     gout, g, x = gout.contiguous(), g.contiguous(), x.contiguous()

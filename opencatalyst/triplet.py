@@ -49,7 +49,7 @@ KERNEL_SOURCE = Path(__file__).with_name("triplet_kernels.c")
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 _SYMBOLS = tuple(f"{n}_{s}" for n in ("msg_fwd", "msg_grad", "msg_gradgrad", "basis_fwd", "basis_adj")
                  for s in _SUFFIX.values())
-_MAX_CHANNELS = 4096  # MAXC in the C file
+_MAX_CHANNELS = 1024  # MAXC in the C file (its scratch rows are on the stack)
 
 
 def _spans(n: int, device: torch.device) -> list[tuple[int, int]]:
@@ -62,7 +62,7 @@ def _spans(n: int, device: torch.device) -> list[tuple[int, int]]:
 def _kernels(*tensors: Tensor) -> ctypes.CDLL | None:
     """The C kernels when they apply to these tensors (CPU, all float32 or all float64), else None."""
     a = tensors[0]
-    if a.device.type != "cpu" or a.dtype not in _SUFFIX or a.size(-1) > _MAX_CHANNELS:
+    if a.device.type != "cpu" or a.dtype not in _SUFFIX or not 0 < a.size(-1) <= _MAX_CHANNELS:
         return None
     if any(t.device.type != "cpu" or t.dtype != a.dtype for t in tensors[1:]):
         return None
@@ -206,6 +206,9 @@ class _MessageGrad(Function):
     @staticmethod
     def forward(ctx: Any, gy: Tensor, a: Tensor, b: Tensor, w: Tensor, idx_kj: Tensor,
                 idx_ji: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        # an output that no loss reaches (gw in the force pass) comes back as None, not a zero tensor
+        # the second-order pass would multiply through
+        ctx.set_materialize_grads(False)
         lib = _kernels(gy, a, b, w)
         if lib is not None:  # the indices come int64 and checked from _Message's C path
             ctx.save_for_backward(gy, a, b, w, idx_kj, idx_ji)
@@ -281,10 +284,24 @@ class _MessageGrad(Function):
         return dgy, da, db, dw, None, None
 
 
+def _check_index_tensors(what: str, count: int, **indices: Tensor) -> None:
+    """Index vectors: 1-D integer tensors of ``count`` entries (the C loops trust both)."""
+    for name, idx in indices.items():
+        if idx.dim() != 1 or idx.numel() != count:
+            raise ValueError(f"{what}: {name} must be a 1-D vector of {count} edge indices, got shape {tuple(idx.shape)}")
+        if idx.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
+            raise TypeError(f"{what}: {name} must hold integers, got {idx.dtype}")
+
+
 def triplet_message(a: Tensor, b: Tensor, w: Tensor, idx_kj: Tensor, idx_ji: Tensor) -> Tensor:
     """[E, C]: for every triplet t, row idx_ji[t] += a[idx_kj[t]] * (b[t] @ w)."""
+    if a.dim() != 2 or b.dim() != 2 or w.dim() != 2 or tuple(w.shape) != (b.size(1), a.size(1)):
+        raise ValueError(f"triplet_message: needs a [E, C], b [T, K], w [K, C]; got a {tuple(a.shape)}, "
+                         f"b {tuple(b.shape)}, w {tuple(w.shape)}")
+    _check_index_tensors("triplet_message", b.size(0), idx_kj=idx_kj, idx_ji=idx_ji)
+    if idx_kj.device != a.device or idx_ji.device != a.device:
+        raise ValueError(f"triplet_message: the indices are on {idx_kj.device}/{idx_ji.device}, the states on {a.device}")
     return _Message.apply(a, b, w, idx_kj, idx_ji)
-
 
 
 def _c_basis(name: str, rows_in: Tensor, c: Tensor, kj: Tensor, out: Tensor) -> Tensor:
@@ -363,8 +380,21 @@ def triplet_basis(r: Tensor, c: Tensor, idx_kj: Tensor) -> Tensor:
     if c.requires_grad:
         raise ValueError("triplet_basis: the per-triplet weights c must not require a gradient "
                          "(the angular basis is built from detached positions)")
+    if r.dim() != 3 or c.dim() != 2 or r.size(1) != c.size(1):
+        raise ValueError(f"triplet_basis: needs r [E, L, P] and c [T, L]; got r {tuple(r.shape)}, c {tuple(c.shape)}")
+    _check_index_tensors("triplet_basis", c.size(0), idx_kj=idx_kj)
+    if idx_kj.device != r.device:
+        raise ValueError(f"triplet_basis: the indices are on {idx_kj.device}, the table on {r.device}")
     c = c.contiguous()
     if _kernels(r, c) is not None:
         idx_kj = idx_kj.to(torch.int64).contiguous()
         _check_indices(idx_kj, idx_kj, r.size(0))
     return _BasisGather.apply(r, c, idx_kj)
+
+
+def prepare() -> str:
+    """Build or load the C loops now (the workload calls this while it builds the model, before the timed
+    run); "" when they will run, else why not."""
+    if ckernel.load(KERNEL_SOURCE, _SYMBOLS) is None:
+        return ckernel.reason(KERNEL_SOURCE)
+    return ""

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAXC 4096
+#define MAXC 1024 /* scratch rows live on the stack (5 x C values): at most 40 KB in double */
 
 #define DEFINE_KERNELS(REAL, SFX)                                                                          \
                                                                                                              \
@@ -49,7 +49,7 @@ static inline REAL dot_##SFX(const REAL *restrict x, const REAL *restrict y, int
                                                                                                              \
 static inline __attribute__((always_inline)) int fwd_body_##SFX(int64_t T, const int64_t K, const int64_t C, int64_t ldb, const REAL *a, const REAL *b, const REAL *w,            \
                   const int64_t *kj, const int64_t *ji, REAL *y) {                                         \
-    REAL bw[MAXC];                                                                                         \
+    REAL bw[C];                                                                                            \
     for (int64_t t = 0; t < T; t++) {                                                                      \
         vecmat_##SFX(b + t * ldb, w, K, C, bw);                                                              \
         const REAL *restrict x = a + kj[t] * C;                                                            \
@@ -62,7 +62,7 @@ static inline __attribute__((always_inline)) int fwd_body_##SFX(int64_t T, const
 /* ga[kj] += gy[ji] * (b @ w);  gb[t] = (gy[ji] * a[kj]) @ w^T;  gw += b[t]^T (gy[ji] * a[kj]) */          \
 static inline __attribute__((always_inline)) int grad_body_##SFX(int64_t T, const int64_t K, const int64_t C, int64_t ldb, const REAL *gy, const REAL *a, const REAL *b,          \
                    const REAL *w, const int64_t *kj, const int64_t *ji, REAL *ga, REAL *gb, REAL *gw) {    \
-    REAL bw[MAXC], u[MAXC];                                                                                \
+    REAL bw[C], u[C];                                                                                      \
     for (int64_t t = 0; t < T; t++) {                                                                      \
         const REAL *restrict g = gy + ji[t] * C;                                                           \
         const REAL *restrict bt = b + t * ldb;                                                               \
@@ -92,7 +92,7 @@ static inline __attribute__((always_inline)) int grad_body_##SFX(int64_t T, cons
 static inline __attribute__((always_inline)) int gradgrad_body_##SFX(int64_t T, const int64_t K, const int64_t C, int64_t ldb, const REAL *gy, const REAL *a, const REAL *b,      \
                        const REAL *w, const int64_t *kj, const int64_t *ji, const REAL *gga,               \
                        const REAL *ggb, const REAL *ggw, REAL *dgy, REAL *da, REAL *db, REAL *dw) {        \
-    REAL bw[MAXC], r[MAXC], r2[MAXC], p[MAXC], u[MAXC];                                                    \
+    REAL bw[C], r[C], r2[C], p[C], u[C];                                                                   \
     const int has_r = ggb != NULL || ggw != NULL;                                                          \
     for (int64_t t = 0; t < T; t++) {                                                                      \
         const REAL *restrict x = a + kj[t] * C;                                                            \
@@ -168,19 +168,19 @@ static inline __attribute__((always_inline)) int gradgrad_body_##SFX(int64_t T, 
 #define DEFINE_EXPORTS(REAL, SFX)                                                                          \
 int msg_fwd_##SFX(int64_t T, int64_t K, int64_t C, int64_t ldb, const REAL *a, const REAL *b, const REAL *w, \
                   const int64_t *kj, const int64_t *ji, REAL *y) {                                         \
-    if (C > MAXC) return -1;                                                                               \
+    if (C < 1 || C > MAXC) return -1;                                                                               \
     SPECIALISE_##SFX(FWD_##SFX)                                                                                \
 }                                                                                                          \
 int msg_grad_##SFX(int64_t T, int64_t K, int64_t C, int64_t ldb, const REAL *gy, const REAL *a,           \
                    const REAL *b, const REAL *w, const int64_t *kj, const int64_t *ji, REAL *ga, REAL *gb, \
                    REAL *gw) {                                                                             \
-    if (C > MAXC) return -1;                                                                               \
+    if (C < 1 || C > MAXC) return -1;                                                                               \
     SPECIALISE_##SFX(GRAD_##SFX)                                                                                \
 }                                                                                                          \
 int msg_gradgrad_##SFX(int64_t T, int64_t K, int64_t C, int64_t ldb, const REAL *gy, const REAL *a,       \
                        const REAL *b, const REAL *w, const int64_t *kj, const int64_t *ji, const REAL *gga, \
                        const REAL *ggb, const REAL *ggw, REAL *dgy, REAL *da, REAL *db, REAL *dw) {        \
-    if (C > MAXC) return -1;                                                                               \
+    if (C < 1 || C > MAXC) return -1;                                                                               \
     SPECIALISE_##SFX(GRADGRAD_##SFX)                                                                             \
 }
 

@@ -129,3 +129,57 @@ def test_a_forked_child_gets_its_own_threads() -> None:
             os._exit(0 if sorted(seen) == [0, 1] else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_fallback_folder_others_can_write_is_not_used(fresh: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        tmp_path: Path) -> None:
+    """Library names are predictable: a fallback folder another user could write (pre-made with mode
+    0777) would let them plant code, so no kernel is built or loaded from it."""
+    import os
+    import tempfile
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("HPCBENCH_KERNEL_CACHE", str(blocker / "kernels"))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    planted = tmp / f"hpcbench-kernels-{os.getuid()}"
+    planted.mkdir()
+    planted.chmod(0o777)
+    assert ckernel.load(fresh, ("add_one",)) is None
+    assert "private directory" in ckernel.reason(fresh)
+    assert not list(planted.iterdir())
+
+
+def test_cc_with_arguments_is_used_as_given(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fresh.write_text("int add_one(int x) {\n#ifdef PLUS_TEN\n return x + 10;\n#else\n return x + 1;\n#endif\n}\n")
+    monkeypatch.setenv("CC", "gcc -DPLUS_TEN")
+    lib = ckernel.load(fresh, ("add_one",))
+    assert lib is not None and lib.add_one(1) == 11
+
+
+def test_a_cached_library_without_the_symbols_is_replaced_and_not_returned(fresh: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path) -> None:
+    import subprocess
+
+    assert ckernel.load(fresh, ("add_one",)) is not None
+    (built,) = (fresh.parent / "cache").glob("tiny-*.so")
+    stale = tmp_path / "stale-cache"
+    stale.mkdir()
+    other = tmp_path / "other.c"
+    other.write_text("int unrelated(void) { return 1; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(stale / built.name), str(other)], check=True)
+    monkeypatch.setenv("HPCBENCH_KERNEL_CACHE", str(stale))
+    monkeypatch.setattr(ckernel, "_loaded", {})
+    lib = ckernel.load(fresh, ("add_one",))
+    assert lib is not None and lib.add_one(4) == 5
+
+
+def test_built_libraries_are_readable_as_the_umask_allows(fresh: Path) -> None:
+    from hpcbench.common.atomic import file_mode
+
+    assert ckernel.load(fresh, ("add_one",)) is not None
+    (built,) = (fresh.parent / "cache").glob("tiny-*.so")
+    mode = file_mode()
+    assert built.stat().st_mode & 0o777 == mode | (mode & 0o444) >> 2

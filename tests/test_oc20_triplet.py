@@ -155,3 +155,49 @@ def test_out_of_range_index_is_an_error_not_a_wild_write() -> None:
 def test_basis_weights_with_a_gradient_are_refused() -> None:
     with pytest.raises(ValueError, match="must not require a gradient"):
         triplet_basis(torch.randn(5, 7, 4), torch.randn(3, 7, requires_grad=True), torch.tensor([0, 1, 2]))
+
+
+@pytest.mark.parametrize("case", ["idx_short", "idx_2d", "w_narrow", "w_short", "float_idx"])
+def test_shapes_that_disagree_are_refused_before_any_loop(case: str) -> None:
+    """Mismatched shapes would make the unchecked C loops read or write outside the tensors (a reviewer
+    found segfaults and heap corruption): each is a named error on every path."""
+    g = torch.Generator().manual_seed(4)
+    a, b, w = torch.randn(6, 32, generator=g), torch.randn(20, 8, generator=g), torch.randn(8, 32, generator=g)
+    kj, ji = torch.randint(0, 6, (20,), generator=g), torch.randint(0, 6, (20,), generator=g)
+    bad = {"idx_short": lambda: triplet_message(a, b, w, kj[:10], ji[:10]),
+           "idx_2d": lambda: triplet_message(a, b, w, kj[None], ji[None]),
+           "w_narrow": lambda: triplet_message(a, b, w[:, :16], kj, ji),
+           "w_short": lambda: triplet_message(a, b, w[:4], kj, ji),
+           "float_idx": lambda: triplet_message(a, b, w, kj.float(), ji)}[case]
+    with pytest.raises((ValueError, TypeError), match="triplet_message: .*(idx_kj|w \\[K, C\\]|integers)"):
+        bad()
+
+
+def test_basis_shapes_that_disagree_are_refused() -> None:
+    r, c, kj = torch.randn(5, 7, 16), torch.randn(9, 7), torch.randint(0, 5, (9,))
+    with pytest.raises(ValueError, match="idx_kj must be a 1-D vector of 9"):
+        triplet_basis(r, c, kj[:4])
+    with pytest.raises(ValueError, match=r"r \[E, L, P\] and c \[T, L\]"):
+        triplet_basis(r, torch.randn(9, 8), kj)
+
+
+def test_wide_channels_take_the_torch_path() -> None:
+    """Above the C loops' channel limit (their scratch rows are on the stack) the torch ops run."""
+    a, b, w = torch.randn(4, 1100), torch.randn(6, 8), torch.randn(8, 1100)
+    kj, ji = torch.tensor([0, 1, 2, 3, 0, 1]), torch.tensor([1, 2, 3, 0, 0, 0])
+    assert triplet._kernels(a, b, w) is None
+    torch.testing.assert_close(triplet_message(a, b, w, kj, ji), plain(a, b, w, kj, ji))
+
+
+def test_the_workload_prepares_the_kernels_before_the_run_on_a_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpcbench.workloads.opencatalyst.workload import OC20Workload
+
+    asked: list[str] = []
+    monkeypatch.setattr(triplet, "prepare", lambda: asked.append("triplet") or "")
+    from hpcbench.workloads.opencatalyst import act
+    monkeypatch.setattr(act, "prepare", lambda: asked.append("silu") or "")
+    OC20Workload.on_device(object.__new__(OC20Workload), torch.device("cpu"))
+    assert asked == ["triplet", "silu"]
+    asked.clear()
+    OC20Workload.on_device(object.__new__(OC20Workload), torch.device("meta"))
+    assert asked == []
