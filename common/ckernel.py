@@ -141,7 +141,6 @@ def _build(source: Path, cc: list[str], dest: Path, symbols: tuple[str, ...]) ->
         tmp.unlink(missing_ok=True)
 
 
-
 def load(source: Path, symbols: tuple[str, ...]) -> ctypes.CDLL | None:
     """The built library of C file ``source`` with every name in ``symbols``, or None (see :func:`reason`)."""
     with _lock:
@@ -193,6 +192,14 @@ def _forget_pool() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_pool)
+
+
+def spans(n: int, threads: int, min_per_thread: int) -> list[tuple[int, int]]:
+    """``n`` rows cut into at most ``threads`` contiguous spans of at least ``min_per_thread`` rows (one span
+    when there are fewer; the cut depends only on these numbers, so results do not depend on timing)."""
+    count = max(1, min(threads, n // min_per_thread))
+    cuts = [n * i // count for i in range(count + 1)]
+    return list(zip(cuts[:-1], cuts[1:]))
 
 
 def run_spans(spans: list[tuple[int, int]], work: Callable[[int, int, int], None]) -> None:

@@ -26,8 +26,6 @@ KERNEL_SOURCE = Path(__file__).with_name("silu_kernels.c")
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 #: elements per thread below which the C pass runs on one thread
 MIN_ELEMENTS_PER_THREAD = 1 << 18
-
-
 _SYMBOLS = tuple(f"silu_gradgrad_{s}" for s in _SUFFIX.values())
 
 
@@ -48,9 +46,6 @@ def _c_gradgrad(gout: Tensor, g: Tensor, x: Tensor, need_g: bool, need_x: bool) 
     dg = torch.empty_like(x) if need_g else None
     dx = torch.empty_like(x) if need_x else None
     fn = getattr(lib, f"silu_gradgrad_{_SUFFIX[x.dtype]}")
-    n = x.numel()
-    threads = max(1, min(torch.get_num_threads(), n // MIN_ELEMENTS_PER_THREAD))
-    cuts = [n * i // threads for i in range(threads + 1)]
     size = x.element_size()
 
     def at(t: Tensor | None, i: int) -> ctypes.c_void_p:
@@ -59,7 +54,7 @@ def _c_gradgrad(gout: Tensor, g: Tensor, x: Tensor, need_g: bool, need_x: bool) 
     def work(_: int, s: int, e: int) -> None:
         fn(ctypes.c_int64(e - s), at(gout, s), at(g, s), at(x, s), at(dg, s), at(dx, s))
 
-    ckernel.run_spans(list(zip(cuts[:-1], cuts[1:])), work)
+    ckernel.run_spans(ckernel.spans(x.numel(), torch.get_num_threads(), MIN_ELEMENTS_PER_THREAD), work)
     return dg, dx
 
 
@@ -82,7 +77,7 @@ class _SiluGrad(Function):
                 return done
         dg = torch.ops.aten.silu_backward(gout, x) if need_g else None
         dx = None
-        if ctx.needs_input_grad[1]:
+        if need_x:
             # silu''(x) = s(1-s)(2 + x(1-2s)), s = sigmoid(x): six passes over [N, C] (s(1-s)q is
             # aten's one-kernel sigmoid_backward)
             s = torch.sigmoid(x)

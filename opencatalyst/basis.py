@@ -1,7 +1,7 @@
 """DimeNet radial (Bessel) and spherical (Bessel x Legendre) bases, evaluated with recurrences.
 
 The spherical Bessel roots and normalisers are computed once with scipy; evaluation is a few
-vectorised torch ops per order (no symbolic per-function lambdas). Angles enter only through
+vectorised torch ops (no symbolic per-function lambdas). Angles enter only through
 cos(angle), so the Legendre polynomials need no atan2/cos round trip.
 
 The spherical basis's radial part N_ln j_l(z_ln x) and its first two derivatives in x are written out
@@ -27,18 +27,6 @@ def envelope(x: Tensor, exponent: int) -> Tensor:
     a, b, c = -(p + 1) * (p + 2) / 2, p * (p + 2), -p * (p + 1) / 2
     xp = x.pow(p - 1)
     return (1.0 / x + a * xp + b * xp * x + c * xp * x * x) * (x < 1.0).to(x.dtype)
-
-
-def spherical_jn(order: int, x: Tensor) -> Tensor:
-    """Spherical Bessel function of the first kind j_order(x) by upward recurrence."""
-    s, c = torch.sin(x), torch.cos(x)
-    j0 = s / x
-    if order == 0:
-        return j0
-    j1 = s / (x * x) - c / x
-    for n in range(1, order):
-        j0, j1 = j1, (2 * n + 1) / x * j1 - j0
-    return j1
 
 
 def bessel_zeros(num_orders: int, num_roots: int) -> np.ndarray:

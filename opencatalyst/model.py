@@ -213,9 +213,7 @@ class DimeNetPP(nn.Module):
         cos = (vec_d.index_select(0, idx_ji) * vec_d.index_select(0, idx_kj)).sum(-1) / (
             dist_d.index_select(0, idx_ji) * dist_d.index_select(0, idx_kj))
         cbf = self.sbf.angular(cos)  # [T, S]
-        # [S*R, B*8] contiguous (in, out): autograd then forms the weight gradient as sbf^T @ g
-        # ([42, T] x [T, 8B]), several times faster on CPU than g^T @ sbf for F.linear's layout
-        w1 = torch.cat([blk.sbf1.t() for blk in self.blocks], 1).contiguous()
+        w1 = torch.cat([blk.sbf1.t() for blk in self.blocks], 1).contiguous()  # [S*R, B*8] (in, out)
         if basis_on_edges(rad):
             # C loops: project each edge's radial part per angular order l first ([E, S, 8B], a block-diagonal
             # GEMM), then per triplet sum the S rows of its kj edge weighted by its angular basis: 7 x 8B
@@ -226,6 +224,8 @@ class DimeNetPP(nn.Module):
         else:
             sbf = (rad.index_select(0, idx_kj).view(-1, c.num_spherical, c.num_radial)
                    * cbf.unsqueeze(-1)).view(-1, s_r)
+            # w1 contiguous (in, out): autograd then forms the weight gradient as sbf^T @ g ([42, T] x [T, 8B]),
+            # several times faster on CPU than g^T @ sbf for F.linear's layout
             sbf8 = (sbf @ w1).split(c.basis_emb, dim=1)  # B x [T, 8]
         # embedding: atom parts projected per atom, then gathered to edges
         wi, wj, wr = self.emb_lin.weight.split(h, dim=1)

@@ -76,10 +76,12 @@ def _ptr(t: Tensor | None, row: int = 0) -> ctypes.c_void_p:
     return ctypes.c_void_p(t.data_ptr() + row * t.stride(0) * t.element_size())
 
 
+def _dims(*sizes: int) -> list[ctypes.c_int64]:
+    return [ctypes.c_int64(n) for n in sizes]
+
+
 def _thread_spans(n: int) -> list[tuple[int, int]]:
-    threads = max(1, min(torch.get_num_threads(), n // MIN_TRIPLETS_PER_THREAD))
-    cuts = [n * i // threads for i in range(threads + 1)]
-    return list(zip(cuts[:-1], cuts[1:]))
+    return ckernel.spans(n, torch.get_num_threads(), MIN_TRIPLETS_PER_THREAD)
 
 
 def _private(out: Tensor | None, count: int) -> list[Tensor | None]:
@@ -118,8 +120,8 @@ def _c_forward(lib: ctypes.CDLL, a: Tensor, b: Tensor, w: Tensor, kj: Tensor, ji
     ys = _private(a.new_zeros(a.shape), len(spans))
 
     def work(i: int, s: int, e: int) -> None:
-        if fn(ctypes.c_int64(e - s), ctypes.c_int64(k), ctypes.c_int64(c), ctypes.c_int64(b.stride(0)), _ptr(a), _ptr(b, s), _ptr(w),
-              _ptr(kj, s), _ptr(ji, s), _ptr(ys[i])) != 0:
+        if fn(*_dims(e - s, k, c, b.stride(0)), _ptr(a), _ptr(b, s), _ptr(w), _ptr(kj, s), _ptr(ji, s),
+              _ptr(ys[i])) != 0:
             raise RuntimeError(f"triplet kernel msg_fwd refused C={c}")
 
     ckernel.run_spans(spans, work)
@@ -137,8 +139,8 @@ def _c_grad(lib: ctypes.CDLL, gy: Tensor, a: Tensor, b: Tensor, w: Tensor, kj: T
     gb = b.new_empty(b.shape)
 
     def work(i: int, s: int, e: int) -> None:
-        if fn(ctypes.c_int64(e - s), ctypes.c_int64(k), ctypes.c_int64(c), ctypes.c_int64(b.stride(0)), _ptr(gy), _ptr(a), _ptr(b, s),
-              _ptr(w), _ptr(kj, s), _ptr(ji, s), _ptr(gas[i]), _ptr(gb, s), _ptr(gws[i])) != 0:
+        if fn(*_dims(e - s, k, c, b.stride(0)), _ptr(gy), _ptr(a), _ptr(b, s), _ptr(w), _ptr(kj, s),
+              _ptr(ji, s), _ptr(gas[i]), _ptr(gb, s), _ptr(gws[i])) != 0:
             raise RuntimeError(f"triplet kernel msg_grad refused C={c}")
 
     ckernel.run_spans(spans, work)
@@ -160,9 +162,8 @@ def _c_gradgrad(lib: ctypes.CDLL, gy: Tensor, a: Tensor, b: Tensor, w: Tensor, k
     gga, ggb, ggw = (None if x is None else x.contiguous() for x in (gga, ggb, ggw))
 
     def work(i: int, s: int, e: int) -> None:
-        if fn(ctypes.c_int64(e - s), ctypes.c_int64(k), ctypes.c_int64(c), ctypes.c_int64(b.stride(0)), _ptr(gy), _ptr(a), _ptr(b, s),
-              _ptr(w), _ptr(kj, s), _ptr(ji, s), _ptr(gga), _ptr(ggb, s),
-              _ptr(ggw), _ptr(dgys[i]), _ptr(das[i]), _ptr(db, s),
+        if fn(*_dims(e - s, k, c, b.stride(0)), _ptr(gy), _ptr(a), _ptr(b, s), _ptr(w), _ptr(kj, s),
+              _ptr(ji, s), _ptr(gga), _ptr(ggb, s), _ptr(ggw), _ptr(dgys[i]), _ptr(das[i]), _ptr(db, s),
               _ptr(dws[i])) != 0:
             raise RuntimeError(f"triplet kernel msg_gradgrad refused C={c}")
 
@@ -304,11 +305,9 @@ def triplet_message(a: Tensor, b: Tensor, w: Tensor, idx_kj: Tensor, idx_ji: Ten
     return _Message.apply(a, b, w, idx_kj, idx_ji)
 
 
-def _c_basis(name: str, rows_in: Tensor, c: Tensor, kj: Tensor, out: Tensor) -> Tensor:
+def _c_basis(lib: ctypes.CDLL, name: str, rows_in: Tensor, c: Tensor, kj: Tensor, out: Tensor) -> Tensor:
     """basis_fwd (rows_in = r [E, L, P], out [T, P]) or basis_adj (rows_in = g [T, P], out z [E, L, P],
     accumulated: a private z per thread, summed)."""
-    lib = _kernels(rows_in, c)
-    assert lib is not None
     fn = getattr(lib, f"{name}_{_SUFFIX[rows_in.dtype]}")
     t, l, p = c.size(0), c.size(1), rows_in.size(-1)
     spans = _thread_spans(t)
@@ -317,7 +316,7 @@ def _c_basis(name: str, rows_in: Tensor, c: Tensor, kj: Tensor, out: Tensor) -> 
     def work(i: int, s: int, e: int) -> None:
         src = _ptr(rows_in) if name == "basis_fwd" else _ptr(rows_in, s)
         dst = _ptr(outs[i], s) if name == "basis_fwd" else _ptr(outs[i])
-        fn(ctypes.c_int64(e - s), ctypes.c_int64(l), ctypes.c_int64(p), src, _ptr(c, s), _ptr(kj, s), dst)
+        fn(*_dims(e - s, l, p), src, _ptr(c, s), _ptr(kj, s), dst)
 
     ckernel.run_spans(spans, work)
     if name == "basis_adj":
@@ -327,16 +326,18 @@ def _c_basis(name: str, rows_in: Tensor, c: Tensor, kj: Tensor, out: Tensor) -> 
 
 def _gather_rows(r: Tensor, c: Tensor, kj: Tensor) -> Tensor:
     """out[t] = sum_l c[t, l] * r[kj[t], l]: [E, L, P], [T, L] -> [T, P]."""
-    if _kernels(r, c) is not None:
-        return _c_basis("basis_fwd", r.contiguous(), c, kj, r.new_empty(c.size(0), r.size(2)))
+    lib = _kernels(r, c)
+    if lib is not None:
+        return _c_basis(lib, "basis_fwd", r.contiguous(), c, kj, r.new_empty(c.size(0), r.size(2)))
     return torch.einsum("tl,tlp->tp", c, r.index_select(0, kj))
 
 
 def _scatter_rows(g: Tensor, c: Tensor, kj: Tensor, rows: int) -> Tensor:
     """z[kj[t], l] += c[t, l] * g[t]: [T, P], [T, L] -> [E, L, P] (the adjoint of :func:`_gather_rows`)."""
     z = g.new_zeros(rows, c.size(1), g.size(1))
-    if _kernels(g, c) is not None:
-        return _c_basis("basis_adj", g.contiguous(), c, kj, z)
+    lib = _kernels(g, c)
+    if lib is not None:
+        return _c_basis(lib, "basis_adj", g.contiguous(), c, kj, z)
     return z.index_add_(0, kj, c.unsqueeze(-1) * g.unsqueeze(1))
 
 
@@ -393,8 +394,8 @@ def triplet_basis(r: Tensor, c: Tensor, idx_kj: Tensor) -> Tensor:
 
 
 def prepare() -> str:
-    """Build or load the C loops now (the workload calls this while it builds the model, before the timed
-    run); "" when they will run, else why not."""
+    """Build or load the C loops now (the workload's ``on_device``, before the timed run); "" when they will
+    run, else why not."""
     if ckernel.load(KERNEL_SOURCE, _SYMBOLS) is None:
         return ckernel.reason(KERNEL_SOURCE)
     return ""

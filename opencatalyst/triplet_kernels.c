@@ -156,32 +156,32 @@ static inline __attribute__((always_inline)) int gradgrad_body_##SFX(int64_t T, 
 #define SPECIALISE_f32(CALL)                                                                               \
     if (K == 8) {                                                                                          \
         switch (C) {                                                                                       \
-        case 32: return CALL(8, 32);                                                                       \
-        case 64: return CALL(8, 64);                                                                       \
-        case 128: return CALL(8, 128);                                                                     \
+        case 32: return CALL(f32, 8, 32);                                                                  \
+        case 64: return CALL(f32, 8, 64);                                                                  \
+        case 128: return CALL(f32, 8, 128);                                                                \
         default: break;                                                                                    \
         }                                                                                                  \
     }                                                                                                      \
-    return CALL(K, C);
-#define SPECIALISE_f64(CALL) return CALL(K, C);
+    return CALL(f32, K, C);
+#define SPECIALISE_f64(CALL) return CALL(f64, K, C);
 
 #define DEFINE_EXPORTS(REAL, SFX)                                                                          \
 int msg_fwd_##SFX(int64_t T, int64_t K, int64_t C, int64_t ldb, const REAL *a, const REAL *b, const REAL *w, \
                   const int64_t *kj, const int64_t *ji, REAL *y) {                                         \
     if (C < 1 || C > MAXC) return -1;                                                                               \
-    SPECIALISE_##SFX(FWD_##SFX)                                                                                \
+    SPECIALISE_##SFX(FWD_CALL)                                                                                \
 }                                                                                                          \
 int msg_grad_##SFX(int64_t T, int64_t K, int64_t C, int64_t ldb, const REAL *gy, const REAL *a,           \
                    const REAL *b, const REAL *w, const int64_t *kj, const int64_t *ji, REAL *ga, REAL *gb, \
                    REAL *gw) {                                                                             \
     if (C < 1 || C > MAXC) return -1;                                                                               \
-    SPECIALISE_##SFX(GRAD_##SFX)                                                                                \
+    SPECIALISE_##SFX(GRAD_CALL)                                                                                \
 }                                                                                                          \
 int msg_gradgrad_##SFX(int64_t T, int64_t K, int64_t C, int64_t ldb, const REAL *gy, const REAL *a,       \
                        const REAL *b, const REAL *w, const int64_t *kj, const int64_t *ji, const REAL *gga, \
                        const REAL *ggb, const REAL *ggw, REAL *dgy, REAL *da, REAL *db, REAL *dw) {        \
     if (C < 1 || C > MAXC) return -1;                                                                               \
-    SPECIALISE_##SFX(GRADGRAD_##SFX)                                                                             \
+    SPECIALISE_##SFX(GRADGRAD_CALL)                                                                             \
 }
 
 DEFINE_KERNELS(float, f32)
@@ -235,11 +235,10 @@ int basis_adj_##SFX(int64_t T, int64_t L, int64_t P, const REAL *g, const REAL *
 DEFINE_BASIS(float, f32)
 DEFINE_BASIS(double, f64)
 
-#define FWD_f32(KK, CC) fwd_body_f32(T, KK, CC, ldb, a, b, w, kj, ji, y)
-#define FWD_f64(KK, CC) fwd_body_f64(T, KK, CC, ldb, a, b, w, kj, ji, y)
-#define GRAD_f32(KK, CC) grad_body_f32(T, KK, CC, ldb, gy, a, b, w, kj, ji, ga, gb, gw)
-#define GRAD_f64(KK, CC) grad_body_f64(T, KK, CC, ldb, gy, a, b, w, kj, ji, ga, gb, gw)
-#define GRADGRAD_f32(KK, CC) gradgrad_body_f32(T, KK, CC, ldb, gy, a, b, w, kj, ji, gga, ggb, ggw, dgy, da, db, dw)
-#define GRADGRAD_f64(KK, CC) gradgrad_body_f64(T, KK, CC, ldb, gy, a, b, w, kj, ji, gga, ggb, ggw, dgy, da, db, dw)
+/* one call per body, for the dtype suffix SFX and the (K, C) SPECIALISE_<sfx> picks */
+#define FWD_CALL(SFX, KK, CC) fwd_body_##SFX(T, KK, CC, ldb, a, b, w, kj, ji, y)
+#define GRAD_CALL(SFX, KK, CC) grad_body_##SFX(T, KK, CC, ldb, gy, a, b, w, kj, ji, ga, gb, gw)
+#define GRADGRAD_CALL(SFX, KK, CC) \
+    gradgrad_body_##SFX(T, KK, CC, ldb, gy, a, b, w, kj, ji, gga, ggb, ggw, dgy, da, db, dw)
 DEFINE_EXPORTS(float, f32)
 DEFINE_EXPORTS(double, f64)

@@ -6,7 +6,19 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hpcbench.workloads.opencatalyst.basis import SphericalBasis, _BesselRadial, envelope, spherical_jn
+from hpcbench.workloads.opencatalyst.basis import SphericalBasis, _BesselRadial, envelope
+
+
+def spherical_jn(order: int, x: torch.Tensor) -> torch.Tensor:
+    """j_order(x) by the plain upward recurrence (what basis.py evaluated through autograd before)."""
+    s, c = torch.sin(x), torch.cos(x)
+    j0 = s / x
+    if order == 0:
+        return j0
+    j1 = s / (x * x) - c / x
+    for n in range(1, order):
+        j0, j1 = j1, (2 * n + 1) / x * j1 - j0
+    return j1
 
 
 def plain_radial(x: torch.Tensor, sb: SphericalBasis) -> torch.Tensor:
