@@ -187,6 +187,14 @@ int msg_gradgrad_##SFX(int64_t T, int64_t K, int64_t C, int64_t ldb, const REAL 
 DEFINE_KERNELS(float, f32)
 DEFINE_KERNELS(double, f64)
 
+/* the basis loops compiled for the presets' 8 x blocks (P = 16, 24) and 32 with L = 7, and once for any shape */
+#define BASIS_SPECIALISE(BODY, IN, OUT)                                                                    \
+    if (L == 7 && P == 16) BODY(T, 7, 16, IN, cb, kj, OUT);                                                \
+    else if (L == 7 && P == 24) BODY(T, 7, 24, IN, cb, kj, OUT);                                           \
+    else if (L == 7 && P == 32) BODY(T, 7, 32, IN, cb, kj, OUT);                                           \
+    else BODY(T, L, P, IN, cb, kj, OUT);                                                                   \
+    return 0;
+
 #define DEFINE_BASIS(REAL, SFX)                                                                            \
 static inline __attribute__((always_inline)) void basis_fwd_body_##SFX(                                    \
         int64_t T, const int64_t L, const int64_t P, const REAL *r, const REAL *cb, const int64_t *kj,     \
@@ -217,19 +225,11 @@ static inline __attribute__((always_inline)) void basis_adj_body_##SFX(         
 }                                                                                                          \
 int basis_fwd_##SFX(int64_t T, int64_t L, int64_t P, const REAL *r, const REAL *cb, const int64_t *kj,     \
                     REAL *out) {                                                                           \
-    if (L == 7 && P == 16) basis_fwd_body_##SFX(T, 7, 16, r, cb, kj, out);                                  \
-    else if (L == 7 && P == 24) basis_fwd_body_##SFX(T, 7, 24, r, cb, kj, out);                             \
-    else if (L == 7 && P == 32) basis_fwd_body_##SFX(T, 7, 32, r, cb, kj, out);                             \
-    else basis_fwd_body_##SFX(T, L, P, r, cb, kj, out);                                                    \
-    return 0;                                                                                              \
+    BASIS_SPECIALISE(basis_fwd_body_##SFX, r, out)                                                         \
 }                                                                                                          \
 int basis_adj_##SFX(int64_t T, int64_t L, int64_t P, const REAL *g, const REAL *cb, const int64_t *kj,     \
                     REAL *z) {                                                                             \
-    if (L == 7 && P == 16) basis_adj_body_##SFX(T, 7, 16, g, cb, kj, z);                                    \
-    else if (L == 7 && P == 24) basis_adj_body_##SFX(T, 7, 24, g, cb, kj, z);                               \
-    else if (L == 7 && P == 32) basis_adj_body_##SFX(T, 7, 32, g, cb, kj, z);                               \
-    else basis_adj_body_##SFX(T, L, P, g, cb, kj, z);                                                      \
-    return 0;                                                                                              \
+    BASIS_SPECIALISE(basis_adj_body_##SFX, g, z)                                                           \
 }
 
 DEFINE_BASIS(float, f32)
