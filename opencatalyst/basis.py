@@ -8,17 +8,34 @@ The spherical basis's radial part N_ln j_l(z_ln x) and its first two derivatives
 (:class:`_BesselRadial`): j_l' = j_{l-1} - (l+1)/u j_l and, from Bessel's equation,
 j_l'' = -2/u j_l' + (l(l+1)/u^2 - 1) j_l, with u = z_ln x. Training on forces differentiates the basis
 twice; through autograd the upward recurrence became about a thousand small ops per step, here it is
-one recurrence over all orders at once per pass.
+one recurrence over all orders at once per pass. On the CPU the radial part times the envelope and its
+first two derivatives are one C pass per step (``radial_kernels.c``, built by
+:mod:`hpcbench.common.ckernel`), whose results both derivative passes then read (:class:`_RadialC`); the
+torch ops run where it cannot be built and on accelerators.
 """
 from __future__ import annotations
 
+import ctypes
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
+
+from hpcbench.common import ckernel
+
+KERNEL_SOURCE = Path(__file__).with_name("radial_kernels.c")
+_SYMBOLS = ("sbf_radial_f64",)
+#: edges per thread below which the C pass runs on one thread
+MIN_EDGES_PER_THREAD = 4096
+
+
+def prepare() -> str:
+    """Build or load the C pass now (the workload's ``on_device``); "" when it will run, else why not."""
+    return "" if ckernel.load(KERNEL_SOURCE, _SYMBOLS) is not None else ckernel.reason(KERNEL_SOURCE)
 
 
 def envelope(x: Tensor, exponent: int) -> Tensor:
@@ -107,6 +124,66 @@ class _BesselRadialGrad(torch.autograd.Function):
         return dg, dx, None, None
 
 
+def _c_radial(x: Tensor, zeros: Tensor, norm: Tensor, exponent: int) -> tuple[Tensor, Tensor, Tensor] | None:
+    """(f, f', f'') [E, L, R] in float64 by the C pass (radial_kernels.c), or None where it does not apply."""
+    if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64) or x.dim() != 1:
+        return None
+    lib = ckernel.load(KERNEL_SOURCE, _SYMBOLS)
+    if lib is None:
+        return None
+    x64 = x.detach().double().contiguous()
+    z64, n64 = zeros.double().contiguous(), norm.double().contiguous()
+    out = [torch.empty(x.numel(), *zeros.shape, dtype=torch.float64) for _ in range(3)]
+    lr = zeros.numel()
+
+    def at(t: Tensor, row: int, width: int) -> ctypes.c_void_p:
+        return ctypes.c_void_p(t.data_ptr() + row * width * 8)
+
+    def work(_: int, s: int, e: int) -> None:
+        lib.sbf_radial_f64(ctypes.c_int64(e - s), ctypes.c_int64(zeros.size(0)), ctypes.c_int64(zeros.size(1)),
+                           ctypes.c_int64(exponent + 1), at(x64, s, 1), at(z64, 0, 0), at(n64, 0, 0),
+                           *(at(t, s, lr) for t in out))
+
+    ckernel.run_spans(ckernel.spans(x.numel(), torch.get_num_threads(), MIN_EDGES_PER_THREAD), work)
+    return out[0], out[1], out[2]
+
+
+class _RadialC(torch.autograd.Function):
+    """u(x) N j_l(z x) [E, L, R] from the C pass, which also gives the first and second derivatives: both
+    derivative passes (:class:`_RadialCGrad`) read them instead of evaluating the basis again."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, f: Tensor, f1: Tensor, f2: Tensor) -> Tensor:
+        ctx.save_for_backward(x)
+        ctx.f1, ctx.f2 = f1, f2  # float64 constants, not on the graph
+        return f.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, None, None, None]:
+        (x,) = ctx.saved_tensors
+        return _RadialCGrad.apply(g, x, ctx.f1, ctx.f2), None, None, None
+
+
+class _RadialCGrad(torch.autograd.Function):
+    """sum over (l, n) of g * f'(x): [E]."""
+
+    @staticmethod
+    def forward(ctx: Any, g: Tensor, x: Tensor, f1: Tensor, f2: Tensor) -> Tensor:
+        ctx.save_for_backward(g, x)
+        ctx.f1, ctx.f2 = f1, f2
+        return (g.double() * f1).sum((1, 2)).to(x.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, gg: Tensor) -> tuple[Tensor | None, Tensor | None, None, None]:
+        g, x = ctx.saved_tensors
+        need_g, need_x = ctx.needs_input_grad[:2]
+        gg64 = gg.double()[:, None, None]
+        dg = (gg64 * ctx.f1).to(g.dtype) if need_g else None
+        dx = (gg64 * g.double() * ctx.f2).sum((1, 2)).to(x.dtype) if need_x else None
+        return dg, dx, None, None
+
+
 class RadialBasis(nn.Module):
     """rbf[e, n] = u(d/c) sin(freq_n d/c), freq initialised to n*pi and trainable (as DimeNet)."""
 
@@ -123,8 +200,9 @@ class SphericalBasis(nn.Module):
     """Per-edge radial part u(x) N_ln j_l(z_ln x) [E, S, R] and per-triplet angular part
     Y_l^0 [T, S]; their product is DimeNet's 2D spherical basis."""
 
-    def __init__(self, num_spherical: int, num_radial: int) -> None:
+    def __init__(self, num_spherical: int, num_radial: int, envelope_exponent: int = 5) -> None:
         super().__init__()
+        self.envelope_exponent = envelope_exponent
         z = bessel_zeros(num_spherical, num_radial).astype(np.float32)  # fp32 roots, as the reference
         from scipy.special import spherical_jn as jn
 
@@ -133,9 +211,13 @@ class SphericalBasis(nn.Module):
         self.register_buffer("norm", torch.from_numpy(norm.astype(np.float32)), persistent=False)
         self.num_spherical = num_spherical
 
-    def radial(self, x: Tensor, env: Tensor) -> Tensor:
-        # [E, S, R]: the Bessel part with hand-written derivatives (float64 inside), times the envelope
-        return env[:, None, None] * _BesselRadial.apply(x, self.zeros, self.norm)
+    def radial(self, x: Tensor) -> Tensor:
+        """[E, S, R]: the envelope u(x) times the Bessel part, differentiable twice in x (float64 inside):
+        one C pass on the CPU, else the Bessel part with hand-written derivatives times torch's envelope."""
+        done = _c_radial(x, self.zeros, self.norm, self.envelope_exponent)
+        if done is not None:
+            return _RadialC.apply(x, *done)
+        return envelope(x, self.envelope_exponent)[:, None, None] * _BesselRadial.apply(x, self.zeros, self.norm)
 
     def angular(self, cos: Tensor) -> Tensor:
         polys = [torch.ones_like(cos), cos]

@@ -171,7 +171,7 @@ class DimeNetPP(nn.Module):
         c = c or DimeNetPPConfig()
         self.cfg = c
         self.rbf = RadialBasis(c.num_radial, c.cutoff, c.envelope_exponent)
-        self.sbf = SphericalBasis(c.num_spherical, c.num_radial)
+        self.sbf = SphericalBasis(c.num_spherical, c.num_radial, c.envelope_exponent)
         self.emb = nn.Embedding(95, c.hidden)
         nn.init.uniform_(self.emb.weight, -3 ** 0.5, 3 ** 0.5)
         # the reference's EmbeddingBlock (torch_geometric's) resets lin_rbf with torch's default Linear init
@@ -208,7 +208,7 @@ class DimeNetPP(nn.Module):
         # from detached vectors, as the reference's (its pos[idx_*].detach()): no gradient reaches pos
         # through it, only through the radial part's distances.
         s_r = c.num_spherical * c.num_radial
-        rad = self.sbf.radial(x, env).reshape(-1, s_r)  # [E, S*R]
+        rad = self.sbf.radial(x).reshape(-1, s_r)  # [E, S*R]: with the envelope (one C pass on the CPU)
         vec_d, dist_d = vec.detach(), dist.detach()
         cos = (vec_d.index_select(0, idx_ji) * vec_d.index_select(0, idx_kj)).sum(-1) / (
             dist_d.index_select(0, idx_ji) * dist_d.index_select(0, idx_kj))

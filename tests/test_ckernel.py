@@ -183,3 +183,25 @@ def test_built_libraries_are_readable_as_the_umask_allows(fresh: Path) -> None:
     (built,) = (fresh.parent / "cache").glob("tiny-*.so")
     mode = file_mode()
     assert built.stat().st_mode & 0o777 == mode | (mode & 0o444) >> 2
+
+
+@pytest.mark.parametrize("cpu_id, wide", [
+    ("x86_64|Intel(R) Xeon(R) Processor|avx2 avx512bw avx512f fma", True),
+    ("x86_64|AMD EPYC 9654|avx2 avx512_bf16 avx512f", True),
+    ("x86_64|Intel(R) Core(TM) i7|avx2 avx512vl fma", False),  # no Foundation flag: not AVX-512
+    ("x86_64|AMD EPYC 7763|avx2 fma", False),
+    ("aarch64||asimd fp sve", False),
+])
+def test_512_bit_vectors_only_on_x86_with_avx512(cpu_id: str, wide: bool) -> None:
+    flags = ckernel.cflags(cpu_id)
+    assert flags[:len(ckernel.CFLAGS)] == ckernel.CFLAGS
+    assert ("-mprefer-vector-width=512" in flags) is wide
+
+
+def test_the_cache_key_follows_the_flags(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library built with other flags (say, before 512-bit vectors were chosen) is not loaded for these."""
+    assert ckernel.load(fresh, ("add_one",)) is not None
+    monkeypatch.setattr(ckernel, "_loaded", {})
+    monkeypatch.setattr(ckernel, "cflags", lambda cpu_id=None: ckernel.CFLAGS + ("-O2",))
+    assert ckernel.load(fresh, ("add_one",)) is not None
+    assert len(list((fresh.parent / "cache").glob("tiny-*.so"))) == 2

@@ -1,11 +1,17 @@
 """opencatalyst.basis: the spherical basis's radial part with hand-written derivatives equals scipy's
 spherical Bessel functions, and its first and second derivatives equal autograd's through the plain
-upward recurrence (what training on forces differentiates)."""
+upward recurrence (what training on forces differentiates); the C pass (radial_kernels.c: the envelope
+times the Bessel part, with both derivatives) equals the torch path in value, first and second derivative."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import pytest
 import torch
 
+from hpcbench.common import ckernel
+from hpcbench.workloads.opencatalyst import basis
 from hpcbench.workloads.opencatalyst.basis import SphericalBasis, _BesselRadial, envelope
 
 
@@ -64,3 +70,68 @@ def test_float32_output_keeps_the_float64_evaluation() -> None:
     x = torch.linspace(0.1, 1.0, 50)
     torch.testing.assert_close(_BesselRadial.apply(x, sb.zeros, sb.norm),
                                _BesselRadial.apply(x.double(), sb.zeros, sb.norm).float(), rtol=1e-6, atol=1e-7)
+
+
+@pytest.fixture
+def c_pass() -> None:
+    if basis.prepare():
+        pytest.skip(f"the C pass does not build here: {basis.prepare()}")
+
+
+def _torch_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(basis, "_c_radial", lambda *a: None)
+
+
+def _value_and_derivatives(sb: SphericalBasis, x0: torch.Tensor, w: torch.Tensor, h: torch.Tensor):  # noqa: ANN202
+    """f(x), d/dx of sum(f w) with a graph, and d/dx of that times h: what training on forces takes."""
+    x = x0.clone().requires_grad_(True)
+    r = sb.radial(x)
+    (gx,) = torch.autograd.grad((r * w).sum(), x, create_graph=True)
+    (gxx,) = torch.autograd.grad((gx * h).sum(), x)
+    return r.detach(), gx.detach(), gxx
+
+
+@pytest.mark.parametrize("dtype, rtol", [(torch.float64, 1e-9), (torch.float32, 2e-6)])
+def test_the_c_pass_equals_the_torch_path(c_pass: None, monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype,
+                                          rtol: float) -> None:
+    """Values and both derivatives, over distances inside and beyond the cutoff (x >= 1: all zero), float64
+    and float32 (the float32 torch path rounds its envelope to float32 first: agreement to the scale)."""
+    sb = SphericalBasis(7, 6, 5).to(dtype)
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.rand(300, generator=g, dtype=torch.float64) * 1.2 + 0.05,
+                   torch.tensor([1.0, 2.0], dtype=torch.float64)]).to(dtype)
+    w = torch.randn(x.numel(), 7, 6, generator=g, dtype=dtype)
+    h = torch.randn(x.numel(), generator=g, dtype=dtype)
+    assert basis._c_radial(x, sb.zeros, sb.norm, 5) is not None  # the C pass is what runs below
+    ours = _value_and_derivatives(sb, x, w, h)
+    _torch_path(monkeypatch)
+    want = _value_and_derivatives(sb, x, w, h)
+    for a, b in zip(ours, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=rtol, atol=rtol * float(b.abs().max()))
+    assert not ours[0][x >= 1].any() and not ours[1][x >= 1].any() and not ours[2][x >= 1].any()
+
+
+@pytest.mark.parametrize("exponent", [2, 5, 8])
+def test_the_c_pass_is_differentiable_twice(c_pass: None, exponent: int) -> None:
+    sb = SphericalBasis(4, 3, exponent).double()
+    x = torch.tensor([0.12, 0.37, 0.58, 0.81, 0.97], dtype=torch.float64, requires_grad=True)
+    assert basis._c_radial(x, sb.zeros, sb.norm, exponent) is not None
+    assert torch.autograd.gradcheck(sb.radial, (x,))
+    assert torch.autograd.gradgradcheck(sb.radial, (x,))
+
+
+def test_the_c_pass_propagates_nan(c_pass: None) -> None:
+    sb = SphericalBasis(7, 6)
+    r = sb.radial(torch.tensor([0.5, math.nan, 1.5]))
+    assert r[0].isfinite().all() and r[1].isnan().all() and not r[2].any()
+
+
+def test_no_c_pass_where_it_does_not_apply(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Other dtypes and switched-off kernels take the torch path, which gives the same basis."""
+    sb = SphericalBasis(7, 6)
+    x = torch.linspace(0.1, 0.9, 9)
+    assert basis._c_radial(x.half(), sb.zeros, sb.norm, 5) is None
+    monkeypatch.setattr(ckernel, "_loaded", {})
+    monkeypatch.setenv("HPCBENCH_C_KERNELS", "0")
+    assert basis._c_radial(x, sb.zeros, sb.norm, 5) is None
+    torch.testing.assert_close(sb.radial(x), envelope(x, 5)[:, None, None] * _BesselRadial.apply(x, sb.zeros, sb.norm))

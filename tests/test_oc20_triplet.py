@@ -196,8 +196,10 @@ def test_the_workload_prepares_the_kernels_before_the_run_on_a_cpu(monkeypatch: 
     monkeypatch.setattr(triplet, "prepare", lambda: asked.append("triplet") or "")
     from hpcbench.workloads.opencatalyst import act
     monkeypatch.setattr(act, "prepare", lambda: asked.append("silu") or "")
+    from hpcbench.workloads.opencatalyst import basis
+    monkeypatch.setattr(basis, "prepare", lambda: asked.append("radial") or "")
     OC20Workload.on_device(object.__new__(OC20Workload), torch.device("cpu"))
-    assert asked == ["triplet", "silu"]
+    assert asked == ["triplet", "silu", "radial"]
     asked.clear()
     OC20Workload.on_device(object.__new__(OC20Workload), torch.device("meta"))
     assert asked == []
