@@ -32,6 +32,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from .atomic import file_mode
 
@@ -231,3 +232,24 @@ def run_spans(spans: list[tuple[int, int]], work: Callable[[int, int, int], None
         pool = _pool
     for f in [pool.submit(work, i, s, e) for i, (s, e) in enumerate(spans)]:
         f.result()
+
+
+def address(t: Any, row: int = 0) -> ctypes.c_void_p:
+    """The address of row ``row`` of a tensor whose rows are ``stride(0)`` elements apart (NULL for None)."""
+    if t is None:
+        return ctypes.c_void_p(None)
+    return ctypes.c_void_p(t.data_ptr() + row * t.stride(0) * t.element_size())
+
+
+def private_targets(out: Any, count: int) -> list[Any]:
+    """For a kernel that ACCUMULATES into ``out`` over ``count`` spans: ``out`` for span 0 and a zeroed twin
+    for each further span (threads never share a row they both write), summed by :func:`sum_targets`."""
+    if out is None:
+        return [None] * count
+    return [out] + [out.new_zeros(out.shape) for _ in range(count - 1)]
+
+
+def sum_targets(parts: list[Any]) -> None:
+    """Adds the spans' twins into ``parts[0]`` in span order (a fixed order: the sum does not depend on timing)."""
+    for extra in parts[1:]:
+        parts[0].add_(extra)

@@ -46,13 +46,10 @@ def _c_gradgrad(gout: Tensor, g: Tensor, x: Tensor, need_g: bool, need_x: bool) 
     dg = torch.empty_like(x) if need_g else None
     dx = torch.empty_like(x) if need_x else None
     fn = getattr(lib, f"silu_gradgrad_{_SUFFIX[x.dtype]}")
-    size = x.element_size()
-
-    def at(t: Tensor | None, i: int) -> ctypes.c_void_p:
-        return ctypes.c_void_p(None if t is None else t.data_ptr() + i * size)
+    flat = [None if t is None else t.view(-1) for t in (gout, g, x, dg, dx)]  # element i = row i
 
     def work(_: int, s: int, e: int) -> None:
-        fn(ctypes.c_int64(e - s), at(gout, s), at(g, s), at(x, s), at(dg, s), at(dx, s))
+        fn(ctypes.c_int64(e - s), *(ckernel.address(t, s) for t in flat))
 
     ckernel.run_spans(ckernel.spans(x.numel(), torch.get_num_threads(), MIN_ELEMENTS_PER_THREAD), work)
     return dg, dx

@@ -134,15 +134,11 @@ def _c_radial(x: Tensor, zeros: Tensor, norm: Tensor, exponent: int) -> tuple[Te
     x64 = x.detach().double().contiguous()
     z64, n64 = zeros.double().contiguous(), norm.double().contiguous()
     out = [torch.empty(x.numel(), *zeros.shape, dtype=torch.float64) for _ in range(3)]
-    lr = zeros.numel()
-
-    def at(t: Tensor, row: int, width: int) -> ctypes.c_void_p:
-        return ctypes.c_void_p(t.data_ptr() + row * width * 8)
 
     def work(_: int, s: int, e: int) -> None:
         lib.sbf_radial_f64(ctypes.c_int64(e - s), ctypes.c_int64(zeros.size(0)), ctypes.c_int64(zeros.size(1)),
-                           ctypes.c_int64(exponent + 1), at(x64, s, 1), at(z64, 0, 0), at(n64, 0, 0),
-                           *(at(t, s, lr) for t in out))
+                           ctypes.c_int64(exponent + 1), ckernel.address(x64, s), ckernel.address(z64),
+                           ckernel.address(n64), *(ckernel.address(t, s) for t in out))
 
     ckernel.run_spans(ckernel.spans(x.numel(), torch.get_num_threads(), MIN_EDGES_PER_THREAD), work)
     return out[0], out[1], out[2]

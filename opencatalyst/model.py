@@ -42,6 +42,7 @@ from torch import Tensor, nn
 
 from .act import silu
 from .basis import RadialBasis, SphericalBasis, envelope
+from .edge_sum import edge_product_sum
 from .triplet import basis_on_edges, triplet_basis, triplet_message
 
 
@@ -157,7 +158,7 @@ class OutputStack(nn.Module):
         atom sums are stacked). The projections come as k slices of the fused projection, not as
         ``[:, i]`` of one [E, k, H] view: the backward of each such select writes a zero-filled
         [E, k, H] gradient and sums the k of them, three [E, k, H] passes per stage."""
-        per_atom = torch.stack([x.new_zeros(num_nodes, x.size(1)).index_add_(0, dst, x * r)
+        per_atom = torch.stack([edge_product_sum(x, r, dst, num_nodes)
                                 for x, r in zip(xs, rbf_out, strict=True)])  # [k, N, H]
         y = torch.baddbmm(self.up_b, per_atom, self.up)  # [k, N, O]
         for w, b in zip(self.w, self.b):

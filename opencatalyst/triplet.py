@@ -37,6 +37,9 @@ from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
 from hpcbench.common import ckernel
+from hpcbench.common.ckernel import address as _ptr
+from hpcbench.common.ckernel import private_targets as _private
+from hpcbench.common.ckernel import sum_targets as _sum_into
 
 #: triplets per chunk on the CPU (torch path): [chunk, C] float32 temporaries of 0.25-0.5 MiB (C = 32-64)
 #: stay in cache; 2048 was the fastest full-width step of 1024/2048/4096/8192 (2.07 vs 2.09-2.13 s CPU)
@@ -69,31 +72,12 @@ def _kernels(*tensors: Tensor) -> ctypes.CDLL | None:
     return ckernel.load(KERNEL_SOURCE, _SYMBOLS)
 
 
-def _ptr(t: Tensor | None, row: int = 0) -> ctypes.c_void_p:
-    """Address of row ``row`` of a contiguous tensor (NULL for None)."""
-    if t is None:
-        return ctypes.c_void_p(None)
-    return ctypes.c_void_p(t.data_ptr() + row * t.stride(0) * t.element_size())
-
-
 def _dims(*sizes: int) -> list[ctypes.c_int64]:
     return [ctypes.c_int64(n) for n in sizes]
 
 
 def _thread_spans(n: int) -> list[tuple[int, int]]:
     return ckernel.spans(n, torch.get_num_threads(), MIN_TRIPLETS_PER_THREAD)
-
-
-def _private(out: Tensor | None, count: int) -> list[Tensor | None]:
-    """``out`` for span 0 and a zeroed twin for each further span (accumulated targets)."""
-    if out is None:
-        return [None] * count
-    return [out] + [torch.zeros_like(out) for _ in range(count - 1)]
-
-
-def _sum_into(parts: list[Tensor | None]) -> None:
-    for extra in parts[1:]:
-        parts[0].add_(extra)
 
 
 def _operands(a: Tensor, b: Tensor, w: Tensor, *rest: Tensor) -> tuple[Tensor, ...]:

@@ -164,16 +164,18 @@ class OC20Workload(Workload[OC20Config]):
         return DimeNetPP(DimeNetPPConfig(**{f.name: getattr(m, f.name) for f in dc_fields(DimeNetPPConfig)}))
 
     def on_device(self, device: torch.device) -> None:
-        """On the CPU: build or load the C loops now (triplet.py, act.py, basis.py), before ``run_start``, not inside the
+        """On the CPU: build or load the C loops now (triplet.py, act.py, basis.py, edge_sum.py), before ``run_start``, not inside the
         first timed step; where they cannot be built the reason is logged once and the torch path runs."""
         if device.type == "cpu":
             from .act import prepare as prepare_silu
             from .basis import prepare as prepare_radial
+            from .edge_sum import prepare as prepare_edge_sum
             from .triplet import prepare as prepare_triplet
 
             prepare_triplet()
             prepare_silu()
             prepare_radial()
+            prepare_edge_sum()
 
     def forward(self, model: torch.nn.Module, batch: Any) -> Outputs:
         from .model import energy_and_forces

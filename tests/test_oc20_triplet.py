@@ -198,8 +198,10 @@ def test_the_workload_prepares_the_kernels_before_the_run_on_a_cpu(monkeypatch: 
     monkeypatch.setattr(act, "prepare", lambda: asked.append("silu") or "")
     from hpcbench.workloads.opencatalyst import basis
     monkeypatch.setattr(basis, "prepare", lambda: asked.append("radial") or "")
+    from hpcbench.workloads.opencatalyst import edge_sum
+    monkeypatch.setattr(edge_sum, "prepare", lambda: asked.append("edge_sum") or "")
     OC20Workload.on_device(object.__new__(OC20Workload), torch.device("cpu"))
-    assert asked == ["triplet", "silu", "radial"]
+    assert asked == ["triplet", "silu", "radial", "edge_sum"]
     asked.clear()
     OC20Workload.on_device(object.__new__(OC20Workload), torch.device("meta"))
     assert asked == []
