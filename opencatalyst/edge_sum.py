@@ -58,14 +58,16 @@ def _rows(t: Tensor) -> Tensor:
 
 
 def _run(lib: ctypes.CDLL, name: str, x: Tensor, r: Tensor, args: list[tuple[Tensor | None, bool]],
-         accumulated: Tensor | None) -> None:
-    """One pass over the edges cut into thread spans: ``x``, ``r`` as :func:`_rows` gives them, then ``args``
-    (tensor, is it per edge); per-edge tensors are offset to each span; ``accumulated`` (a per-atom output)
-    gets a private twin per span."""
+         accumulated: Tensor | None, strided: tuple[Tensor | None, ...] = ()) -> None:
+    """One pass over the edges cut into thread spans: ``x``, ``r`` (and ``strided``, the second order's
+    hx, hr) as :func:`_rows` gives them, their row strides passed on; then ``args`` (tensor, is it per
+    edge); per-edge tensors are offset to each span; ``accumulated`` (a per-atom output) gets a private
+    twin per span."""
     fn = getattr(lib, f"edge_sum_{name}_{_SUFFIX[x.dtype]}")
     spans = ckernel.spans(x.size(0), torch.get_num_threads(), MIN_EDGES_PER_THREAD)
     targets = _private(accumulated, len(spans))
-    dims = [ctypes.c_int64(n) for n in (x.size(1), x.stride(0), r.stride(0))]
+    dims = [ctypes.c_int64(n) for n in (x.size(1), x.stride(0), r.stride(0),
+                                        *(x.size(1) if h is None else h.stride(0) for h in strided))]
 
     def work(i: int, s: int, e: int) -> None:
         ptrs = [_ptr(targets[i]) if accumulated is not None and t is accumulated else _ptr(t, s if per_edge else 0)
@@ -116,12 +118,13 @@ class _EdgeSumGrad(Function):
         need_g, need_x, need_r = ctx.needs_input_grad[:3]
         if hx is None and hr is None:
             return None, None, None, None, None
-        hx_, hr_ = (None if h is None else h.contiguous() for h in (hx, hr))
+        hx_, hr_ = (None if h is None else _rows(h) for h in (hx, hr))
         dg = g.new_zeros(g.shape) if need_g else None
         dx = x.new_empty(x.shape) if need_x and hr is not None else None
         dr = r.new_empty(r.shape) if need_r and hx is not None else None
         _run(ctx.lib, "gradgrad", _rows(x), _rows(r),
-             [(g, False), (dst, True), (hx_, True), (hr_, True), (dg, False), (dx, True), (dr, True)], dg)
+             [(g, False), (dst, True), (hx_, True), (hr_, True), (dg, False), (dx, True), (dr, True)], dg,
+             strided=(hx_, hr_))
         return dg, dx, dr, None, None
 
 

@@ -6,12 +6,13 @@
  *   edge_sum_grad      gx = gP[dst] * r;  gr = gP[dst] * x
  *   edge_sum_gradgrad  dgP[dst] += hx * r + hr * x;  dx = hr * gP[dst];  dr = hx * gP[dst]
  *
- * Shapes (row-major): x, r [E][C] with rows ldx and ldr apart (column slices of wider matrices: the radial
- * projections are slices of one fused projection); gx, gr, hx, hr, dx, dr [E][C] and P, gP, dgP [N][C]
- * contiguous; dst [E] int64, trusted (the caller checks it). A NULL output is not computed, a NULL hx or hr counts as zero. P and dgP are
+ * Shapes (row-major): x, r, hx, hr [E][C] with rows ldx, ldr, ldhx, ldhr apart (column slices of wider
+ * matrices: the radial projections are slices of one fused projection, and so are their gradients);
+ * gx, gr, dx, dr [E][C] and P, gP, dgP [N][C] contiguous; dst [E] int64, trusted (the caller checks it). A NULL output is not computed, a NULL hx or hr counts as zero. P and dgP are
  * ACCUMULATED into (the caller zeroes them, one per thread); per-edge outputs are written. Built for float
  * (suffix _f32) and double (_f64).
  */
+#include <stddef.h>
 #include <stdint.h>
 
 #define DEFINE_EDGE_SUM(REAL, SFX)                                                                         \
@@ -43,28 +44,29 @@ int edge_sum_grad_##SFX(int64_t E, int64_t C, int64_t ldx, int64_t ldr, const RE
     }                                                                                                      \
     return 0;                                                                                              \
 }                                                                                                          \
-int edge_sum_gradgrad_##SFX(int64_t E, int64_t C, int64_t ldx, int64_t ldr, const REAL *restrict gP,      \
-                            const REAL *restrict x,                                                        \
+int edge_sum_gradgrad_##SFX(int64_t E, int64_t C, int64_t ldx, int64_t ldr, int64_t ldhx, int64_t ldhr,  \
+                            const REAL *restrict gP, const REAL *restrict x,                               \
                             const REAL *restrict r, const int64_t *restrict dst, const REAL *restrict hx,  \
                             const REAL *restrict hr, REAL *restrict dgP, REAL *restrict dx,                \
                             REAL *restrict dr) {                                                           \
     for (int64_t e = 0; e < E; e++) {                                                                      \
         const int64_t off = e * C;                                                                         \
         const REAL *xe = x + e * ldx, *re = r + e * ldr;                                                   \
+        const REAL *hxe = hx ? hx + e * ldhx : NULL, *hre = hr ? hr + e * ldhr : NULL;                     \
         if (dgP) {                                                                                         \
             REAL *o = dgP + dst[e] * C;                                                                    \
-            if (hx && hr)                                                                                  \
-                for (int64_t c = 0; c < C; c++) o[c] += hx[off + c] * re[c] + hr[off + c] * xe[c];         \
-            else if (hx)                                                                                   \
-                for (int64_t c = 0; c < C; c++) o[c] += hx[off + c] * re[c];                               \
-            else if (hr)                                                                                   \
-                for (int64_t c = 0; c < C; c++) o[c] += hr[off + c] * xe[c];                               \
+            if (hxe && hre)                                                                                \
+                for (int64_t c = 0; c < C; c++) o[c] += hxe[c] * re[c] + hre[c] * xe[c];                   \
+            else if (hxe)                                                                                  \
+                for (int64_t c = 0; c < C; c++) o[c] += hxe[c] * re[c];                                    \
+            else if (hre)                                                                                  \
+                for (int64_t c = 0; c < C; c++) o[c] += hre[c] * xe[c];                                    \
         }                                                                                                  \
         const REAL *g = gP + dst[e] * C;                                                                   \
-        if (dx && hr)                                                                                      \
-            for (int64_t c = 0; c < C; c++) dx[off + c] = hr[off + c] * g[c];                              \
-        if (dr && hx)                                                                                      \
-            for (int64_t c = 0; c < C; c++) dr[off + c] = hx[off + c] * g[c];                              \
+        if (dx && hre)                                                                                     \
+            for (int64_t c = 0; c < C; c++) dx[off + c] = hre[c] * g[c];                                   \
+        if (dr && hxe)                                                                                     \
+            for (int64_t c = 0; c < C; c++) dr[off + c] = hxe[c] * g[c];                                   \
     }                                                                                                      \
     return 0;                                                                                              \
 }

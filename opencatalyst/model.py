@@ -63,22 +63,33 @@ class DimeNetPPConfig:
 
 
 class _NarrowLinear(torch.autograd.Function):
-    """x @ w^T for x [E, K] with few input features K (the radial basis): the backward forms
-    g @ w as (w^T @ g^T)^T and the weight gradient as (x^T @ g)^T, the fast orientations on CPU when
-    K is small (g^T @ x with K output columns is several times slower). The backward is made of
-    differentiable ops, so second derivatives go through autograd."""
+    """x @ w^T for x [E, K] with few input features K (the radial basis), as ``parts`` outputs: the row blocks
+    of ``w`` each give one contiguous [E, N / parts] product (the fused radial projections are used apart:
+    as views of one [E, N] product, each gradient pass first had to assemble the [E, N] gradient by ``cat``).
+    The backward forms g @ w as (w^T @ g^T)^T and the weight gradient as (x^T @ g)^T, the fast orientations
+    on CPU when K is small (g^T @ x with K output columns is several times slower), per part, and skips the
+    parts no loss reaches. It is made of differentiable ops, so second derivatives go through autograd."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, w: Tensor) -> Tensor:
+    def forward(ctx: Any, x: Tensor, w: Tensor, parts: int) -> tuple[Tensor, ...]:
+        ctx.set_materialize_grads(False)
         ctx.save_for_backward(x, w)
-        return x @ w.t()
+        ctx.parts = parts
+        return tuple(x @ wi.t() for wi in w.chunk(parts))
 
     @staticmethod
-    def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, Tensor | None]:
+    def backward(ctx: Any, *gs: Tensor | None) -> tuple[Tensor | None, Tensor | None, None]:
         x, w = ctx.saved_tensors
-        gx = (w.t().contiguous() @ g.t()).t() if ctx.needs_input_grad[0] else None
-        gw = (x.t() @ g).t() if ctx.needs_input_grad[1] else None
-        return gx, gw
+        need_x, need_w = ctx.needs_input_grad[:2]
+        gx: Tensor | None = None
+        gw = []
+        for wi, g in zip(w.chunk(ctx.parts), gs, strict=True):
+            if need_x and g is not None:
+                part = (wi.t().contiguous() @ g.t()).t()
+                gx = part if gx is None else gx + part
+            if need_w:
+                gw.append(wi.new_zeros(wi.shape) if g is None else (x.t() @ g).t())
+        return gx, torch.cat(gw) if need_w else None, None
 
 
 def glorot_orthogonal_(w: Tensor, scale: float = 2.0) -> Tensor:
@@ -200,8 +211,7 @@ class DimeNetPP(nn.Module):
         env = envelope(x, c.envelope_exponent)
         rbf = self.rbf(x, env)  # [E, R]
         # all radial projections in one GEMM
-        proj = _NarrowLinear.apply(rbf, self._fused_rbf_weight())  # [E, (2B+2) H]
-        *parts, rbf_emb = proj.split(h, dim=1)
+        *parts, rbf_emb = _NarrowLinear.apply(rbf, self._fused_rbf_weight(), 2 * nb + 2)  # (2B+2) x [E, H]
         rbf_blocks, rbf_out = parts[:nb], parts[nb:]
         rbf_emb = silu(rbf_emb + self.emb_rbf.bias)
         # spherical basis: radial part per edge, angle (via cos, from edge vectors) per triplet, and

@@ -143,10 +143,13 @@ def _c_gradgrad(lib: ctypes.CDLL, gy: Tensor, a: Tensor, b: Tensor, w: Tensor, k
     das = _private(a.new_zeros(a.shape) if need[1] else None, len(spans))
     db = b.new_zeros(b.shape) if need[2] else None
     dws = _private(w.new_zeros(w.shape) if need[3] else None, len(spans))
-    gga, ggb, ggw = (None if x is None else x.contiguous() for x in (gga, ggb, ggw))
+    gga, ggw = (None if x is None else x.contiguous() for x in (gga, ggw))
+    if ggb is not None and ggb.stride(1) != 1:  # a column slice of the [T, K * blocks] gradient is read in place
+        ggb = ggb.contiguous()
+    ldgg = k if ggb is None else ggb.stride(0)
 
     def work(i: int, s: int, e: int) -> None:
-        if fn(*_dims(e - s, k, c, b.stride(0)), _ptr(gy), _ptr(a), _ptr(b, s), _ptr(w), _ptr(kj, s),
+        if fn(*_dims(e - s, k, c, b.stride(0), ldgg), _ptr(gy), _ptr(a), _ptr(b, s), _ptr(w), _ptr(kj, s),
               _ptr(ji, s), _ptr(gga), _ptr(ggb, s), _ptr(ggw), _ptr(dgys[i]), _ptr(das[i]), _ptr(db, s),
               _ptr(dws[i])) != 0:
             raise RuntimeError(f"triplet kernel msg_gradgrad refused C={c}")

@@ -6,7 +6,8 @@
  *   that gradient's gradient                           msg_gradgrad
  *
  * Shapes (row-major, contiguous): a, gy, gga, y, ga, dgy, da [E][C]; b, gb, ggb, db [T][K]; w, gw, ggw, dw
- * [K][C]; kj, ji [T] int64. Rows of b are ldb apart (b may be a column slice of a wider matrix). A NULL output is not computed, a NULL input counts as zero. Scattered outputs
+ * [K][C]; kj, ji [T] int64. Rows of b are ldb apart and rows of ggb ldgg apart (each may be a column slice of a
+ * wider matrix). A NULL output is not computed, a NULL input counts as zero. Scattered outputs
  * (y, ga, dgy, da) and the weight gradients (gw, dw) are ACCUMULATED into (the caller zeroes them or gives
  * each thread its own); per-triplet outputs (gb, db) are written. The caller gives each call a span of
  * triplets (pointers and T for that span), so threads never share an output row they both write.
@@ -89,7 +90,7 @@ static inline __attribute__((always_inline)) int grad_body_##SFX(int64_t T, cons
 /* Second order. With x = a[kj], g = gy[ji], v = gga[kj], r = ggb[t] @ w + b[t] @ ggw:                    \
  *   dgy[ji] += (b[t] @ w) * v + r * x;   da[kj] += r * g;                                                 \
  *   db[t] = (g * v) @ w^T + (g * x) @ ggw^T;   dw += b[t]^T (g * v) + ggb[t]^T (g * x). */                \
-static inline __attribute__((always_inline)) int gradgrad_body_##SFX(int64_t T, const int64_t K, const int64_t C, int64_t ldb, const REAL *gy, const REAL *a, const REAL *b,      \
+static inline __attribute__((always_inline)) int gradgrad_body_##SFX(int64_t T, const int64_t K, const int64_t C, int64_t ldb, int64_t ldgg, const REAL *gy, const REAL *a, const REAL *b,      \
                        const REAL *w, const int64_t *kj, const int64_t *ji, const REAL *gga,               \
                        const REAL *ggb, const REAL *ggw, REAL *dgy, REAL *da, REAL *db, REAL *dw) {        \
     REAL bw[C], r[C], r2[C], p[C], u[C];                                                                   \
@@ -100,7 +101,7 @@ static inline __attribute__((always_inline)) int gradgrad_body_##SFX(int64_t T, 
         const REAL *restrict bt = b + t * ldb;                                                               \
         const REAL *restrict v = gga ? gga + kj[t] * C : NULL;                                             \
         if (ggb) {                                                                                         \
-            vecmat_##SFX(ggb + t * K, w, K, C, r);                                                         \
+            vecmat_##SFX(ggb + t * ldgg, w, K, C, r);                                                      \
             if (ggw) {                                                                                     \
                 vecmat_##SFX(bt, ggw, K, C, r2);                                                           \
                 for (int64_t c = 0; c < C; c++) r[c] += r2[c];                                             \
@@ -141,7 +142,7 @@ static inline __attribute__((always_inline)) int gradgrad_body_##SFX(int64_t T, 
                     for (int64_t c = 0; c < C; c++) row[c] += bk * p[c];                                   \
                 }                                                                                          \
                 if (ggb) {                                                                                 \
-                    const REAL gk = ggb[t * K + k];                                                        \
+                    const REAL gk = ggb[t * ldgg + k];                                                     \
                     for (int64_t c = 0; c < C; c++) row[c] += gk * u[c];                                   \
                 }                                                                                          \
             }                                                                                              \
@@ -177,7 +178,8 @@ int msg_grad_##SFX(int64_t T, int64_t K, int64_t C, int64_t ldb, const REAL *gy,
     if (C < 1 || C > MAXC) return -1;                                                                               \
     SPECIALISE_##SFX(GRAD_CALL)                                                                                \
 }                                                                                                          \
-int msg_gradgrad_##SFX(int64_t T, int64_t K, int64_t C, int64_t ldb, const REAL *gy, const REAL *a,       \
+int msg_gradgrad_##SFX(int64_t T, int64_t K, int64_t C, int64_t ldb, int64_t ldgg, const REAL *gy,         \
+                       const REAL *a,                                                                      \
                        const REAL *b, const REAL *w, const int64_t *kj, const int64_t *ji, const REAL *gga, \
                        const REAL *ggb, const REAL *ggw, REAL *dgy, REAL *da, REAL *db, REAL *dw) {        \
     if (C < 1 || C > MAXC) return -1;                                                                               \
@@ -239,6 +241,6 @@ DEFINE_BASIS(double, f64)
 #define FWD_CALL(SFX, KK, CC) fwd_body_##SFX(T, KK, CC, ldb, a, b, w, kj, ji, y)
 #define GRAD_CALL(SFX, KK, CC) grad_body_##SFX(T, KK, CC, ldb, gy, a, b, w, kj, ji, ga, gb, gw)
 #define GRADGRAD_CALL(SFX, KK, CC) \
-    gradgrad_body_##SFX(T, KK, CC, ldb, gy, a, b, w, kj, ji, gga, ggb, ggw, dgy, da, db, dw)
+    gradgrad_body_##SFX(T, KK, CC, ldb, ldgg, gy, a, b, w, kj, ji, gga, ggb, ggw, dgy, da, db, dw)
 DEFINE_EXPORTS(float, f32)
 DEFINE_EXPORTS(double, f64)

@@ -57,10 +57,20 @@ def test_message_matches_plain_formula_to_second_order(path: str) -> None:
 def test_narrow_linear_to_second_order() -> None:
     g = torch.Generator().manual_seed(1)
     x = torch.randn(9, 3, dtype=torch.float64, generator=g, requires_grad=True)
-    w = torch.randn(5, 3, dtype=torch.float64, generator=g, requires_grad=True)
-    torch.testing.assert_close(_NarrowLinear.apply(x, w), x @ w.t())
-    assert torch.autograd.gradcheck(_NarrowLinear.apply, (x, w))
-    assert torch.autograd.gradgradcheck(_NarrowLinear.apply, (x, w))
+    w = torch.randn(6, 3, dtype=torch.float64, generator=g, requires_grad=True)
+    for parts in (1, 3):
+        got = _NarrowLinear.apply(x, w, parts)
+        assert len(got) == parts and all(p.is_contiguous() for p in got)
+        torch.testing.assert_close(torch.cat(got, dim=1), x @ w.t())
+        assert torch.autograd.gradcheck(lambda a, b: _NarrowLinear.apply(a, b, parts), (x, w))
+        assert torch.autograd.gradgradcheck(lambda a, b: _NarrowLinear.apply(a, b, parts), (x, w))
+    # parts no loss reaches: their weight rows get zero gradient, the others the plain one
+    a, b, c = _NarrowLinear.apply(x, w, 3)
+    (gx, gw) = torch.autograd.grad((b * b).sum(), (x, w), create_graph=True)
+    (wx, ww) = torch.autograd.grad(((x @ w[2:4].t()) ** 2).sum(), (x, w), create_graph=True)
+    torch.testing.assert_close(gx, wx)
+    torch.testing.assert_close(gw, ww)
+    torch.testing.assert_close(torch.autograd.grad(gx.pow(2).sum(), w)[0], torch.autograd.grad(wx.pow(2).sum(), w)[0])
 
 
 def test_training_step_gradients_equal_plain_autograd(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
