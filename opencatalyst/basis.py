@@ -124,11 +124,16 @@ class _BesselRadialGrad(torch.autograd.Function):
         return dg, dx, None, None
 
 
-def _c_radial(x: Tensor, zeros: Tensor, norm: Tensor, exponent: int) -> tuple[Tensor, Tensor, Tensor] | None:
-    """(f, f', f'') [E, L, R] in float64 by the C pass (radial_kernels.c), or None where it does not apply."""
+def _radial_lib(x: Tensor) -> ctypes.CDLL | None:
+    """The C pass's library where it applies to ``x`` (a CPU float32/float64 vector), else None."""
     if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64) or x.dim() != 1:
         return None
-    lib = ckernel.load(KERNEL_SOURCE, _SYMBOLS)
+    return ckernel.load(KERNEL_SOURCE, _SYMBOLS)
+
+
+def _c_radial(x: Tensor, zeros: Tensor, norm: Tensor, exponent: int) -> tuple[Tensor, Tensor, Tensor] | None:
+    """(f, f', f'') [E, L, R] in float64 by the C pass (radial_kernels.c), or None where it does not apply."""
+    lib = _radial_lib(x)
     if lib is None:
         return None
     x64 = x.detach().double().contiguous()
@@ -149,9 +154,12 @@ class _RadialC(torch.autograd.Function):
     derivative passes (:class:`_RadialCGrad`) read them instead of evaluating the basis again."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, f: Tensor, f1: Tensor, f2: Tensor) -> Tensor:
+    def forward(ctx: Any, x: Tensor, zeros: Tensor, norm: Tensor, exponent: int) -> Tensor:
+        done = _c_radial(x, zeros, norm, exponent)
+        if done is None:
+            raise RuntimeError("the radial basis's C pass was chosen but does not apply (a changed input?)")
+        f, ctx.f1, ctx.f2 = done  # float64, made here: not on the graph, and the output is never an input
         ctx.save_for_backward(x)
-        ctx.f1, ctx.f2 = f1, f2  # float64 constants, not on the graph
         return f.to(x.dtype)
 
     @staticmethod
@@ -210,9 +218,8 @@ class SphericalBasis(nn.Module):
     def radial(self, x: Tensor) -> Tensor:
         """[E, S, R]: the envelope u(x) times the Bessel part, differentiable twice in x (float64 inside):
         one C pass on the CPU, else the Bessel part with hand-written derivatives times torch's envelope."""
-        done = _c_radial(x, self.zeros, self.norm, self.envelope_exponent)
-        if done is not None:
-            return _RadialC.apply(x, *done)
+        if _radial_lib(x) is not None:
+            return _RadialC.apply(x, self.zeros, self.norm, self.envelope_exponent)
         return envelope(x, self.envelope_exponent)[:, None, None] * _BesselRadial.apply(x, self.zeros, self.norm)
 
     def angular(self, cos: Tensor) -> Tensor:

@@ -8,8 +8,8 @@
  * u(x) = 1/x + a x^(p-1) + b x^p + c x^(p+1) for x < 1 and 0 beyond (DimeNet's envelope, p = exponent + 1),
  * j_l by the upward recurrence from j_-1 = cos(t)/t and j_0 = sin(t)/t at t = z x, j_l' = j_{l-1} - (l+1)/t j_l,
  * j_l'' = (l(l+1)/t^2 - 1) j_l - 2/t j_l' (Bessel's equation). All in double: the recurrence cancels digits at
- * small arguments. A NaN x gives NaN rows (it is not "beyond 1"). Shapes: x [E]; z, nrm [L][R]; f, f1, f2
- * [E][L][R], row-major.
+ * small arguments. A NaN or infinite x gives NaN rows (neither is "beyond 1", as in the torch path, where
+ * inf * 0 is NaN). Shapes: x [E]; z, nrm [L][R]; f, f1, f2 [E][L][R], row-major.
  */
 #include <math.h>
 #include <stdint.h>
@@ -21,6 +21,10 @@ int sbf_radial_f64(int64_t E, int64_t L, int64_t R, int64_t p, const double *x, 
     for (int64_t e = 0; e < E; e++) {
         const double xe = x[e];
         double *fe = f + e * LR, *f1e = f1 + e * LR, *f2e = f2 + e * LR;
+        if (isinf(xe)) {
+            for (int64_t i = 0; i < LR; i++) fe[i] = f1e[i] = f2e[i] = NAN;
+            continue;
+        }
         if (xe >= 1.0) {
             for (int64_t i = 0; i < LR; i++) fe[i] = f1e[i] = f2e[i] = 0.0;
             continue;

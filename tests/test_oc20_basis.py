@@ -79,7 +79,7 @@ def c_pass() -> None:
 
 
 def _torch_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(basis, "_c_radial", lambda *a: None)
+    monkeypatch.setattr(basis, "_radial_lib", lambda x: None)
 
 
 def _value_and_derivatives(sb: SphericalBasis, x0: torch.Tensor, w: torch.Tensor, h: torch.Tensor):  # noqa: ANN202
@@ -120,10 +120,42 @@ def test_the_c_pass_is_differentiable_twice(c_pass: None, exponent: int) -> None
     assert torch.autograd.gradgradcheck(sb.radial, (x,))
 
 
-def test_the_c_pass_propagates_nan(c_pass: None) -> None:
+def test_the_c_pass_propagates_nan_and_inf(c_pass: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NaN and inf distances give NaN rows, as the torch path (inf * 0 is NaN there); beyond the cutoff, zeros."""
     sb = SphericalBasis(7, 6)
-    r = sb.radial(torch.tensor([0.5, math.nan, 1.5]))
-    assert r[0].isfinite().all() and r[1].isnan().all() and not r[2].any()
+    x = torch.tensor([0.5, math.nan, 1.5, math.inf])
+    r = sb.radial(x)
+    assert r[0].isfinite().all() and r[1].isnan().all() and not r[2].any() and r[3].isnan().all()
+    _torch_path(monkeypatch)
+    want = sb.radial(x)
+    assert want[1].isnan().all() and not want[2].any() and want[3].isnan().all()
+
+
+def test_the_c_pass_output_is_a_tensor_of_its_own(c_pass: None) -> None:
+    """In float64 the output is not the pass's float64 buffer handed back as an input (a view autograd would
+    refuse to change in place): in-place ops on it work as on the torch path's."""
+    sb = SphericalBasis(7, 6).double()
+    x = torch.tensor([0.3, 0.6], dtype=torch.float64, requires_grad=True)
+    r = sb.radial(x).mul_(2)
+    (g,) = torch.autograd.grad(r.sum(), x)
+    assert g.isfinite().all()
+
+
+def test_the_c_pass_on_threads_equals_one_thread(c_pass: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Edges cut into 3 thread spans give the same bits as one pass (each edge's values are its own)."""
+    sb = SphericalBasis(7, 6)
+    x = torch.rand(1000, generator=torch.Generator().manual_seed(2)) * 1.1 + 0.05
+    one = basis._c_radial(x, sb.zeros, sb.norm, 5)
+    monkeypatch.setattr(basis, "MIN_EDGES_PER_THREAD", 16)
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        assert len(ckernel.spans(1000, torch.get_num_threads(), basis.MIN_EDGES_PER_THREAD)) == 3
+        three = basis._c_radial(x, sb.zeros, sb.norm, 5)
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(one, three, strict=True):
+        assert torch.equal(a, b)
 
 
 def test_no_c_pass_where_it_does_not_apply(monkeypatch: pytest.MonkeyPatch) -> None:

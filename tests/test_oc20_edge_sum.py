@@ -145,3 +145,12 @@ def test_second_order_reads_sliced_incoming_gradients_in_place(c_loops: None) ->
     want_dgp = torch.zeros(atoms, 16, dtype=torch.float64).index_add_(0, dst, hx * r + hr * x)
     for got, want in ((dgp, want_dgp), (dx, hr * ge), (dr, hx * ge)):
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_no_edges_and_int32_indices(c_loops: None) -> None:
+    x, r, dst, atoms, w = case(torch.float64, edges=60, atoms=7, channels=8)
+    for a, b in zip(force_like(edge_product_sum, x, r, dst.to(torch.int32), atoms, w),
+                    force_like(plain, x, r, dst, atoms, w), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    empty = force_like(edge_product_sum, x[:0], r[:0], dst[:0], atoms, w)
+    assert not empty[0].any() and empty[1].shape == (0, 8) and not empty[-1].any()
