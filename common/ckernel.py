@@ -241,6 +241,12 @@ def address(t: Any, row: int = 0) -> ctypes.c_void_p:
     return ctypes.c_void_p(t.data_ptr() + row * t.stride(0) * t.element_size())
 
 
+def row_strided(t: Any) -> Any:
+    """``t`` itself when it is a matrix with unit-strided columns (a column slice of a wider matrix: a C loop
+    reads it with its row stride, ``t.stride(0)``), else a contiguous copy (none when it already is)."""
+    return t if t.dim() == 2 and t.stride(1) == 1 else t.contiguous()
+
+
 def private_targets(out: Any, count: int) -> list[Any]:
     """For a kernel that ACCUMULATES into ``out`` over ``count`` spans: ``out`` for span 0 and a zeroed twin
     for each further span (threads never share a row they both write), summed by :func:`sum_targets`."""

@@ -30,6 +30,7 @@ from torch.autograd.function import once_differentiable
 from hpcbench.common import ckernel
 from hpcbench.common.ckernel import address as _ptr
 from hpcbench.common.ckernel import private_targets as _private
+from hpcbench.common.ckernel import row_strided as _rows
 from hpcbench.common.ckernel import sum_targets as _sum_into
 
 KERNEL_SOURCE = Path(__file__).with_name("edge_sum_kernels.c")
@@ -51,18 +52,12 @@ def _kernels(*tensors: Tensor) -> ctypes.CDLL | None:
     return ckernel.load(KERNEL_SOURCE, _SYMBOLS)
 
 
-def _rows(t: Tensor) -> Tensor:
-    """``t`` itself when its columns are unit-strided (a column slice of a wider matrix: the C loops take its
-    row stride), else a contiguous copy."""
-    return t if t.stride(1) == 1 else t.contiguous()
-
-
 def _run(lib: ctypes.CDLL, name: str, x: Tensor, r: Tensor, args: list[tuple[Tensor | None, bool]],
          accumulated: Tensor | None, strided: tuple[Tensor | None, ...] = ()) -> None:
     """One pass over the edges cut into thread spans: ``x``, ``r`` (and ``strided``, the second order's
-    hx, hr) as :func:`_rows` gives them, their row strides passed on; then ``args`` (tensor, is it per
-    edge); per-edge tensors are offset to each span; ``accumulated`` (a per-atom output) gets a private
-    twin per span."""
+    hx, hr) as ``ckernel.row_strided`` gives them, their row strides passed on; then ``args`` (tensor, is
+    it per edge); per-edge tensors are offset to each span; ``accumulated`` (a per-atom output) gets a
+    private twin per span."""
     fn = getattr(lib, f"edge_sum_{name}_{_SUFFIX[x.dtype]}")
     spans = ckernel.spans(x.size(0), torch.get_num_threads(), MIN_EDGES_PER_THREAD)
     targets = _private(accumulated, len(spans))

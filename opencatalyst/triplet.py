@@ -85,7 +85,7 @@ def _operands(a: Tensor, b: Tensor, w: Tensor, *rest: Tensor) -> tuple[Tensor, .
     column slice of the fused [T, K * blocks] basis), everything else is made contiguous (no copy when it
     is). Only these locals are copied, never what autograd saved: a copy made inside a Function's forward
     is not on the graph, and the second derivative would not reach the tensor it was copied from."""
-    return (a.contiguous(), b if b.dim() == 2 and b.stride(1) == 1 else b.contiguous(), w.contiguous(),
+    return (a.contiguous(), ckernel.row_strided(b), w.contiguous(),
             *(x.contiguous() for x in rest))
 
 
@@ -144,8 +144,7 @@ def _c_gradgrad(lib: ctypes.CDLL, gy: Tensor, a: Tensor, b: Tensor, w: Tensor, k
     db = b.new_zeros(b.shape) if need[2] else None
     dws = _private(w.new_zeros(w.shape) if need[3] else None, len(spans))
     gga, ggw = (None if x is None else x.contiguous() for x in (gga, ggw))
-    if ggb is not None and ggb.stride(1) != 1:  # a column slice of the [T, K * blocks] gradient is read in place
-        ggb = ggb.contiguous()
+    ggb = None if ggb is None else ckernel.row_strided(ggb)  # a column slice of the [T, K * blocks] gradient: in place
     ldgg = k if ggb is None else ggb.stride(0)
 
     def work(i: int, s: int, e: int) -> None:

@@ -205,3 +205,12 @@ def test_the_cache_key_follows_the_flags(fresh: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(ckernel, "cflags", lambda cpu_id=None: ckernel.CFLAGS + ("-O2",))
     assert ckernel.load(fresh, ("add_one",)) is not None
     assert len(list((fresh.parent / "cache").glob("tiny-*.so"))) == 2
+
+
+def test_row_strided_keeps_column_slices_and_copies_the_rest() -> None:
+    wide = torch.arange(24.0).view(4, 6)
+    cols = wide[:, 2:5]
+    assert ckernel.row_strided(cols).data_ptr() == cols.data_ptr() and ckernel.row_strided(cols).stride() == (6, 1)
+    for other in (wide.t(), wide[:, ::2], torch.arange(6.0)[::2]):
+        got = ckernel.row_strided(other)
+        assert got.is_contiguous() and torch.equal(got, other)
