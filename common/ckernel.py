@@ -41,13 +41,12 @@ log = logging.getLogger(__name__)
 #: a compiler that takes longer is given up on (the torch path runs)
 BUILD_TIMEOUT_S = 120
 #: IEEE results except that sums may be reassociated (vectorised reductions) and a * b + c may be one fused
-#: multiply-add (GCC's default outside ISO mode; -std=c11 alone turns it off: the triplet passes were 6-16% and
-#: the SiLU pass 10-20% slower without it, benchmarks/results/oc20_model_step_2026-12-02_xeon-2core_c-kernels.txt);
-#: NaN and Inf propagate
+#: multiply-add (GCC's default outside ISO mode; -std=c11 alone turns it off: the shipped loops ran 6-20% slower
+#: without it, benchmarks/results/oc20_model_step_2026-12-02_xeon-2core_c-kernels.txt); NaN and Inf propagate
 CFLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math",
           "-fno-signed-zeros", "-fassociative-math", "-ffp-contract=fast", "-std=c11")
 #: added where the CPU has AVX-512 (x86): -march=native keeps GCC's auto-vectoriser at 256-bit vectors on
-#: most AVX-512 parts; at 512 the triplet passes took 0.7x the time on a 2-core Xeon (the same results file)
+#: most AVX-512 parts; at 512 the shipped loops took 0.7x the time on a 2-core Xeon (the same results file)
 WIDE_VECTORS = ("-mprefer-vector-width=512",)
 _lock = threading.Lock()
 _loaded: dict[Path, ctypes.CDLL | None] = {}
