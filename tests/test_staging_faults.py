@@ -34,11 +34,11 @@ from hpcbench.staging.pack import Packer
 from tests.conftest import mpiexec_path, one_member_pack, project_env
 
 pytestmark = pytest.mark.mpi
-TIMEOUT = 3  # --timeout of the runs with an injected fault (the watchdog is what they test)
-# --timeout of the other runs: the watchdog is not what they test, and on an oversubscribed box (three cases of up
-# to 8 ranks beside another test worker, on 2 cores) a rank can make no progress for 3 s while the others wait: on
-# 2026-12-02 "ok 2 ranks per node, 1 node per instance" was aborted that way ("no progress for 3s while
-# exchanging the layout"). A real hang still ends at HANG_S.
+TIMEOUT = 3  # --timeout of the runs that expect an error (their hang bound is this plus GRACE_S)
+# --timeout of the runs that expect success: the watchdog is not what they test, and on an oversubscribed box
+# (three cases of up to 8 ranks beside another test worker, on 2 cores) a rank can make no progress for 3 s while
+# the others wait: on 2026-12-02 "ok 2 ranks per node, 1 node per instance" was aborted that way ("no progress
+# for 3s while exchanging the layout"). A real hang still ends at HANG_S.
 QUIET_TIMEOUT = 30
 GRACE_S = 10  # start-up, the abort's stagger and drain: a run past its --timeout plus this is a hang
 HANG_S = 40  # a run is killed here
@@ -590,7 +590,7 @@ def run_case(case: Case, d: Data, folder: Path) -> dict[str, object]:
     args += [a.replace("{src}", str(src)).replace("{case}", str(folder)) for a in case.args]
     timeout = 0
     if "--timeout" not in case.args:
-        timeout = TIMEOUT if case.fault else QUIET_TIMEOUT
+        timeout = QUIET_TIMEOUT if case.expect is None else TIMEOUT
         args += ["--timeout", str(timeout)]
     t0 = time.monotonic()
     proc = _mpi(case.n, args, case.fault, case.umask)
