@@ -18,6 +18,7 @@ from torch import nn
 from .auto import Choice, autocast_loss, choose_channels_last, choose_precision, has_conv_weights, probe_channels_last
 from .checkpoint import recorded_settings
 from .data.instance import agree, reader_group
+from .dist import idle_barrier
 from .errors import ConfigError, HpcbenchError
 from .evaluator import Evaluator
 from .flat import FlatParams
@@ -177,6 +178,9 @@ def choose_for_hardware(workload: Workload, model: nn.Module, parallel: Parallel
                 probe = lambda: _probe_layouts(workload, model, prec.value, batch, device)  # noqa: E731
             layout = choose_channels_last(tc.channels_last, device, model, prec.value, probe)
         choices = [prec, layout]
+    # the other ranks sleep while rank 0 probes: spinning in the broadcast (MPICH busy-polls) they would take
+    # the cores the probe is timed on where the instance's ranks share a node
+    idle_barrier(inst.instance_comm)
     choices = inst.instance_comm.bcast(choices, root=0)
     tc.precision, tc.channels_last = choices[0].value, choices[1].value
     spec = dataset_spec(workload)

@@ -40,7 +40,7 @@ from .benchmark import PARAMETERS_KEY
 from .build import RunParts, build_parallel, build_parts, parameter_count, resolved_settings
 from .cadence import TrainPoint, cadence_of
 from .checkpoint import CheckpointManager, instance_dir
-from .dist import DistEnv, bounded
+from .dist import DistEnv, bounded, idle_barrier
 from .errors import ConfigError
 from .finite import LossWatch
 from .mllog import MLPerfLogger
@@ -185,7 +185,7 @@ class Trainer:
             raise
         self.log.end("init_stop")
         with bounded("the barrier before run_start"):
-            parts.parallel.comm.Barrier()  # the training ranks (evaluation ranks serve from here)
+            idle_barrier(parts.parallel.comm)  # the training ranks (evaluation ranks serve from here)
         run_start = now_ms()
         self.log.start("run_start", time_ms=run_start)
         with self.timer("data_start"):

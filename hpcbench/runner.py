@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcbench.common.atomic import atomic_write_text
-from hpcbench.common.dist import DistEnv, mpi
+from hpcbench.common.dist import DistEnv, idle_barrier, mpi
 from hpcbench.common.errors import ConfigError, HpcbenchError
 from hpcbench.common.mllog import MLPerfLogger, result_filename
 from hpcbench.common.nodepath import node_path
@@ -249,7 +249,7 @@ def _report(env: DistEnv, outcome: dict[str, Any], opts: RunnerOptions, folder: 
     comm, lay = env.comm, env.layout
     if not lay.is_world_leader:
         comm.send(outcome, dest=0, tag=OUTCOME_TAG)
-        comm.Barrier()  # released when rank 0 has written the summary (or ended a stuck job)
+        idle_barrier(comm)  # released when rank 0 has written the summary (or ended a stuck job): sleeping, not spinning
         return None
     outcomes, missing = _collect(comm, lay.world_size, lay.instance_size, outcome, opts.straggler_grace_s)
     summary = summarize(outcomes, lay.num_instances, lay.instance_size, missing)
@@ -267,7 +267,7 @@ def _report(env: DistEnv, outcome: dict[str, Any], opts: RunnerOptions, folder: 
         sys.stdout.flush()
         time.sleep(ABORT_DRAIN_S)  # MPI_Abort kills the launcher too: let it forward the summary first
         comm.Abort(5)
-    comm.Barrier()
+    idle_barrier(comm)
     return summary
 
 

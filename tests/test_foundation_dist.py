@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -76,3 +77,20 @@ def test_info_single_process_table() -> None:
     proc = run_cli(["info"])
     assert proc.returncode == 0, proc.stderr
     assert "MPI library" in proc.stdout and "DALI" in proc.stdout and "rank layout" in proc.stdout
+
+
+def test_idle_barrier_waits_for_the_last_rank_while_sleeping() -> None:
+    """``idle_barrier`` (the long waits: a finished instance for the others, the ranks while rank 0 probes the
+    layout) is a barrier, since no rank leaves before rank 0 arrives, and the waiting ranks sleep instead of
+    busy-polling as MPICH's MPI_Barrier does. Run through ``benchmarks.idle_wait``, which times both in one
+    job."""
+    proc = run_mpi(3, ["-m", "benchmarks.idle_wait", "--hold", "1", "--rounds", "2", "--calls", "5"], timeout=120)
+    rows = {ln.split(":")[0].strip(): ln for ln in proc.stdout.splitlines() if "held wait" in ln}
+    assert set(rows) == {"MPI_Barrier (baseline)", "idle_barrier"}, proc.stdout
+    idle = rows["idle_barrier"]
+    cpu = float(re.search(r"waiting ranks' CPU +([0-9.]+) s", idle).group(1))
+    released_ms = float(re.search(r"released +(-?[0-9.]+) ms after rank 0 arrived", idle).group(1))
+    # two ranks waiting 1 s: spinning would cost up to 2 s of CPU; sleeping between polls a few ms
+    assert cpu < 0.5, idle
+    assert released_ms >= 0, idle  # nobody left before rank 0 had entered
+    assert "idle / baseline: CPU of the waiting ranks" in proc.stdout
