@@ -109,5 +109,7 @@ def triplets(edge_index: torch.Tensor, cell_offsets: torch.Tensor, num_nodes: in
 
 
 def count_triplets(edge_index: np.ndarray, cell_offsets: np.ndarray, num_nodes: int) -> int:
-    kj, _ = triplets(torch.from_numpy(np.asarray(edge_index)), torch.from_numpy(np.asarray(cell_offsets)), num_nodes)
+    # read-only arrays (views of an LMDB record) are copied: torch warns on a tensor over non-writable memory
+    ei, co = (torch.from_numpy(np.require(a, requirements="W")) for a in (edge_index, cell_offsets))
+    kj, _ = triplets(ei, co, num_nodes)
     return int(kj.numel())

@@ -187,3 +187,30 @@ def test_training_patches_are_reproducible_per_rank_and_read(tmp_path) -> None: 
     assert not np.array_equal(a[0], a[1])  # the next read of the case is a new patch
     assert not all(np.array_equal(x, y) for x, y in zip(a, other))  # another rank draws others
     assert a[0].shape == (1, 8, 8, 8) and a[0].dtype == np.float32
+
+
+def test_evaluation_in_batches_of_windows_gives_the_one_window_logits() -> None:
+    """``data.window_batch`` windows per model call: the workload's evaluation forward gives the logits of the
+    reference's one window at a time (up to float rounding: a batch may take another convolution path), the
+    same argmax, and a count below 1 is refused naming the key."""
+    import pytest
+
+    from hpcbench.common.errors import ConfigError
+    from hpcbench.workloads.mlperf_training.unet3d.workload import UNet3DWorkload
+
+    torch.manual_seed(0)
+    x, y = torch.randn(1, 1, 44, 40, 48), torch.zeros(1, 1, 44, 40, 48, dtype=torch.uint8)
+    one = UNet3DWorkload(UNet3DWorkload.load_config("mini", ["data.window_batch=1"]))
+    model = one.build_model().eval()
+    outs = []
+    for n in (1, 3, 4):  # 3: the 8 windows end with a partial batch
+        wl = UNet3DWorkload(UNet3DWorkload.load_config("mini", [f"data.window_batch={n}"]))
+        with torch.no_grad():
+            outs.append(wl.forward(model, (x, y))[0])
+    for out in outs[1:]:
+        torch.testing.assert_close(out, outs[0], rtol=1e-5, atol=1e-5)
+        assert torch.equal(out.argmax(1), outs[0].argmax(1))
+    assert UNet3DWorkload.load_config("mini").data.window_batch == 4
+    assert UNet3DWorkload.load_config("full").data.window_batch == 1  # the reference's
+    with pytest.raises(ConfigError, match="data.window_batch"):
+        UNet3DWorkload.load_config("mini", ["data.window_batch=0"])

@@ -20,6 +20,9 @@ class UNetDataConfig(DataConfig):
     roi: tuple[int, ...] = (128, 128, 128)  # sliding-window size at evaluation (val_input_shape)
     overlap: float = 0.5  # sliding-window overlap at evaluation
     padding_value: float = -2.2  # image value of the padding around a volume at evaluation (the reference's)
+    # windows per model call in the sliding-window evaluation: 1 is the reference's one at a time; more give
+    # the same logits up to float rounding (eval mode; instance norm is per window) in fewer, larger calls
+    window_batch: int = 1
 
     def validate(self) -> None:
         super().validate()
@@ -31,6 +34,9 @@ class UNetDataConfig(DataConfig):
                               f"got {list(self.roi)}")
         if not 0.0 <= self.oversampling <= 1.0:
             raise ConfigError(f"config key 'data.oversampling': a probability in [0, 1], got {self.oversampling}")
+        if self.window_batch < 1:
+            raise ConfigError(f"config key 'data.window_batch': windows per model call in evaluation, expected an "
+                              f"integer >= 1, got {self.window_batch}")
         if not 0.0 <= self.overlap < 1.0:
             raise ConfigError(f"config key 'data.overlap': expected 0 <= overlap < 1, got {self.overlap}")
         if self.cache != "none":

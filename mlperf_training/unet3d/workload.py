@@ -99,7 +99,8 @@ class UNet3DWorkload(Workload[UNetConfig]):
 
         d = self.cfg.data
         run = model if self._spatial is None else self._spatial_model(model)
-        return sliding_window(run, image, batch[1], d.roi, d.overlap, d.padding_value, self.cfg.model.n_class)
+        return sliding_window(run, image, batch[1], d.roi, d.overlap, d.padding_value, self.cfg.model.n_class,
+                              batch=d.window_batch)
 
     def loss(self, outputs: "torch.Tensor", batch: Batch) -> "torch.Tensor":
         """Sum over the batch's patches of the reference's Dice + cross-entropy loss of each."""
