@@ -193,10 +193,13 @@ class Benchmark:
     # gradient_accumulation_frequency
     grad_accum_key: str = ""
     # light parts, relative to the workload's package: the module with LAYOUT, the workload class,
-    # the converter behind `hpcbench convert NAME` ("module:function"; "" for none)
+    # the converter behind `hpcbench convert NAME` ("module:function"; "" for none), the class whose
+    # classmethods add_datagen_args / embedded_datagen_args / datagen write the synthetic data ("module:Class",
+    # a base of the workload class that imports no model code; "": the workload class's own)
     layout: str = ""
     workload: str = ""
     converter: str = ""
+    datagen: str = ""
     keys: HyperparameterKeys | None = None  # the MLPerf optimizer/schedule keys (None: the workload logs its own)
     # what a closed run trains (model size, dataset counts, fixed hyperparameters); None: not declared, and a
     # closed log of the benchmark is then never called closed-ready

@@ -8,7 +8,6 @@ itself and never writes MLLOG lines.
 """
 from __future__ import annotations
 
-import argparse
 import importlib.resources
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from .benchmark import Benchmark
 from .config import load_config
+from .data.datagen import Datagen
 from .errors import ConfigError
 from .runconfig import RunConfig
 
@@ -77,7 +77,7 @@ class QualityTarget:
         return f"{self.metric_key} {'>=' if self.higher_is_better else '<='} {self.threshold:g}"
 
 
-class Workload(ABC, Generic[C]):
+class Workload(Datagen, ABC, Generic[C]):
     """One benchmark. Subclasses set ``record`` and ``config_cls`` and implement the abstract methods."""
 
     # the benchmark's record (:mod:`hpcbench.common.benchmark`), declared once in the workload's package;
@@ -347,22 +347,3 @@ class Workload(ABC, Generic[C]):
         if isinstance(batch, (tuple, list)):
             batch = batch[0]
         return int(batch.shape[0])
-
-    # synthetic data -----------------------------------------------------------------------
-    @classmethod
-    def add_datagen_args(cls, parser: argparse.ArgumentParser) -> None:
-        """Options of ``hpcbench datagen <name>`` beyond --out, --seed, --workers."""
-
-    @classmethod
-    def embedded_datagen_args(cls) -> list[str]:
-        """``hpcbench datagen`` options that write the tiny dataset ``hpcbench run`` trains its
-        ``mini`` preset on (beyond --out/--seed/--workers)."""
-        from .errors import HpcbenchError
-
-        raise HpcbenchError(f"workload '{cls.name}' has no embedded default dataset for `hpcbench run`")
-
-    @classmethod
-    def datagen(cls, args: argparse.Namespace) -> None:
-        from .errors import HpcbenchError
-
-        raise HpcbenchError(f"workload '{cls.name}' has no synthetic data generator yet")

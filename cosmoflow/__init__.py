@@ -6,7 +6,7 @@ BENCHMARK = Benchmark(
     target=Target("eval_error", 0.0, 0.124, False, True),  # v['value'] <= 0.124 and v['value'] > 0.
     higher_is_better=False, required_runs=10,
     summary="3D CNN regressing 4 cosmological parameters from dark-matter density cubes",
-    layout="layout", workload="workload:CosmoFlowWorkload",
+    layout="layout", workload="workload:CosmoFlowWorkload", datagen="synth:CosmoFlowDatagen",
     # the reference's SGD keys, logged for whichever optimizer a run uses (the closed rules require sgd); the
     # momentum under both names: the rules' table says sgd_opt_momentum, earlier logs and tools read opt_momentum
     keys=HyperparameterKeys({"*": (

@@ -9,7 +9,7 @@ BENCHMARK = Benchmark(
     target=Target("eval_accuracy", 0.82, 1.0, True, True),
     higher_is_better=True, required_runs=5,
     summary="DeepLabv3+ segmentation of cyclones and atmospheric rivers in climate fields",
-    layout="layout", workload="workload:DeepCAMWorkload",
+    layout="layout", workload="workload:DeepCAMWorkload", datagen="datagen:DeepCAMDatagen",
     keys=HyperparameterKeys(
         {"lamb": (*_ADAM, "opt_bias_correction", "opt_grad_averaging", "opt_max_grad_norm"),
          "adam": _ADAM, "adamw": _ADAM, "sgd": _ADAM},

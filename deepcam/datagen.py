@@ -16,7 +16,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from hpcbench.common.data.datagen import FileJob, generate
+from hpcbench.common.data.datagen import Datagen, FileJob, generate
 from hpcbench.common.errors import DataError
 
 from .data import Normalizer, read_sample
@@ -110,3 +110,20 @@ def run(args: argparse.Namespace) -> None:
     write_dataset(out, args.samples, eval_n, args.height, args.width, args.seed, args.workers, progress=True)
     print(f"wrote {args.samples} train + {eval_n} validation samples of {args.height}x{args.width}x{len(CHANNELS)} "
           f"and stats.h5 to {out}")
+
+
+class DeepCAMDatagen(Datagen):
+    """DeepCAM HDF5 samples and stats (``hpcbench datagen deepcam``)."""
+
+    @classmethod
+    def add_datagen_args(cls, parser: argparse.ArgumentParser) -> None:
+        add_args(parser)
+
+    @classmethod
+    def embedded_datagen_args(cls) -> list[str]:
+        """The dataset the ``mini`` preset is tuned on (see configs/mini.toml)."""
+        return ["--samples", "384", "--eval-samples", "64", "--height", "96", "--width", "144"]
+
+    @classmethod
+    def datagen(cls, args: argparse.Namespace) -> None:
+        run(args)

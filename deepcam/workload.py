@@ -1,7 +1,6 @@
 """The DeepCAM workload spec: data, DeepLabv3+ model, weighted cross-entropy, IoU, LAMB keys."""
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,15 +9,16 @@ from torch import nn
 
 from hpcbench.common.workload import Workload
 
-from . import BENCHMARK, datagen
+from . import BENCHMARK
 from .config import DeepCAMConfig
 from .data import NUM_CLASSES
+from .datagen import DeepCAMDatagen
 from .dataset import Batch, DeepCAMData
 from .metric import class_weights, iou_per_sample, weighted_cross_entropy_sum
 from .model import OUTPUT_STRIDE, DeepLabV3Plus
 
 
-class DeepCAMWorkload(Workload[DeepCAMConfig]):
+class DeepCAMWorkload(DeepCAMDatagen, Workload[DeepCAMConfig]):
     record = BENCHMARK
     config_cls = DeepCAMConfig
 
@@ -67,17 +67,4 @@ class DeepCAMWorkload(Workload[DeepCAMConfig]):
     def hyperparameters(self) -> dict[str, Any]:
         return {"batchnorm_group_size": self.cfg.train.bn_group_size, **super().hyperparameters()}
 
-    # synthetic data -----------------------------------------------------------------------
-    @classmethod
-    def add_datagen_args(cls, parser: argparse.ArgumentParser) -> None:
-        datagen.add_args(parser)
-
-    @classmethod
-    def embedded_datagen_args(cls) -> list[str]:
-        """The dataset the ``mini`` preset is tuned on (see configs/mini.toml)."""
-        return ["--samples", "384", "--eval-samples", "64", "--height", "96", "--width", "144"]
-
-    @classmethod
-    def datagen(cls, args: argparse.Namespace) -> None:
-        datagen.run(args)
 

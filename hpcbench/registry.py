@@ -1,7 +1,8 @@
 """The one place that knows where each workload lives. Everything else about a workload is its record
 (:class:`hpcbench.common.benchmark.Benchmark`, the ``BENCHMARK`` of its package's ``__init__``), which is
 light to import: reading records never imports torch, torch-geometric, DALI or a workload's model code.
-The workload class, its dataset layout and its converter are imported only when asked for."""
+The workload class, its dataset layout, its converter and its synthetic-data writer are imported only when
+asked for."""
 from __future__ import annotations
 
 import importlib
@@ -15,6 +16,7 @@ from hpcbench.report import unimplemented
 
 if TYPE_CHECKING:  # pragma: no cover
     from hpcbench.common.data.layout import FileLayout
+    from hpcbench.common.data.datagen import Datagen
     from hpcbench.common.workload import Workload
 
 #: ``hpcbench convert FORMAT``: (src, out, trust_pickle, progress, workers) -> samples converted per split
@@ -103,6 +105,20 @@ def get(name: str) -> "type[Workload]":
     if not hasattr(module, attr):
         raise ConfigError(f"workload '{name}': module '{module_name}' has no '{attr}'")
     return getattr(module, attr)
+
+
+def datagen(name: str) -> "type[Datagen]":
+    """The class whose classmethods write workload ``name``'s synthetic data (``add_datagen_args``,
+    ``embedded_datagen_args``, ``datagen``): the record's light ``datagen`` part, a base of the workload class
+    that imports no model code (``hpcbench datagen`` and ``hpcbench run`` start without the model's imports:
+    torch costs a 2-core box ~2.5 s of CPU per process), else the workload class (``package.module:Class``
+    of an out-of-tree workload, or a record without the part)."""
+    if ":" not in name:
+        record = entry(name)
+        if record.datagen:
+            module_name, _, attr = _part(record.name, "datagen").partition(":")
+            return getattr(importlib.import_module(module_name), attr)
+    return get(name)
 
 
 def required_runs(benchmark: str) -> int:

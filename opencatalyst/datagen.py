@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from hpcbench.common.data.datagen import FileJob, generate
+from hpcbench.common.data.datagen import Datagen, FileJob, generate
 
-from . import graph, lmdbio
+from . import lmdbio
 
 METALS = ("Al", "Cu", "Ag", "Au", "Ni", "Pd", "Pt")
 FACETS = ("fcc111", "fcc100", "fcc110")
@@ -41,6 +41,8 @@ def make_sample(spec: GenSpec, seed: int, split: str, index: int) -> dict[str, A
     from ase.build import add_adsorbate, fcc100, fcc110, fcc111, molecule
     from ase.calculators.emt import EMT
     from ase.constraints import FixAtoms
+
+    from . import graph  # imports torch: here, in the writing process, not where the options are read
 
     rng = np.random.default_rng([seed, SPLITS[split], index])
     metal = spec.metals[rng.integers(len(spec.metals))]
@@ -133,3 +135,22 @@ def run(args: argparse.Namespace) -> None:
     for split, count in (("train", args.train), ("validation", args.val)):
         generate_split(out, split, count, spec, args.seed, max(1, args.workers), max(1, args.per_shard),
                        progress=not args.no_progress)
+
+
+class OC20Datagen(Datagen):
+    """OC20 S2EF LMDB shards (``hpcbench datagen oc20``); the processes that build the graphs import torch."""
+
+    @classmethod
+    def add_datagen_args(cls, parser: argparse.ArgumentParser) -> None:
+        add_args(parser)
+
+    @classmethod
+    def embedded_datagen_args(cls) -> list[str]:
+        """The dataset the ``mini`` preset is tuned on (see configs/mini.toml)."""
+        return ["--train", "320", "--val", "64", "--size", "2,2,3", "--metals", "Cu,Pt",
+                "--adsorbates", "O,H,N,C", "--relax-steps", "150", "--rattle", "0.018", "--cutoff", "4",
+                "--max-neighbors", "12"]
+
+    @classmethod
+    def datagen(cls, args: argparse.Namespace) -> None:
+        run(args)

@@ -1,7 +1,6 @@
 """The OC20 S2EF workload spec: data, DimeNet++ with forces, force-L1 loss, force MAE metric."""
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -14,6 +13,7 @@ from hpcbench.common.runconfig import DataConfig, RunConfig
 from hpcbench.common.workload import DataShard, EpochLoader, Workload
 
 from . import BENCHMARK
+from .datagen import OC20Datagen
 from .dataset import OC20Data
 from .labels import (REFERENCE_GRAD_TARGET_MEAN, REFERENCE_GRAD_TARGET_STD, REFERENCE_TARGET_MEAN,
                      REFERENCE_TARGET_STD, label_normalizers)
@@ -89,7 +89,7 @@ class Outputs:
     forces: torch.Tensor  # [N, 3]
 
 
-class OC20Workload(Workload[OC20Config]):
+class OC20Workload(OC20Datagen, Workload[OC20Config]):
     record = BENCHMARK
     config_cls = OC20Config
     # graphs change size every batch; with data.static_shapes on a device the loaders set these two per
@@ -224,22 +224,3 @@ class OC20Workload(Workload[OC20Config]):
             raise ConfigError("config keys 'optim.schedule'/'optim.unit': oc20 uses warmup + multistep in steps")
         return super().hyperparameters()
 
-    # synthetic data -----------------------------------------------------------------------
-    @classmethod
-    def add_datagen_args(cls, parser: argparse.ArgumentParser) -> None:
-        from . import datagen
-
-        datagen.add_args(parser)
-
-    @classmethod
-    def embedded_datagen_args(cls) -> list[str]:
-        """The dataset the ``mini`` preset is tuned on (see configs/mini.toml)."""
-        return ["--train", "320", "--val", "64", "--size", "2,2,3", "--metals", "Cu,Pt",
-                "--adsorbates", "O,H,N,C", "--relax-steps", "150", "--rattle", "0.018", "--cutoff", "4",
-                "--max-neighbors", "12"]
-
-    @classmethod
-    def datagen(cls, args: argparse.Namespace) -> None:
-        from . import datagen
-
-        datagen.run(args)

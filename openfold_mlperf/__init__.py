@@ -16,7 +16,7 @@ BENCHMARK = Benchmark(
     grad_accum_key="gradient_accumulation_steps",  # train.py: mllogger.constants.GRADIENT_ACCUMULATION_STEPS
     summary="AlphaFold2 (OpenFold) protein structure from sequence, MSA and templates, fine-tuned from a pinned "
             "checkpoint to an average lDDT-Ca",
-    layout="layout", workload="workload:OpenFoldWorkload",
+    layout="layout", workload="workload:OpenFoldWorkload", datagen="datagen:OpenFoldDatagen",
     keys=HyperparameterKeys(
         {"adam": ("opt_name", "opt_base_learning_rate", "opt_adam_beta_1", "opt_adam_beta_2", "opt_adam_epsilon",
                   "opt_weight_decay", "opt_amsgrad", "opt_gradient_clipping", "opt_gradient_clip_norm",

@@ -83,6 +83,33 @@ def test_registry_imports_no_torch() -> None:
     assert out.strip() == "[]", out
 
 
+def test_datagen_reads_its_options_and_checks_them_without_torch() -> None:
+    """``hpcbench datagen NAME`` and ``hpcbench run``'s datagen step take the options and the embedded dataset
+    from the record's light ``datagen`` part: no torch and no model code (torch costs a 2-core box ~2.5 s of
+    CPU per process); a bad option is refused there, before anything is written."""
+    code = ("import sys\nfrom hpcbench import registry\nfrom hpcbench.commands.datagen import workload_parser\n"
+            "bad = []\n"
+            "for name in registry.names():\n"
+            "    ns = workload_parser(name).parse_args(['--out', '/nonexistent/x', *registry.datagen(name).embedded_datagen_args()])\n"
+            "    mods = [m for m in sys.modules if m.split('.')[0] in ('torch', 'torch_geometric') or m.endswith(('.workload', '.model'))]\n"
+            "    if mods: bad.append((name, mods[:3])); break\n"
+            "print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_the_workload_class_writes_data_through_its_datagen_part(name: str) -> None:
+    """The workload class derives from its light part (one home for the options and the writer), and an
+    out-of-tree workload (``package.module:Class``, no record part) is its own datagen."""
+    part, cls = registry.datagen(name), registry.get(name)
+    assert registry.entry(name).datagen and issubclass(cls, part) and part is not cls
+    assert cls.embedded_datagen_args() == part.embedded_datagen_args()
+    assert cls.datagen.__func__ is part.datagen.__func__ and cls.add_datagen_args.__func__ is part.add_datagen_args.__func__
+    tiny = "tests.tiny_workload.workload:TinyWorkload"
+    assert registry.datagen(tiny) is registry.get(tiny)
+
+
 @pytest.mark.parametrize("name", registry.names())
 def test_full_preset_takes_the_closed_target_from_the_record(name: str) -> None:
     cls = registry.get(name)

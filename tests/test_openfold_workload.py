@@ -483,7 +483,7 @@ def test_the_pinned_checkpoint_fits_the_run_data_and_starts_below_the_target(run
     import hashlib
 
     from hpcbench.workloads.openfold_mlperf import pinned, pretrain
-    from hpcbench.workloads.openfold_mlperf.workload import MINI_START_GATE
+    from hpcbench.workloads.openfold_mlperf.datagen import MINI_START_GATE
 
     cls = registry.get("openfold")
     path = run_data / pretrain.MINI_CHECKPOINT
@@ -539,7 +539,7 @@ def test_hpcbench_run_with_another_seed_fine_tunes_the_pinned_checkpoint_through
     MINI_PRETRAIN_STEPS steps (the pretraining itself is recorded here, not run)."""
     from hpcbench.commands.datagen import workload_parser
     from hpcbench.workloads.openfold_mlperf import pinned
-    from hpcbench.workloads.openfold_mlperf.workload import MINI_PRETRAIN_STEPS, MINI_START_GATE
+    from hpcbench.workloads.openfold_mlperf.datagen import MINI_PRETRAIN_STEPS, MINI_START_GATE
 
     cls = registry.get("openfold")
     calls: list[tuple] = []

@@ -9,6 +9,7 @@ job order for the workload to finish the split (``stats.h5``, size metadata).
 """
 from __future__ import annotations
 
+import argparse
 import multiprocessing
 import os
 from collections.abc import Callable, Sequence
@@ -78,3 +79,31 @@ def generate(out: str | Path, jobs: Sequence[FileJob], write: Writer, verify: Ve
                     results[k] = fut.result()
                     bar.update(len(jobs[k].indices))
     return results
+
+
+class Datagen:
+    """Writes a workload's synthetic data in its real on-disk format: the options of ``hpcbench datagen NAME``,
+    the dataset ``hpcbench run`` trains the ``mini`` preset on, and the writer. A workload package declares its
+    subclass in a module that imports no model code (the record's ``datagen`` part, e.g.
+    ``"synth:CosmoFlowDatagen"``) and derives its workload class from it, so that ``hpcbench datagen`` and
+    ``hpcbench run`` do not import torch and the model to write files; a workload class that overrides these
+    classmethods itself (an out-of-tree workload) works as well."""
+
+    @classmethod
+    def add_datagen_args(cls, parser: argparse.ArgumentParser) -> None:
+        """Options of ``hpcbench datagen <name>`` beyond --out, --seed, --workers."""
+
+    @classmethod
+    def embedded_datagen_args(cls) -> list[str]:
+        """``hpcbench datagen`` options that write the tiny dataset ``hpcbench run`` trains its
+        ``mini`` preset on (beyond --out/--seed/--workers)."""
+        from hpcbench.common.errors import HpcbenchError
+
+        raise HpcbenchError(f"workload '{getattr(cls, 'name', cls.__name__)}' has no embedded default dataset for "
+                            "`hpcbench run`")
+
+    @classmethod
+    def datagen(cls, args: argparse.Namespace) -> None:
+        from hpcbench.common.errors import HpcbenchError
+
+        raise HpcbenchError(f"workload '{getattr(cls, 'name', cls.__name__)}' has no synthetic data generator yet")

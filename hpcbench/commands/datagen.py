@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def workload_parser(name: str) -> argparse.ArgumentParser:
-    cls = registry.get(name)
+    cls = registry.datagen(name)
     p = argparse.ArgumentParser(prog=f"hpcbench datagen {name}",
                                 description=f"Write synthetic {name} data in the real on-disk format.")
     p.add_argument("--out", required=True, help="output directory; the workload's dataset layout is created in it (see docs/<workload>.md)")
@@ -25,7 +25,7 @@ def workload_parser(name: str) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    cls = registry.get(args.workload)
+    cls = registry.datagen(args.workload)
     ns = workload_parser(args.workload).parse_args(args.rest)
     cls.datagen(ns)
     return 0

@@ -73,7 +73,7 @@ def _step(name: str, cmd: list[str], timeout: float | None = None, allowed: tupl
 def run(args: argparse.Namespace) -> int:
     from hpcbench.common.dist import check_local_job
 
-    cls = registry.get(args.workload)
+    cls = registry.datagen(args.workload)
     # a layout the GPUs cannot hold is refused here, before any data is generated
     device = check_local_job(args.device, args.instances, args.ranks_per_instance)
     print(f"==> device: {device} ({args.instances} instance(s) x {args.ranks_per_instance} rank(s), --device {args.device})")

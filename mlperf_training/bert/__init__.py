@@ -13,7 +13,7 @@ BENCHMARK = Benchmark(
     open_target=upper_bound_only("eval_accuracy", 1.0, inclusive=False),
     higher_is_better=True, required_runs=10, epoch_reporting="samples",
     summary="BERT-large masked-LM + next-sentence pretraining on packed HDF5 shards; masked-LM accuracy",
-    layout="dataset", workload="workload:BertWorkload", converter="convert:convert",
+    layout="dataset", workload="workload:BertWorkload", datagen="synth:BertDatagen", converter="convert:convert",
     # closed_bert.yaml pins the opt_lamb_* keys; the rules' table names the epsilon opt_epsilon (NVIDIA logs both)
     keys=HyperparameterKeys({"lamb": (
         "opt_name", "opt_base_learning_rate", "opt_lamb_epsilon", "opt_epsilon", "opt_lamb_beta_1", "opt_lamb_beta_2",

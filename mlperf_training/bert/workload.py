@@ -16,18 +16,16 @@ masked-LM accuracy over the whole eval set: (correct, count) summed over batches
 """
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping
-from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from hpcbench.common.errors import ConfigError, DataError
+from hpcbench.common.errors import ConfigError
 from hpcbench.common.workload import Workload
 
 from . import BENCHMARK
 from .config import BertConfig
 from .dataset import BertData
+from .synth import BertDatagen
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -36,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .batch import Batch
 
 
-class BertWorkload(Workload[BertConfig]):
+class BertWorkload(BertDatagen, Workload[BertConfig]):
     record = BENCHMARK
     config_cls = BertConfig
     static_shapes: ClassVar[bool] = False  # packed batches hold a varying number of real tokens
@@ -145,93 +143,3 @@ class BertWorkload(Workload[BertConfig]):
         """Logged as ``max_sequence_length`` with the record's keys (closed_bert.yaml of training 5.0.0/5.1.0)."""
         return self.cfg.data.max_seq_len
 
-    # synthetic data -------------------------------------------------------------------------
-    @classmethod
-    def add_datagen_args(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--train-samples", type=int, default=65536, help="training sequences")
-        parser.add_argument("--eval-samples", type=int, default=10000, help="eval sequences (the reference: 10,000)")
-        parser.add_argument("--train-shards", type=int, default=4, help="training shard files (eval: one)")
-        parser.add_argument("--layout", choices=("packed", "padded"), default="packed",
-                            help="training shards' layout: packed (up to 3 sequences per row, the default) or "
-                                 "padded; the eval shard is always padded, as the reference's")
-        parser.add_argument("--vocab-size", type=int, default=30522,
-                            help="vocabulary of the synthetic language; the model's model.vocab_size must match")
-        parser.add_argument("--max-seq-len", type=int, default=512, help="tokens per row (data.max_seq_len)")
-        parser.add_argument("--max-pred", type=int, default=0,
-                            help="predictions per sequence at most (data.max_pred); 0: 76 at 512, "
-                                 "else 15%% of the length")
-
-    @classmethod
-    def embedded_datagen_args(cls) -> list[str]:
-        """The dataset the ``mini`` preset is tuned on (see configs/mini.toml)."""
-        return ["--train-samples", "8192", "--eval-samples", "1024", "--train-shards", "2",
-                "--vocab-size", "200", "--max-seq-len", "64"]
-
-    @classmethod
-    def datagen(cls, args: argparse.Namespace) -> None:
-        from hpcbench.common.data.datagen import FileJob, generate
-
-        if args.train_samples < 1 or args.eval_samples < 1 or args.train_shards < 1:
-            raise ConfigError(f"--train-samples, --eval-samples and --train-shards must be >= 1, got "
-                              f"{args.train_samples}, {args.eval_samples}, {args.train_shards}")
-        plan = DataPlan(args.vocab_size, args.max_seq_len, max_pred_for(args.max_seq_len, args.max_pred), args.seed)
-        plan.language()  # bad sizes fail here, named, before any process starts
-        per = -(-args.train_samples // args.train_shards)
-        jobs = [FileJob("train", f"part_{k:05d}_of_{args.train_shards:05d}.hdf5",
-                        tuple(range(k * per, min((k + 1) * per, args.train_samples))))
-                for k in range(args.train_shards) if k * per < args.train_samples]
-        jobs.append(FileJob("eval", "eval_00000.hdf5", tuple(range(args.eval_samples))))
-        generate(args.out, jobs, partial(write_shard, plan, args.layout), partial(verify_shard, plan),
-                 workers=max(1, args.workers), progress=True, desc="bert datagen")
-        print(f"wrote {args.train_samples} training sequences ({args.layout}, {len(jobs) - 1} shards) and "
-              f"{args.eval_samples} eval sequences (padded) of at most {args.max_seq_len} tokens, vocabulary "
-              f"{args.vocab_size}, to {args.out}")
-
-
-def max_pred_for(max_seq_len: int, asked: int = 0) -> int:
-    """The reference's 76 predictions at 512 tokens; 15% of the length (at least 1) for shorter rows."""
-    from .facts import MASKED_LM_PROB, MAX_PRED, MAX_SEQ_LEN
-
-    if asked:
-        return asked
-    return MAX_PRED if max_seq_len == MAX_SEQ_LEN else max(1, round(MASKED_LM_PROB * max_seq_len))
-
-
-class DataPlan:
-    """What every datagen worker needs to make its shard (picklable)."""
-
-    def __init__(self, vocab_size: int, max_seq_len: int, max_pred: int, seed: int) -> None:
-        self.vocab_size, self.max_seq_len, self.max_pred, self.seed = vocab_size, max_seq_len, max_pred, seed
-
-    def language(self) -> Any:
-        from .synth import Language
-
-        return Language(vocab_size=self.vocab_size, seed=self.seed)
-
-    def sample_seed(self, split: str) -> int:
-        """Training and eval samples of one language come from different streams."""
-        return self.seed * 2 + (1 if split == "train" else 2)
-
-
-def write_shard(plan: DataPlan, layout: str, job: Any, tmp: Path) -> int:
-    from . import packing, synth
-    from .format import write_packed, write_padded
-
-    start, count = job.indices[0], len(job.indices)
-    rows = synth.generate(plan.language(), count, seed=plan.sample_seed(job.split), start=start,
-                          max_seq_len=plan.max_seq_len, max_pred=plan.max_pred)
-    limits = {"max_seq_len": plan.max_seq_len, "max_pred": plan.max_pred, "vocab_size": plan.vocab_size}
-    if job.split == "train" and layout == "packed":
-        write_packed(tmp, packing.pack(rows, plan.max_seq_len), **limits)
-    else:
-        write_padded(tmp, rows, **limits)
-    return rows.num_sequences()
-
-
-def verify_shard(plan: DataPlan, tmp: Path, job: Any) -> None:
-    from .format import open_shard
-
-    with open_shard(tmp, max_seq_len=plan.max_seq_len, max_pred=plan.max_pred, vocab_size=plan.vocab_size) as shard:
-        got = shard.read().num_sequences()
-    if got != len(job.indices):
-        raise DataError(f"{tmp}: holds {got} sequences, {len(job.indices)} were written")

@@ -15,7 +15,7 @@ BENCHMARK = Benchmark(
     # only, without --evaluate_on_epoch_end: a closed run adds no evaluation at the end of its one epoch
     closed_cadence_only=True,
     summary="DLRM with a DCNv2 cross network on Criteo multi-hot clicks; exact AUROC; hybrid-parallel embeddings",
-    layout="dataset", workload="workload:DLRMWorkload",
+    layout="dataset", workload="workload:DLRMWorkload", datagen="synth:DLRMDatagen",
     keys=HyperparameterKeys({"adagrad": (  # the ruleset pins Adagrad; warmup and decay in steps
         "opt_name", "opt_base_learning_rate", "opt_adagrad_learning_rate_decay", "opt_weight_decay",
         "opt_adagrad_initial_accumulator_value", "opt_adagrad_epsilon", "opt_learning_rate_warmup_steps",

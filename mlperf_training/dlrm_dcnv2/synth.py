@@ -13,12 +13,16 @@ so days can be written in parallel and any day can be rewritten identically.
 """
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .criteo import MULTI_HOT_SIZES, NUM_DENSE
+from hpcbench.common.data.datagen import Datagen
+from hpcbench.common.errors import ConfigError
+
+from .criteo import CARDINALITIES, MULTI_HOT_SIZES, NUM_DENSE
 from .format import Rows
 
 
@@ -161,3 +165,44 @@ def generate(folder: str, days: int, rows_per_day: int, cardinalities: tuple[int
         if workers > 1:
             pool.shutdown()
     return total
+
+
+class DLRMDatagen(Datagen):
+    """Criteo multi-hot day files (``hpcbench datagen dlrm_dcnv2``)."""
+
+    @classmethod
+    def add_datagen_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--days", type=int, default=4, help="days D: D-1 train days and one eval day (MLPerf: 24)")
+        parser.add_argument("--rows-per-day", type=int, default=32768, help="rows of each day")
+        parser.add_argument("--cardinalities", default="reference",
+                            help="'reference' (the MLPerf table sizes, 40M-row tables included) or 26 "
+                                 "comma-separated table sizes; fewer are repeated to 26. The model's "
+                                 "model.cardinalities must be the same")
+        parser.add_argument("--quiet", action="store_true", help="no line per day")
+
+    @classmethod
+    def embedded_datagen_args(cls) -> list[str]:
+        """The dataset the ``mini`` preset is tuned on (see configs/mini.toml)."""
+        return ["--days", "4", "--rows-per-day", "32768", "--cardinalities", "200,100,50,20"]
+
+    @classmethod
+    def datagen(cls, args: argparse.Namespace) -> None:
+        cards = parse_cardinalities(args.cardinalities)
+        if args.days < 2 or args.rows_per_day < 2:
+            raise ConfigError(f"--days must be >= 2 and --rows-per-day >= 2, got {args.days} and {args.rows_per_day}")
+        nbytes = generate(args.out, args.days, args.rows_per_day, cards, seed=args.seed,
+                          workers=max(1, args.workers), progress=not args.quiet)
+        print(f"wrote {args.days} days x {args.rows_per_day} rows of Criteo multi-hot data "
+              f"({nbytes / 2**20:.1f} MiB) to {args.out}")
+
+
+def parse_cardinalities(text: str) -> tuple[int, ...]:
+    if text == "reference":
+        return CARDINALITIES
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--cardinalities: expected 'reference' or comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1 or len(values) > len(CARDINALITIES):
+        raise ConfigError(f"--cardinalities: 1 to {len(CARDINALITIES)} sizes >= 1, got {text!r}")
+    return tuple((values * len(CARDINALITIES))[: len(CARDINALITIES)])

@@ -11,17 +11,16 @@ only the smaller class's scores are gathered) as ``eval_accuracy``.
 """
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from hpcbench.common.errors import ConfigError
 from hpcbench.common.workload import Workload
 
 from . import BENCHMARK
 from .config import DLRMConfig
-from .criteo import CARDINALITIES, MULTI_HOT_SIZES
+from .criteo import MULTI_HOT_SIZES
 from .dataset import Batch, CriteoData
+from .synth import DLRMDatagen
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -30,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from torch import nn
 
 
-class DLRMWorkload(Workload[DLRMConfig]):
+class DLRMWorkload(DLRMDatagen, Workload[DLRMConfig]):
     record = BENCHMARK
     config_cls = DLRMConfig
     eval_kind: ClassVar[str] = "samples"
@@ -125,42 +124,3 @@ class DLRMWorkload(Workload[DLRMConfig]):
     def metric(self, sums: Mapping[str, float]) -> float:
         raise NotImplementedError("dlrm_dcnv2 evaluates from every sample's score (eval_kind = 'samples')")
 
-    # synthetic data -------------------------------------------------------------------------
-    @classmethod
-    def add_datagen_args(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--days", type=int, default=4, help="days D: D-1 train days and one eval day (MLPerf: 24)")
-        parser.add_argument("--rows-per-day", type=int, default=32768, help="rows of each day")
-        parser.add_argument("--cardinalities", default="reference",
-                            help="'reference' (the MLPerf table sizes, 40M-row tables included) or 26 "
-                                 "comma-separated table sizes; fewer are repeated to 26. The model's "
-                                 "model.cardinalities must be the same")
-        parser.add_argument("--quiet", action="store_true", help="no line per day")
-
-    @classmethod
-    def embedded_datagen_args(cls) -> list[str]:
-        """The dataset the ``mini`` preset is tuned on (see configs/mini.toml)."""
-        return ["--days", "4", "--rows-per-day", "32768", "--cardinalities", "200,100,50,20"]
-
-    @classmethod
-    def datagen(cls, args: argparse.Namespace) -> None:
-        from .synth import generate
-
-        cards = parse_cardinalities(args.cardinalities)
-        if args.days < 2 or args.rows_per_day < 2:
-            raise ConfigError(f"--days must be >= 2 and --rows-per-day >= 2, got {args.days} and {args.rows_per_day}")
-        nbytes = generate(args.out, args.days, args.rows_per_day, cards, seed=args.seed,
-                          workers=max(1, args.workers), progress=not args.quiet)
-        print(f"wrote {args.days} days x {args.rows_per_day} rows of Criteo multi-hot data "
-              f"({nbytes / 2**20:.1f} MiB) to {args.out}")
-
-
-def parse_cardinalities(text: str) -> tuple[int, ...]:
-    if text == "reference":
-        return CARDINALITIES
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ConfigError(f"--cardinalities: expected 'reference' or comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1 or len(values) > len(CARDINALITIES):
-        raise ConfigError(f"--cardinalities: 1 to {len(CARDINALITIES)} sizes >= 1, got {text!r}")
-    return tuple((values * len(CARDINALITIES))[: len(CARDINALITIES)])

@@ -17,7 +17,7 @@ BENCHMARK = Benchmark(
     # the reference evaluates on that cadence only (MLPerfCallback): a closed run adds no evaluation at its end
     closed_cadence_only=True,
     summary="Llama 3.1 8B pretraining on Megatron indexed datasets (C4), FSDP2 + tensor parallel; eval log perplexity",
-    layout="dataset", workload="workload:LlamaWorkload",
+    layout="dataset", workload="workload:LlamaWorkload", datagen="synth:LlamaDatagen",
     keys=HyperparameterKeys({"adamw": (
         "opt_name", "opt_base_learning_rate", "opt_end_learning_rate", "opt_learning_rate_warmup_steps",
         "opt_learning_rate_decay_steps", "opt_learning_rate_decay_schedule", "opt_adamw_beta_1", "opt_adamw_beta_2",

@@ -14,10 +14,14 @@ must learn the transitions (tests/test_llama_data.py checks both bounds).
 """
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from hpcbench.common.data.datagen import Datagen
+from hpcbench.common.errors import ConfigError
 
 from .indexed import IndexedWriter, token_dtype
 
@@ -110,3 +114,32 @@ def write_split(prefix: Path, source: MarkovSource, documents: int, min_len: int
         total += doc.size
     writer.finish().close()
     return total
+
+
+class LlamaDatagen(Datagen):
+    """Megatron indexed-dataset documents of the Markov corpus (``hpcbench datagen llama31_8b``)."""
+
+    @classmethod
+    def add_datagen_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--train-documents", type=int, default=4000)
+        parser.add_argument("--eval-documents", type=int, default=400)
+        parser.add_argument("--vocab-size", type=int, default=512, help="ids of the Markov corpus (the last ends a document)")
+        parser.add_argument("--min-len", type=int, default=40, help="words per document, at least")
+        parser.add_argument("--max-len", type=int, default=400, help="words per document, at most")
+
+    @classmethod
+    def embedded_datagen_args(cls) -> list[str]:
+        return ["--train-documents", "4000", "--eval-documents", "400", "--vocab-size", "512"]
+
+    @classmethod
+    def datagen(cls, args: argparse.Namespace) -> None:
+        if args.train_documents < 1 or args.eval_documents < 1:
+            raise ConfigError("--train-documents and --eval-documents must be >= 1")
+        src = MarkovSource(args.vocab_size, args.seed)
+        out = Path(args.out)
+        n_train = write_split(out / "train" / "synth_train_text_document", src, args.train_documents, args.min_len,
+                              args.max_len, stream=1)
+        n_eval = write_split(out / "validation" / "synth_validation_text_document", src, args.eval_documents,
+                             args.min_len, args.max_len, stream=2)
+        print(f"wrote {n_train} training and {n_eval} validation tokens (Markov corpus, vocabulary {args.vocab_size}, "
+              f"entropy rate {src.entropy_rate():.3f} nats/token, unigram entropy {src.unigram_entropy():.2f}) to {out}")

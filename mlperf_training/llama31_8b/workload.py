@@ -12,17 +12,15 @@ group add the same batch twice to both, which leaves the ratio as it is). Weight
 """
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from hpcbench.common.errors import ConfigError
 from hpcbench.common.workload import DataShard, EpochLoader, Workload
 
 from . import BENCHMARK
 from .config import LlamaConfig
 from .dataset import LlamaData
+from .synth import LlamaDatagen
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -31,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from hpcbench.common.parallel import Degrees, Parallel
 
 
-class LlamaWorkload(Workload[LlamaConfig]):
+class LlamaWorkload(LlamaDatagen, Workload[LlamaConfig]):
     record = BENCHMARK
     config_cls = LlamaConfig
     shards_parameters: ClassVar[bool] = True
@@ -124,30 +122,3 @@ class LlamaWorkload(Workload[LlamaConfig]):
         # init_checkpoint_step: the reference logs 0 (it trains from random weights, no checkpoint)
         return {**super().hyperparameters(), "max_steps": self.cfg.model.max_steps, "init_checkpoint_step": 0}
 
-    # synthetic data -------------------------------------------------------------------------
-    @classmethod
-    def add_datagen_args(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--train-documents", type=int, default=4000)
-        parser.add_argument("--eval-documents", type=int, default=400)
-        parser.add_argument("--vocab-size", type=int, default=512, help="ids of the Markov corpus (the last ends a document)")
-        parser.add_argument("--min-len", type=int, default=40, help="words per document, at least")
-        parser.add_argument("--max-len", type=int, default=400, help="words per document, at most")
-
-    @classmethod
-    def embedded_datagen_args(cls) -> list[str]:
-        return ["--train-documents", "4000", "--eval-documents", "400", "--vocab-size", "512"]
-
-    @classmethod
-    def datagen(cls, args: argparse.Namespace) -> None:
-        from .synth import MarkovSource, write_split
-
-        if args.train_documents < 1 or args.eval_documents < 1:
-            raise ConfigError("--train-documents and --eval-documents must be >= 1")
-        src = MarkovSource(args.vocab_size, args.seed)
-        out = Path(args.out)
-        n_train = write_split(out / "train" / "synth_train_text_document", src, args.train_documents, args.min_len,
-                              args.max_len, stream=1)
-        n_eval = write_split(out / "validation" / "synth_validation_text_document", src, args.eval_documents,
-                             args.min_len, args.max_len, stream=2)
-        print(f"wrote {n_train} training and {n_eval} validation tokens (Markov corpus, vocabulary {args.vocab_size}, "
-              f"entropy rate {src.entropy_rate():.3f} nats/token, unigram entropy {src.unigram_entropy():.2f}) to {out}")

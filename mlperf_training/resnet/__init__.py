@@ -17,7 +17,7 @@ BENCHMARK = Benchmark(
     open_target=upper_bound_only("eval_accuracy", 1.0, inclusive=False),
     higher_is_better=True, required_runs=5,
     summary="ResNet-50 v1.5 image classification on ImageNet JPEG folders; top-1; LARS; Pillow or DALI loaders",
-    layout="dataset", workload="workload:ResNetWorkload",
+    layout="dataset", workload="workload:ResNetWorkload", datagen="synth:ResNetDatagen",
     # training_rules.adoc: "Every 4 epochs with offset 0 or 1 or 2 or 3"; no evaluation off that cadence
     closed_cadence_only=True,
     keys=HyperparameterKeys({

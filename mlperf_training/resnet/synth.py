@@ -9,6 +9,7 @@ and 1% CMYK (ImageNet holds both). JPEG-encoded, deterministic per (seed, split,
 """
 from __future__ import annotations
 
+import argparse
 import colorsys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcbench.common.data.datagen import FileJob, generate
+from hpcbench.common.data.datagen import Datagen, FileJob, generate
+from hpcbench.common.errors import ConfigError
 
 HUES = 5
 
@@ -107,3 +109,32 @@ def write_dataset(out: str | Path, classes: int, train_per_class: int, val_per_c
     sizes: Sequence[int] = generate(out, jobs(classes, per_class), Writer(size, seed), verify, workers=workers,
                                     progress=progress, desc="resnet datagen")
     return int(sum(sizes))
+
+
+class ResNetDatagen(Datagen):
+    """ImageNet-layout JPEG class folders (``hpcbench datagen resnet``)."""
+
+    @classmethod
+    def add_datagen_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--classes", type=int, default=10, help="class folders (ImageNet: 1000); "
+                            "the model's model.num_classes must match")
+        parser.add_argument("--train-per-class", type=int, default=300, help="training images per class")
+        parser.add_argument("--val-per-class", type=int, default=50, help="validation images per class (ImageNet: 50)")
+        parser.add_argument("--size", type=int, default=48,
+                            help="nominal image side in pixels; each image's sides are drawn from 0.75x to 1.5x it")
+        parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    @classmethod
+    def embedded_datagen_args(cls) -> list[str]:
+        """The dataset the ``mini`` preset is tuned on (see configs/mini.toml)."""
+        return ["--classes", "10", "--train-per-class", "300", "--val-per-class", "50", "--size", "48"]
+
+    @classmethod
+    def datagen(cls, args: argparse.Namespace) -> None:
+        if args.classes < 2 or args.train_per_class < 1 or args.val_per_class < 1 or args.size < 8:
+            raise ConfigError(f"--classes >= 2, --train-per-class >= 1, --val-per-class >= 1 and --size >= 8, got "
+                              f"{args.classes}, {args.train_per_class}, {args.val_per_class}, {args.size}")
+        nbytes = write_dataset(args.out, args.classes, args.train_per_class, args.val_per_class, args.size,
+                               seed=args.seed, workers=max(1, args.workers), progress=not args.quiet)
+        print(f"wrote {args.classes} classes x ({args.train_per_class} train + {args.val_per_class} val) JPEG images "
+              f"of about {args.size} px ({nbytes / 2**20:.1f} MiB) to {args.out}")

@@ -11,7 +11,6 @@ with BatchNorm parameters and biases exempt from weight decay and the trust rati
 """
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +20,7 @@ from hpcbench.common.workload import Workload
 from . import BENCHMARK
 from .config import ResNetConfig
 from .dataset import Batch, ImageNetData
+from .synth import ResNetDatagen
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from hpcbench.common.data.spec import SampleSource
 
 
-class ResNetWorkload(Workload[ResNetConfig]):
+class ResNetWorkload(ResNetDatagen, Workload[ResNetConfig]):
     record = BENCHMARK
     config_cls = ResNetConfig
 
@@ -108,30 +108,3 @@ class ResNetWorkload(Workload[ResNetConfig]):
         bn_span = (local or self.cfg.train.global_batch_size) * self.cfg.train.bn_group_size
         return optimizer_keys(self.cfg.optim, steps, self.cfg.train.max_epochs, bn_span)
 
-    # synthetic data -------------------------------------------------------------------------
-    @classmethod
-    def add_datagen_args(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--classes", type=int, default=10, help="class folders (ImageNet: 1000); "
-                            "the model's model.num_classes must match")
-        parser.add_argument("--train-per-class", type=int, default=300, help="training images per class")
-        parser.add_argument("--val-per-class", type=int, default=50, help="validation images per class (ImageNet: 50)")
-        parser.add_argument("--size", type=int, default=48,
-                            help="nominal image side in pixels; each image's sides are drawn from 0.75x to 1.5x it")
-        parser.add_argument("--quiet", action="store_true", help="no progress bar")
-
-    @classmethod
-    def embedded_datagen_args(cls) -> list[str]:
-        """The dataset the ``mini`` preset is tuned on (see configs/mini.toml)."""
-        return ["--classes", "10", "--train-per-class", "300", "--val-per-class", "50", "--size", "48"]
-
-    @classmethod
-    def datagen(cls, args: argparse.Namespace) -> None:
-        from .synth import write_dataset
-
-        if args.classes < 2 or args.train_per_class < 1 or args.val_per_class < 1 or args.size < 8:
-            raise ConfigError(f"--classes >= 2, --train-per-class >= 1, --val-per-class >= 1 and --size >= 8, got "
-                              f"{args.classes}, {args.train_per_class}, {args.val_per_class}, {args.size}")
-        nbytes = write_dataset(args.out, args.classes, args.train_per_class, args.val_per_class, args.size,
-                               seed=args.seed, workers=max(1, args.workers), progress=not args.quiet)
-        print(f"wrote {args.classes} classes x ({args.train_per_class} train + {args.val_per_class} val) JPEG images "
-              f"of about {args.size} px ({nbytes / 2**20:.1f} MiB) to {args.out}")

@@ -20,7 +20,7 @@ BENCHMARK = Benchmark(
     # rules' table still says "Epoch" and the retired reference logged epochs; the tools decide here.
     epoch_reporting="samples",
     summary="3D U-Net segmentation of kidneys and tumours in KiTS19 CT volumes; sliding-window mean Dice",
-    layout="dataset", workload="workload:UNet3DWorkload",
+    layout="dataset", workload="workload:UNet3DWorkload", datagen="synth:UNet3DDatagen",
     # training_rules.adoc, evaluation frequency: from epoch CEILING(1000*168/samples_per_epoch), then every
     # CEILING(20*168/samples_per_epoch) epochs (global batch 2: 1000, 1020, ...); a run is non-converged when
     # the target is not met within CEILING(10000*168/samples_in_epoch) epochs (the UNET3D rules): max_epochs

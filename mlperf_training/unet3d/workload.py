@@ -9,17 +9,16 @@ the kidney and tumour Dice averaged (the reference's ``mean_dice``), from additi
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from hpcbench.common.errors import ConfigError
 from hpcbench.common.workload import DataShard, EpochLoader, Workload
 
 from . import BENCHMARK
 from .config import UNetConfig
 from .dataset import Batch, KiTSData
+from .synth import UNet3DDatagen
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -32,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
 DIVERGED_DICE = 1e-6
 
 
-class UNet3DWorkload(Workload[UNetConfig]):
+class UNet3DWorkload(UNet3DDatagen, Workload[UNetConfig]):
     record = BENCHMARK
     config_cls = UNetConfig
 
@@ -154,75 +153,3 @@ class UNet3DWorkload(Workload[UNetConfig]):
             "validation_overlap": d.overlap,
         }
 
-    # synthetic data -------------------------------------------------------------------------
-    @classmethod
-    def add_datagen_args(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--cases", type=int, default=210, help="cases in all (KiTS19: 210)")
-        parser.add_argument("--eval-cases", type=int, default=0,
-                            help="of which validation cases, the first ids of the reference's evaluation list "
-                                 "(0: 42 with 210 cases, else a fifth)")
-        parser.add_argument("--min-shape", default="128,128,128", help="smallest D,H,W of a case (reference: >= 128)")
-        parser.add_argument("--max-shape", default="256,224,224", help="largest D,H,W of a case")
-        parser.add_argument("--quiet", action="store_true", help="no progress bar")
-
-    @classmethod
-    def embedded_datagen_args(cls) -> list[str]:
-        """The dataset the ``mini`` preset is tuned on (see configs/mini.toml)."""
-        return ["--cases", "40", "--eval-cases", "8", "--min-shape", "32,32,32", "--max-shape", "48,48,48"]
-
-    @classmethod
-    def datagen(cls, args: argparse.Namespace) -> None:
-        from functools import partial
-
-        from hpcbench.common.data.datagen import FileJob, generate
-
-        from .format import image_name
-        from .synth import ShapeRange, case_ids
-
-        low, high = parse_shape(args.min_shape, "--min-shape"), parse_shape(args.max_shape, "--max-shape")
-        if any(lo > hi for lo, hi in zip(low, high)):
-            raise ConfigError(f"--min-shape {args.min_shape} must not exceed --max-shape {args.max_shape}")
-        eval_cases = args.eval_cases or (42 if args.cases == 210 else max(1, round(args.cases / 5)))
-        try:
-            ids = case_ids(args.cases, eval_cases)
-        except ValueError as exc:
-            raise ConfigError(f"--cases/--eval-cases: {exc}") from None
-        jobs = [FileJob("", image_name(c), (c,)) for c in ids]
-        shapes = ShapeRange(low, high)
-        generate(args.out, jobs, partial(write_case_job, args.seed, shapes), verify_case_job,
-                 workers=max(1, args.workers), progress=not args.quiet, desc="unet3d datagen")
-        print(f"wrote {len(ids)} synthetic KiTS19 cases ({eval_cases} validation, {len(ids) - eval_cases} training) "
-              f"of D,H,W in {low}..{high} to {args.out}")
-
-
-def parse_shape(text: str, option: str) -> tuple[int, int, int]:
-    try:
-        values = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        values = ()
-    if len(values) != 3 or min(values) < 1:
-        raise ConfigError(f"{option}: expected three sizes D,H,W >= 1, got {text!r}")
-    return values  # type: ignore[return-value]
-
-
-def write_case_job(seed: int, shapes: Any, job: Any, tmp: Any) -> None:
-    """Make one case; its label file is written (verified, renamed) first, its image to the driver's ``tmp``."""
-    import numpy as np
-
-    from .format import label_name, write_array
-    from .synth import make_case
-
-    case = job.indices[0]
-    image, label = make_case(seed, case, shapes)
-    write_array(tmp.parent / label_name(case), label)
-    with open(tmp, "wb") as fh:
-        np.lib.format.write_array(fh, np.ascontiguousarray(image, dtype=np.float32), allow_pickle=False)
-
-
-def verify_case_job(tmp: Any, job: Any) -> None:
-    import numpy as np
-
-    from .format import label_name, read_header, verify_array
-
-    shape = read_header(tmp.parent / label_name(job.indices[0]), np.dtype("u1"))
-    verify_array(tmp, shape, np.dtype("<f4"))
