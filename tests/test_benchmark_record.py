@@ -101,13 +101,13 @@ def test_datagen_reads_its_options_and_checks_them_without_torch() -> None:
 @pytest.mark.parametrize("name", registry.names())
 def test_the_workload_class_writes_data_through_its_datagen_part(name: str) -> None:
     """The workload class derives from its light part (one home for the options and the writer), and an
-    out-of-tree workload (``package.module:Class``, no record part) is its own datagen."""
+    out-of-tree workload (``package.module:Class``, no record part: the harness tests' toy) is its own datagen."""
     part, cls = registry.datagen(name), registry.get(name)
     assert registry.entry(name).datagen and issubclass(cls, part) and part is not cls
     assert cls.embedded_datagen_args() == part.embedded_datagen_args()
     assert cls.datagen.__func__ is part.datagen.__func__ and cls.add_datagen_args.__func__ is part.add_datagen_args.__func__
-    tiny = "tests.tiny_workload.workload:TinyWorkload"
-    assert registry.datagen(tiny) is registry.get(tiny)
+    toy = "tests.harness_toy:ToyWorkload"
+    assert registry.datagen(toy) is registry.get(toy)
 
 
 @pytest.mark.parametrize("name", registry.names())
