@@ -57,9 +57,9 @@ def idle_barrier(comm: Any, max_pause_s: float = 0.01) -> None:
     ``MPI_Barrier`` busy-polls: a rank that waits long there (a finished instance's ranks until the last
     instance ends, the training ranks until the slowest is set up) keeps a core fully busy, taken
     from the ranks and loader threads still working on that node (measured: a 4-rank barrier held 3 s by
-    one rank cost the 3 waiting ranks 5.0 s of CPU, 0.09 s with this; ``benchmarks/idle_wait.py``). For long, rare
+    one rank cost the 3 waiting ranks 5.98 s of CPU, 0.09 s with this; ``benchmarks/idle_wait.py``). For long, rare
     waits only: the ranks advance the barrier only when they poll, so it is released tens of ms late, and a
-    barrier that nobody waits at costs milliseconds (37 ms vs 55 us on 4 ranks of 2 cores)."""
+    barrier that nobody waits at costs milliseconds (37 ms vs 38 us on 4 ranks of 2 cores)."""
     req = comm.Ibarrier()
     pause = 0.0
     while not req.Test():

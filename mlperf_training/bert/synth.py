@@ -40,11 +40,13 @@ from typing import Any
 
 import numpy as np
 
-from hpcbench.common.data.datagen import Datagen
+from hpcbench.common.data.datagen import Datagen, FileJob
+from hpcbench.common.data.datagen import generate as generate_files
 from hpcbench.common.errors import ConfigError, DataError
 
+from . import packing
 from .facts import CLS_ID, MASK_ID, MASKED_LM_PROB, MAX_PRED, MAX_SEQ_LEN, SEP_ID, VOCAB_SIZE
-from .format import Rows
+from .format import Rows, open_shard, write_packed, write_padded
 
 FIRST_WORD = MASK_ID + 1
 CHUNK = 256
@@ -246,8 +248,6 @@ class BertDatagen(Datagen):
 
     @classmethod
     def datagen(cls, args: argparse.Namespace) -> None:
-        from hpcbench.common.data.datagen import FileJob, generate
-
         if args.train_samples < 1 or args.eval_samples < 1 or args.train_shards < 1:
             raise ConfigError(f"--train-samples, --eval-samples and --train-shards must be >= 1, got "
                               f"{args.train_samples}, {args.eval_samples}, {args.train_shards}")
@@ -258,7 +258,7 @@ class BertDatagen(Datagen):
                         tuple(range(k * per, min((k + 1) * per, args.train_samples))))
                 for k in range(args.train_shards) if k * per < args.train_samples]
         jobs.append(FileJob("eval", "eval_00000.hdf5", tuple(range(args.eval_samples))))
-        generate(args.out, jobs, partial(write_shard, plan, args.layout), partial(verify_shard, plan),
+        generate_files(args.out, jobs, partial(write_shard, plan, args.layout), partial(verify_shard, plan),
                  workers=max(1, args.workers), progress=True, desc="bert datagen")
         print(f"wrote {args.train_samples} training sequences ({args.layout}, {len(jobs) - 1} shards) and "
               f"{args.eval_samples} eval sequences (padded) of at most {args.max_seq_len} tokens, vocabulary "
@@ -287,9 +287,6 @@ class DataPlan:
 
 
 def write_shard(plan: DataPlan, layout: str, job: Any, tmp: Path) -> int:
-    from . import packing
-    from .format import write_packed, write_padded
-
     start, count = job.indices[0], len(job.indices)
     rows = generate(plan.language(), count, seed=plan.sample_seed(job.split), start=start,
                           max_seq_len=plan.max_seq_len, max_pred=plan.max_pred)
@@ -302,8 +299,6 @@ def write_shard(plan: DataPlan, layout: str, job: Any, tmp: Path) -> int:
 
 
 def verify_shard(plan: DataPlan, tmp: Path, job: Any) -> None:
-    from .format import open_shard
-
     with open_shard(tmp, max_seq_len=plan.max_seq_len, max_pred=plan.max_pred, vocab_size=plan.vocab_size) as shard:
         got = shard.read().num_sequences()
     if got != len(job.indices):

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 
-from hpcbench.common.data.datagen import Datagen
+from hpcbench.common.data.datagen import Datagen, FileJob, generate
 from hpcbench.common.errors import ConfigError
 
 from .facts import EVAL_CASES, HU_CLIP, HU_MEAN, HU_STD, NUM_CASES
+from .format import image_name, label_name, read_header, verify_array, write_array
 
 
 @dataclass(frozen=True)
@@ -123,12 +125,6 @@ class UNet3DDatagen(Datagen):
 
     @classmethod
     def datagen(cls, args: argparse.Namespace) -> None:
-        from functools import partial
-
-        from hpcbench.common.data.datagen import FileJob, generate
-
-        from .format import image_name
-
         low, high = parse_shape(args.min_shape, "--min-shape"), parse_shape(args.max_shape, "--max-shape")
         if any(lo > hi for lo, hi in zip(low, high)):
             raise ConfigError(f"--min-shape {args.min_shape} must not exceed --max-shape {args.max_shape}")
@@ -157,10 +153,6 @@ def parse_shape(text: str, option: str) -> tuple[int, int, int]:
 
 def write_case_job(seed: int, shapes: Any, job: Any, tmp: Any) -> None:
     """Make one case; its label file is written (verified, renamed) first, its image to the driver's ``tmp``."""
-    import numpy as np
-
-    from .format import label_name, write_array
-
     case = job.indices[0]
     image, label = make_case(seed, case, shapes)
     write_array(tmp.parent / label_name(case), label)
@@ -169,9 +161,5 @@ def write_case_job(seed: int, shapes: Any, job: Any, tmp: Any) -> None:
 
 
 def verify_case_job(tmp: Any, job: Any) -> None:
-    import numpy as np
-
-    from .format import label_name, read_header, verify_array
-
     shape = read_header(tmp.parent / label_name(job.indices[0]), np.dtype("u1"))
     verify_array(tmp, shape, np.dtype("<f4"))
