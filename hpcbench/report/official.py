@@ -4,8 +4,8 @@
   calls its command line makes, with the log's suite and ruleset: hpc 3.0.0 or e.g. training 5.1.0),
   with its messages captured;
 * the result summarizer, the package checker and the system-description checker, each run as the
-  command-line tool (``python -m mlperf_logging.<tool>``) once per (usage, ruleset) of the folder's
-  benchmarks, on a temporary copy of the submission folder's ``results/`` and ``systems/`` (the summarizer
+  command-line tool (``python -m mlperf_logging.<tool>``; forked from one :mod:`.toolhost` that imported them
+  once, where the OS can fork) once per (usage, ruleset) of the folder's benchmarks, on a temporary copy of the submission folder's ``results/`` and ``systems/`` (the summarizer
   and the package checker each on its own copy, so they can run at once): in a closed folder both run the
   RCP checker with ``set_scaling=True``, which deletes and rewrites ``scaling.json`` in each benchmark
   folder, so on the input itself they would change the results and each other's figures (the summarizer
@@ -21,15 +21,18 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import json
 import logging
 import math
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from hpcbench.common.mllog import RULESET, USAGE
 
@@ -176,6 +179,9 @@ def available() -> bool:
     return True
 
 
+ToolResults = dict[str, tuple[list[str], int | None, str]]  # name -> (command, exit status or None, output)
+
+
 def _start(args: list[str], cwd: Path) -> tuple[list[str], subprocess.Popen[str]]:
     cmd = [sys.executable, "-m", *args]
     return cmd, subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -189,6 +195,53 @@ def _finish(cmd: list[str], proc: subprocess.Popen[str]) -> tuple[int | None, st
         proc.kill()
         out, _ = proc.communicate()
         return None, out + f"\n(stopped after {TOOL_TIMEOUT_S} s)"
+
+
+def start_tools(jobs: dict[str, list[str]], cwd: Path, host: bool = hasattr(os, "fork")) -> Callable[[], ToolResults]:
+    """Start the official tools ``jobs`` (name -> [module, *args], each as ``python -m module args``) at once in
+    ``cwd``; returns the function that waits for them (each for at most :data:`TOOL_TIMEOUT_S` from now) and
+    gives what each said. ``host`` (where the OS can fork): one :mod:`.toolhost` process imports the tools once
+    and forks each (the summarizer and the package checker otherwise import scipy.stats and pandas each,
+    1.5-2 s of CPU apiece); else one Python per tool. The commands reported are the ``python -m`` ones either way."""
+    cmds = {name: [sys.executable, "-m", *args] for name, args in jobs.items()}
+    if not host:
+        procs = {name: _start(args, cwd) for name, args in jobs.items()}
+        return lambda: {name: (cmd, *_finish(cmd, proc)) for name, (cmd, proc) in procs.items()}
+    outputs = {name: cwd / f"tool-{k}.out" for k, name in enumerate(jobs)}
+    status_file, spec_file = cwd / "tools-status.json", cwd / "tools-spec.json"
+    spec_file.write_text(json.dumps({"status": str(status_file), "jobs": [
+        {"name": name, "module": args[0], "args": args[1:], "cwd": str(cwd), "output": str(outputs[name])}
+        for name, args in jobs.items()]}))
+    proc = subprocess.Popen([sys.executable, "-m", "hpcbench.report.toolhost", str(spec_file)], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+    def finish() -> ToolResults:
+        stopped = False
+        try:
+            said, _ = proc.communicate(timeout=TOOL_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            stopped = True
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # the host and every tool it forked
+            said, _ = proc.communicate()
+        try:
+            status = json.loads(status_file.read_text()) if status_file.exists() else {}
+        except (OSError, ValueError):
+            status = {}
+        results: ToolResults = {}
+        for name, cmd in cmds.items():
+            try:
+                out = outputs[name].read_text(errors="replace")
+            except OSError:
+                out = ""
+            rc = status.get(name)
+            if rc is None:
+                out += said + (f"\n(stopped after {TOOL_TIMEOUT_S} s)" if stopped else
+                               f"\n(the tool host ended with status {proc.returncode} before this tool's status)")
+            results[name] = (cmd, rc, out)
+        return results
+
+    return finish
 
 
 def _num(text: str | None) -> float | None:
@@ -274,20 +327,21 @@ def _run_tools(root: Path, groups: list[Group], usage: str, ruleset: str) -> tup
                 _fill(offs[id(g)], g, [], None, why)
             return offs, checks
         copies = [sum_root, pkg_root]
-        procs = {"summarizer": _start(["mlperf_logging.result_summarizer", str(sum_root), usage, ruleset,
-                                       "--csv", str(summary_csv)], tmp),
-                 "package": _start(["mlperf_logging.package_checker", str(pkg_root), usage, ruleset,
-                                    "--log_output", str(tmp / "package_checker.log")], tmp)}
+        jobs = {"summarizer": ["mlperf_logging.result_summarizer", str(sum_root), usage, ruleset,
+                               "--csv", str(summary_csv)],
+                "package": ["mlperf_logging.package_checker", str(pkg_root), usage, ruleset,
+                            "--log_output", str(tmp / "package_checker.log")]}
         for k, sysfile in enumerate(sorted((sum_root / "systems").glob("*.json"))):
-            procs[f"system:{sysfile.name}"] = _start(["mlperf_logging.system_desc_checker", str(sysfile), usage,
-                                                      ruleset, "--log_output", str(tmp / f"system_{k}.log")], tmp)
+            jobs[f"system:{sysfile.name}"] = ["mlperf_logging.system_desc_checker", str(sysfile), usage, ruleset,
+                                              "--log_output", str(tmp / f"system_{k}.log")]
+        finish = start_tools(jobs, tmp)
         for g in groups:  # in process, on the input (read only), while the tools run
             for run in g.runs:
                 offs[id(g)].compliance[run.name] = check_compliance(run.path, usage, ruleset)
             for path, _ in g.skipped:
                 offs[id(g)].compliance[path.name] = check_compliance(path, usage, ruleset)
         done = {name: ([_unmap(a, copies, root) for a in cmd], rc, _unmap(out, copies, root))
-                for name, (cmd, proc) in procs.items() for rc, out in [_finish(cmd, proc)]}
+                for name, (cmd, rc, out) in finish().items()}
         cmd, rc, out = done.pop("package")
         checks.package = ToolRun(cmd, rc == 0 and PACKAGE_OK in out, out)
         for name, (cmd, rc, out) in done.items():
