@@ -15,11 +15,10 @@ import subprocess
 import sys
 import threading
 import time
+from array import array
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
-
-import numpy as np
 
 from hpcbench.common.dist import Watch, mpi, watchdog
 from hpcbench.common.errors import ConfigError, DataError, HpcbenchError
@@ -40,7 +39,7 @@ PING_WAIT_S = 3.0  # how long an aborting rank waits for the others' answers bef
 ANSWER_EVERY_S = 0.01  # how often a polling loop answers such questions
 _ABORTING = threading.Lock()
 _ANSWERS: list[Any] = []  # pong sends in flight (kept referenced until the job ends)
-_PING_BUF = np.zeros(1, dtype=np.uint8)
+_PING_BUF = bytearray(1)  # (plain buffers, no numpy: `hpcbench stage` starts on every node and imports little)
 _LAST_ANSWER = [0.0]
 _ANSWERING = threading.Lock()  # one thread answers at a time (probe and receive must pair up)
 _GUARD: list[subprocess.Popen[bytes]] = []
@@ -114,7 +113,7 @@ def answer_pings(force: bool = False) -> None:
         world, st = MPI.COMM_WORLD, MPI.Status()
         while world.Iprobe(source=MPI.ANY_SOURCE, tag=PING_TAG, status=st):
             src = st.Get_source()
-            world.Recv([np.zeros(1, dtype=np.uint8), MPI.BYTE], source=src, tag=PING_TAG)
+            world.Recv([bytearray(1), MPI.BYTE], source=src, tag=PING_TAG)
             _ANSWERS.append(world.Isend([_PING_BUF, MPI.BYTE], dest=src, tag=PONG_TAG))
     finally:
         _ANSWERING.release()
@@ -128,7 +127,7 @@ def silent_ranks(wait_s: float = PING_WAIT_S) -> list[int] | None:
         return None
     world = MPI.COMM_WORLD
     me, n = world.Get_rank(), world.Get_size()
-    box = np.zeros(n, dtype=np.uint8)
+    box = memoryview(bytearray(n))  # slices of a memoryview are views: each answer lands in its own byte
     try:
         pings = [world.Isend([_PING_BUF, MPI.BYTE], dest=r, tag=PING_TAG) for r in range(n) if r != me]
         pongs = {r: world.Irecv([box[r:r + 1], MPI.BYTE], source=r, tag=PONG_TAG) for r in range(n) if r != me}
@@ -262,7 +261,7 @@ def roll_call(comm: Any, timeout_s: float, what: str) -> None:
     n, me = comm.Get_size(), comm.Get_rank()
     if n == 1:
         return
-    box = np.zeros(n, dtype=np.uint8)
+    box = memoryview(bytearray(n))  # slices of a memoryview are views
     t0 = time.monotonic()
     if me == 0:
         pending = {r: comm.Irecv([box[r:r + 1], MPI.BYTE], source=r, tag=ROLL_TAG) for r in range(1, n)}
@@ -320,10 +319,10 @@ def barrier(comm: Any, timeout_s: float, what: str) -> None:
 
 def agree(comm: Any, error: str | None, timeout_s: float, what: str) -> None:
     """All ranks of ``comm`` learn whether any had an error; then all raise the first one."""
-    flags = np.zeros(comm.Get_size(), dtype=np.int32)
-    mine = np.array([1 if error else 0], dtype=np.int32)
+    flags = array("i", bytes(comm.Get_size() * array("i").itemsize))
+    mine = array("i", [1 if error else 0])
     wait(comm.Iallgather(mine, flags), timeout_s, what)
-    if flags.any():
+    if any(flags):
         with deadline(timeout_s, what):
             msgs = [m for m in comm.allgather(error) if m]
         raise AgreedError(msgs[0] if len(set(msgs)) == 1 else "; ".join(dict.fromkeys(msgs)), comm)
@@ -366,12 +365,12 @@ def supervised(comm: Any, work: Callable[[], T] | None, timeout_s: float, what: 
 
     thread = threading.Thread(target=run, name="hpcbench-stage", daemon=True)
     thread.start()
-    flags = np.zeros(comm.Get_size(), dtype=np.int32)
+    flags = array("i", bytes(comm.Get_size() * array("i").itemsize))
     while True:
         done.wait(BEAT_S)
-        mine = np.array([1 if done.is_set() else 0], dtype=np.int32)
+        mine = array("i", [1 if done.is_set() else 0])
         wait(comm.Iallgather(mine, flags), timeout_s, what)
-        if flags.all():
+        if all(flags):
             break
     thread.join()
     agree(comm, box.get("error"), timeout_s, what)

@@ -13,12 +13,11 @@ import hashlib
 import json
 import shutil
 import time
+from array import array
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from hpcbench.common.data.layout import GENERIC, REPLICATED, FileLayout
 from hpcbench.common.dist import DistEnv, mpi
@@ -110,10 +109,10 @@ def _select(splits: dict[str, Any], opts: StageOptions) -> list[str]:
 def _layout(env: DistEnv, timeout_s: float) -> NodeLayout:
     """This node's place in the plan; a layout that cannot be staged is refused on every rank."""
     lay = env.layout
-    mine = np.array([lay.node_index, lay.instance, lay.instance_node_index, lay.nodes_per_instance], dtype=np.int64)
-    every = np.zeros((lay.world_size, 4), dtype=np.int64)
+    mine = array("q", [lay.node_index, lay.instance, lay.instance_node_index, lay.nodes_per_instance])
+    every = array("q", bytes(lay.world_size * len(mine) * mine.itemsize))
     wait(env.comm.Iallgather(mine, every), timeout_s, "exchanging the layout")
-    slots, n = node_slots([tuple(int(x) for x in row) for row in every])
+    slots, n = node_slots([tuple(every[4 * r:4 * r + 4]) for r in range(lay.world_size)])
     return NodeLayout(lay.node_index, slots[lay.node_index], n, len(slots) // n, len(slots))
 
 
