@@ -99,23 +99,32 @@ def node_local(workload: Workload) -> bool:
 
 
 def build_parallel(workload: Workload, env: Any) -> Parallel:  # noqa: ANN401
-    """The instance's layout object from the workload's degrees and the harness's own keys."""
+    """The instance's layout object from the workload's degrees and the harness's own keys. That the global
+    batch splits over the training ranks is checked first, on every rank from the layout alone: a rank that
+    stopped on it inside the collective set-up would leave the others with a transport error instead."""
     tc = workload.cfg.train
     degrees = dataclasses.replace(workload.parallel_degrees(), eval_ranks=tc.eval_ranks, bn_group=tc.bn_group_size)
+    group = max(degrees.spatial, degrees.tensor_parallel)
+    if 0 <= degrees.eval_ranks < env.layout.instance_size and min(degrees.spatial, degrees.tensor_parallel) >= 1 \
+            and (env.layout.instance_size - degrees.eval_ranks) // group >= 1:  # else Parallel names the wrong degree
+        _split_batch(workload, (env.layout.instance_size - degrees.eval_ranks) // group, bool(degrees.eval_ranks))
     return Parallel(env, degrees, node_local(workload))
 
 
-def local_batch(workload: Workload, parallel: Parallel) -> int:
-    """The per-rank batch: the global batch over the data-parallel training ranks."""
+def _split_batch(workload: Workload, dp: int, eval_split: bool) -> int:
     tc = workload.cfg.train
-    dp = parallel.train_dp_size
     rows = workload.loader_batch_size()
     if rows % dp:
-        what = "data-parallel training ranks" if parallel.roles else "data-parallel ranks"
+        what = "data-parallel training ranks" if eval_split else "data-parallel ranks"
         per = "" if rows == tc.global_batch_size else f" ({rows} rows per step)"
         raise ConfigError(f"config key 'train.global_batch_size': {tc.global_batch_size}{per} does not split over "
                           f"the instance's {dp} {what}; use a multiple of {dp}")
     return rows // dp
+
+
+def local_batch(workload: Workload, parallel: Parallel) -> int:
+    """The per-rank batch: the global batch over the data-parallel training ranks."""
+    return _split_batch(workload, parallel.train_dp_size, parallel.roles is not None)
 
 
 def build_model(workload: Workload, parallel: Parallel, seed: int, batch: int, progress: Progress) -> tuple[nn.Module, FlatParams, list[Choice]]:
