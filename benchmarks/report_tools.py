@@ -51,7 +51,7 @@ def once(root: Path, usage: str, ruleset: str, host: bool) -> tuple[float, float
             if (root / sub).is_dir():
                 shutil.copytree(root / sub, copy / sub)
         cpu0, t0 = _children_cpu_s(), time.perf_counter()
-        got = start_tools(jobs_for(copy, tmp, usage, ruleset), tmp, host=host)()
+        got = start_tools(jobs_for(copy, tmp, usage, ruleset), tmp, host=host).wait()
         return _children_cpu_s() - cpu0, time.perf_counter() - t0, {k: rc for k, (_, rc, _) in got.items()}
 
 

@@ -28,7 +28,9 @@ elif mode == "message":
 elif mode == "crash":
     raise ValueError("the tool's own error")
 elif mode == "hang":
-    open(sys.argv[2], "w").write(str(os.getpid()))
+    with open(sys.argv[2] + ".part", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(sys.argv[2] + ".part", sys.argv[2])  # whole when it appears
     time.sleep(120)
 '''
 
@@ -56,7 +58,7 @@ def _gone(pid: int) -> bool:
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the host forks")
 def test_each_tool_says_the_same_from_the_host_as_from_its_own_python(stub: Path) -> None:
     jobs = {m: ["stubtool", m] for m in ("ok", "status", "message", "crash")}
-    both = [start_tools(jobs, stub, host=h)() for h in (True, False)]
+    both = [start_tools(jobs, stub, host=h).wait() for h in (True, False)]
     for got in both:
         assert {k: rc for k, (_, rc, _) in got.items()} == {"ok": 0, "status": 3, "message": 1, "crash": 1}
         assert all(cmd == [sys.executable, "-m", "stubtool", k] for k, (cmd, _, _) in got.items())
@@ -74,7 +76,7 @@ def test_a_hanging_tool_is_stopped_at_the_limit_and_the_others_keep_their_result
     monkeypatch.setattr(official, "TOOL_TIMEOUT_S", 3)
     pid_file = stub / "hang.pid"
     t = time.monotonic()
-    got = start_tools({"ok": ["stubtool", "ok"], "hang": ["stubtool", "hang", str(pid_file)]}, stub)()
+    got = start_tools({"ok": ["stubtool", "ok"], "hang": ["stubtool", "hang", str(pid_file)]}, stub).wait()
     assert time.monotonic() - t < 30
     assert got["hang"][1] is None and got["hang"][2].rstrip().endswith("(stopped after 3 s)"), got["hang"]
     assert got["ok"][1] == 0 and "argv ['ok']" in got["ok"][2]  # it had finished before the host was stopped
@@ -98,9 +100,28 @@ def test_the_real_tools_give_the_same_verdicts_from_the_host(tmp_path: Path) -> 
                         str(tmp_path / "pc.log")],
             "system": ["mlperf_logging.system_desc_checker", str(sysfile), "hpc", "3.0.0", "--log_output",
                        str(tmp_path / "sd.log")]}
-    host, alone = (start_tools(jobs, tmp_path, host=h)() for h in (True, False))
+    host, alone = (start_tools(jobs, tmp_path, host=h).wait() for h in (True, False))
     assert {k: v[1] for k, v in host.items()} == {k: v[1] for k, v in alone.items()}
     assert host["package"][2] == alone["package"][2] and "Running compliance checks in dir" in host["package"][2]
     assert official.SYSTEM_OK in host["system"][2] and host["system"][2] == alone["system"][2]
     assert [ln for ln in host["summarizer"][2].splitlines() if "," in ln] == \
         [ln for ln in alone["summarizer"][2].splitlines() if "," in ln]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("host", [True, False])
+def test_a_report_that_stops_early_leaves_no_tool_running(stub: Path, host: bool) -> None:
+    """The host runs in a session of its own (so that its time limit can end it and every tool it forked at
+    once); a report stopped early (Ctrl-C reaches only the report) ends them on leaving the block."""
+    pid_file = stub / "hang.pid"
+    with pytest.raises(KeyboardInterrupt):
+        with start_tools({"hang": ["stubtool", "hang", str(pid_file)]}, stub, host=host):
+            deadline = time.monotonic() + 30
+            while not pid_file.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            raise KeyboardInterrupt
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(pid), f"the tool (pid {pid}) still runs after the report stopped"

@@ -32,7 +32,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from hpcbench.common.mllog import RULESET, USAGE
 
@@ -197,51 +197,79 @@ def _finish(cmd: list[str], proc: subprocess.Popen[str]) -> tuple[int | None, st
         return None, out + f"\n(stopped after {TOOL_TIMEOUT_S} s)"
 
 
-def start_tools(jobs: dict[str, list[str]], cwd: Path, host: bool = hasattr(os, "fork")) -> Callable[[], ToolResults]:
-    """Start the official tools ``jobs`` (name -> [module, *args], each as ``python -m module args``) at once in
-    ``cwd``; returns the function that waits for them (each for at most :data:`TOOL_TIMEOUT_S` from now) and
-    gives what each said. ``host`` (where the OS can fork): one :mod:`.toolhost` process imports the tools once
-    and forks each (the summarizer and the package checker otherwise import scipy.stats and pandas each,
-    1.5-2 s of CPU apiece); else one Python per tool. The commands reported are the ``python -m`` ones either way."""
-    cmds = {name: [sys.executable, "-m", *args] for name, args in jobs.items()}
-    if not host:
-        procs = {name: _start(args, cwd) for name, args in jobs.items()}
-        return lambda: {name: (cmd, *_finish(cmd, proc)) for name, (cmd, proc) in procs.items()}
-    outputs = {name: cwd / f"tool-{k}.out" for k, name in enumerate(jobs)}
-    status_file, spec_file = cwd / "tools-status.json", cwd / "tools-spec.json"
-    spec_file.write_text(json.dumps({"status": str(status_file), "jobs": [
-        {"name": name, "module": args[0], "args": args[1:], "cwd": str(cwd), "output": str(outputs[name])}
-        for name, args in jobs.items()]}))
-    proc = subprocess.Popen([sys.executable, "-m", "hpcbench.report.toolhost", str(spec_file)], cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+class RunningTools:
+    """The official tools of one report, started at once (:func:`start_tools`): :meth:`wait` for what they
+    said; :meth:`stop` (also on leaving a ``with`` block) ends any still running, e.g. when the report itself
+    stops early (Ctrl-C reaches the report, not the tool host: it runs in a session of its own)."""
 
-    def finish() -> ToolResults:
+    def __init__(self, jobs: dict[str, list[str]], cwd: Path, host: bool) -> None:
+        self.cmds = {name: [sys.executable, "-m", *args] for name, args in jobs.items()}
+        self.procs: dict[str, tuple[list[str], subprocess.Popen[str]]] = {}
+        self.host: subprocess.Popen[str] | None = None
+        if not host:
+            self.procs = {name: _start(args, cwd) for name, args in jobs.items()}
+            return
+        self.outputs = {name: cwd / f"tool-{k}.out" for k, name in enumerate(jobs)}
+        self.status_file, spec_file = cwd / "tools-status.json", cwd / "tools-spec.json"
+        spec_file.write_text(json.dumps({"status": str(self.status_file), "jobs": [
+            {"name": name, "module": args[0], "args": args[1:], "cwd": str(cwd), "output": str(self.outputs[name])}
+            for name, args in jobs.items()]}))
+        self.host = subprocess.Popen([sys.executable, "-m", "hpcbench.report.toolhost", str(spec_file)], cwd=cwd,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
+
+    def __enter__(self) -> "RunningTools":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """End every tool still running (nothing to do after :meth:`wait`)."""
+        if self.host is not None and self.host.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.host.pid, signal.SIGKILL)  # the host and every tool it forked
+            self.host.communicate()
+        for _, proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+
+    def wait(self) -> ToolResults:
+        """name -> (command, exit status or None, output), each tool given at most :data:`TOOL_TIMEOUT_S`."""
+        if self.host is None:
+            return {name: (cmd, *_finish(cmd, proc)) for name, (cmd, proc) in self.procs.items()}
         stopped = False
         try:
-            said, _ = proc.communicate(timeout=TOOL_TIMEOUT_S)
+            said, _ = self.host.communicate(timeout=TOOL_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             stopped = True
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)  # the host and every tool it forked
-            said, _ = proc.communicate()
+            self.stop()
+            said = ""
         try:
-            status = json.loads(status_file.read_text()) if status_file.exists() else {}
+            status = json.loads(self.status_file.read_text()) if self.status_file.exists() else {}
         except (OSError, ValueError):
             status = {}
         results: ToolResults = {}
-        for name, cmd in cmds.items():
+        for name, cmd in self.cmds.items():
             try:
-                out = outputs[name].read_text(errors="replace")
+                out = self.outputs[name].read_text(errors="replace")
             except OSError:
                 out = ""
             rc = status.get(name)
             if rc is None:
                 out += said + (f"\n(stopped after {TOOL_TIMEOUT_S} s)" if stopped else
-                               f"\n(the tool host ended with status {proc.returncode} before this tool's status)")
+                               f"\n(the tool host ended with status {self.host.returncode} before this tool's status)")
             results[name] = (cmd, rc, out)
         return results
 
-    return finish
+
+def start_tools(jobs: dict[str, list[str]], cwd: Path, host: bool = hasattr(os, "fork")) -> RunningTools:
+    """Start the official tools ``jobs`` (name -> [module, *args], each as ``python -m module args``) at once in
+    ``cwd``. ``host`` (where the OS can fork): one :mod:`.toolhost` process imports the tools once and forks
+    each (the summarizer and the package checker otherwise import scipy.stats and pandas each, 1.5-2 s of CPU
+    apiece); else one Python per tool. The commands reported are the ``python -m`` ones either way."""
+    return RunningTools(jobs, cwd, host)
 
 
 def _num(text: str | None) -> float | None:
@@ -334,14 +362,15 @@ def _run_tools(root: Path, groups: list[Group], usage: str, ruleset: str) -> tup
         for k, sysfile in enumerate(sorted((sum_root / "systems").glob("*.json"))):
             jobs[f"system:{sysfile.name}"] = ["mlperf_logging.system_desc_checker", str(sysfile), usage, ruleset,
                                               "--log_output", str(tmp / f"system_{k}.log")]
-        finish = start_tools(jobs, tmp)
-        for g in groups:  # in process, on the input (read only), while the tools run
-            for run in g.runs:
-                offs[id(g)].compliance[run.name] = check_compliance(run.path, usage, ruleset)
-            for path, _ in g.skipped:
-                offs[id(g)].compliance[path.name] = check_compliance(path, usage, ruleset)
+        with start_tools(jobs, tmp) as tools:
+            for g in groups:  # in process, on the input (read only), while the tools run
+                for run in g.runs:
+                    offs[id(g)].compliance[run.name] = check_compliance(run.path, usage, ruleset)
+                for path, _ in g.skipped:
+                    offs[id(g)].compliance[path.name] = check_compliance(path, usage, ruleset)
+            said = tools.wait()
         done = {name: ([_unmap(a, copies, root) for a in cmd], rc, _unmap(out, copies, root))
-                for name, (cmd, rc, out) in finish().items()}
+                for name, (cmd, rc, out) in said.items()}
         cmd, rc, out = done.pop("package")
         checks.package = ToolRun(cmd, rc == 0 and PACKAGE_OK in out, out)
         for name, (cmd, rc, out) in done.items():
