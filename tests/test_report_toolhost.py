@@ -4,7 +4,9 @@ message, or crashes; a tool that hangs is stopped at the limit with the others' 
 it is left running; the real tools give the same verdicts both ways."""
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -125,3 +127,18 @@ def test_a_report_that_stops_early_leaves_no_tool_running(stub: Path, host: bool
     while not _gone(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _gone(pid), f"the tool (pid {pid}) still runs after the report stopped"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the host forks")
+def test_a_tool_that_cannot_start_says_why(stub: Path) -> None:
+    """A job that fails before its tool runs (its output file cannot be made) ends with status 1 and the
+    reason, the host's traceback naming the path, in the host's own output (which the report shows)."""
+    missing = stub / "no-such-folder" / "tool.out"
+    spec = stub / "spec.json"
+    spec.write_text(json.dumps({"status": str(stub / "status.json"), "jobs": [
+        {"name": "x", "module": "stubtool", "args": ["ok"], "cwd": str(stub), "output": str(missing)}]}))
+    proc = subprocess.run([sys.executable, "-m", "hpcbench.report.toolhost", str(spec)], cwd=stub,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and json.loads((stub / "status.json").read_text()) == {"x": 1}
+    said = proc.stdout + proc.stderr
+    assert "FileNotFoundError" in said and str(missing) in said, said

@@ -254,8 +254,8 @@ class RunningTools:
         for name, cmd in self.cmds.items():
             try:
                 out = self.outputs[name].read_text(errors="replace")
-            except OSError:
-                out = ""
+            except OSError as exc:  # the tool never ran: why is in the host's own output
+                out = f"(no output from the tool: {exc})\n" + said
             rc = status.get(name)
             if rc is None:
                 out += said + (f"\n(stopped after {TOOL_TIMEOUT_S} s)" if stopped else

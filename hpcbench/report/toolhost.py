@@ -79,6 +79,8 @@ def run(spec: dict[str, Any]) -> dict[str, int]:
             code = 1
             try:
                 code = _child(job)
+            except BaseException:  # noqa: BLE001 - before the tool ran (its output file, its folder): to the host's output
+                traceback.print_exc()
             finally:
                 try:
                     sys.stdout.flush()
