@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hpcbench.common.benchmark import Benchmark
 from hpcbench.common.errors import ConfigError, HpcbenchError
@@ -82,9 +82,15 @@ def record_of(benchmark: str) -> Benchmark | None:
 
 
 def _part(name: str, attr: str) -> str:
-    """``module:attr`` of a light part (``layout``, ``workload``, ``converter``), as an absolute module."""
+    """``module:attr`` of a light part (``layout``, ``workload``, ``converter``, ``datagen``), as an absolute module."""
     record = entry(name)
     return f"{WORKLOADS[record.name]}.{getattr(record, attr)}"
+
+
+def _load(name: str, attr: str) -> Any:
+    """The object a ``module:attr`` light part names, imported now."""
+    module_name, _, obj = _part(name, attr).partition(":")
+    return getattr(importlib.import_module(module_name), obj)
 
 
 def get(name: str) -> "type[Workload]":
@@ -116,8 +122,7 @@ def datagen(name: str) -> "type[Datagen]":
     if ":" not in name:
         record = entry(name)
         if record.datagen:
-            module_name, _, attr = _part(record.name, "datagen").partition(":")
-            return getattr(importlib.import_module(module_name), attr)
+            return _load(record.name, "datagen")
     return get(name)
 
 
@@ -177,8 +182,7 @@ def converter(name: str) -> Converter:
     record = RECORDS.get(ALIASES.get(name, name))
     if record is None or not record.converter:
         raise ConfigError(f"unknown format {name!r}; expected one of {', '.join(converter_names())}")
-    module_name, _, attr = _part(record.name, "converter").partition(":")
-    return getattr(importlib.import_module(module_name), attr)
+    return _load(record.name, "converter")
 
 
 def dataset_names() -> list[str]:

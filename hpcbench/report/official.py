@@ -252,14 +252,16 @@ class RunningTools:
             status = {}
         results: ToolResults = {}
         for name, cmd in self.cmds.items():
-            try:
-                out = self.outputs[name].read_text(errors="replace")
-            except OSError as exc:  # the tool never ran: why is in the host's own output
-                out = f"(no output from the tool: {exc})\n" + said
             rc = status.get(name)
+            try:
+                out, ran = self.outputs[name].read_text(errors="replace"), True
+            except OSError as exc:  # the tool never ran: why is in the host's own output
+                out, ran = f"(no output from the tool: {exc})\n", False
             if rc is None:
                 out += said + (f"\n(stopped after {TOOL_TIMEOUT_S} s)" if stopped else
                                f"\n(the tool host ended with status {self.host.returncode} before this tool's status)")
+            elif not ran:
+                out += said
             results[name] = (cmd, rc, out)
         return results
 

@@ -24,6 +24,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from hpcbench.common.atomic import atomic_write_text
+
 # what the tools import before their main() runs; imported once here, shared by every child
 PRELOAD = ("mlperf_logging.result_summarizer.result_summarizer", "mlperf_logging.package_checker.package_checker",
            "mlperf_logging.system_desc_checker.system_desc_checker")
@@ -58,12 +60,6 @@ def _child(job: dict[str, Any]) -> int:
     return code
 
 
-def _write_status(path: Path, status: dict[str, int]) -> None:
-    part = path.with_name(path.name + ".part")
-    part.write_text(json.dumps(status))
-    os.replace(part, path)
-
-
 def run(spec: dict[str, Any]) -> dict[str, int]:
     for name in PRELOAD:
         try:
@@ -93,7 +89,7 @@ def run(spec: dict[str, Any]) -> dict[str, int]:
         pid, st = os.wait()
         if pid in pids:
             status[pids.pop(pid)] = os.waitstatus_to_exitcode(st)
-            _write_status(Path(spec["status"]), status)  # so far: a host stopped later keeps these
+            atomic_write_text(spec["status"], json.dumps(status))  # so far: a host stopped later keeps these
     return status
 
 
@@ -103,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m hpcbench.report.toolhost SPEC.json", file=sys.stderr)
         return 2
     spec = json.loads(Path(args[0]).read_text())
-    _write_status(Path(spec["status"]), run(spec))
+    atomic_write_text(spec["status"], json.dumps(run(spec)))
     return 0
 
 
